@@ -1,0 +1,3 @@
+"""grpoctl: GRPO on small math LLMs, with every run in an experiment registry."""
+
+__version__ = "0.1.0"

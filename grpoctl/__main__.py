@@ -1,0 +1,3 @@
+from grpoctl.cli import main
+
+main()
