@@ -1,0 +1,49 @@
+"""The GRPO engine: pure tensor functions, named and shaped as in Stanford CS336 (2025) assignment 5.
+
+Read in this order: tokenization (sequences -> shifted ids and a response mask),
+logprobs (model -> per-token log p and entropy), advantages (rewards -> group-relative
+advantages), masked (reductions over the response only), losses (per-token
+policy-gradient losses), train_step (per-token loss -> scalar -> backward).
+"""
+
+from .advantages import compute_group_normalized_rewards, normalize_group_rewards, summarize_group_rewards
+from .logprobs import compute_entropy, get_response_log_probs
+from .losses import (
+    IMPORTANCE_LEVELS,
+    LOSS_TYPES,
+    add_kl_penalty,
+    compute_grpo_clip_loss,
+    compute_grpo_no_clip_loss,
+    compute_importance_ratio,
+    compute_k3_kl,
+    compute_naive_policy_gradient_loss,
+    compute_policy_gradient_loss,
+)
+from .masked import masked_mean, masked_min_max, masked_normalize
+from .tokenization import collate_prompt_and_output_ids, tokenize_prompt_and_output
+from .train_step import LENGTH_NORMALIZATIONS, grpo_microbatch_train_step, sft_microbatch_train_step
+
+__all__ = [
+    "IMPORTANCE_LEVELS",
+    "LENGTH_NORMALIZATIONS",
+    "LOSS_TYPES",
+    "add_kl_penalty",
+    "collate_prompt_and_output_ids",
+    "compute_entropy",
+    "compute_group_normalized_rewards",
+    "compute_grpo_clip_loss",
+    "compute_grpo_no_clip_loss",
+    "compute_importance_ratio",
+    "compute_k3_kl",
+    "compute_naive_policy_gradient_loss",
+    "compute_policy_gradient_loss",
+    "get_response_log_probs",
+    "grpo_microbatch_train_step",
+    "masked_mean",
+    "masked_min_max",
+    "masked_normalize",
+    "normalize_group_rewards",
+    "sft_microbatch_train_step",
+    "summarize_group_rewards",
+    "tokenize_prompt_and_output",
+]

@@ -1,0 +1,109 @@
+"""Group-relative advantages: how much better a rollout did than its siblings.
+
+Rollouts come in contiguous groups of `group_size` answers to the same prompt.
+Subtracting the group mean is the baseline (no critic needed); dividing by the
+group std is GRPO's scaling, which Dr. GRPO argues against and the seed ablates.
+A group whose rewards are all equal (every answer right, or every answer wrong)
+carries no signal: its advantages are exactly zero, never nan from 0 / 0.
+"""
+
+from collections.abc import Callable
+
+import torch
+
+
+def _grouped(raw_rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """(rollout_batch_size,) -> (n_groups, group_size)."""
+    if group_size < 1 or raw_rewards.numel() % group_size != 0:
+        raise ValueError(f"{raw_rewards.numel()} rewards do not split into groups of {group_size}")
+    return raw_rewards.reshape(-1, group_size)
+
+
+def _flat_groups(grouped: torch.Tensor) -> torch.Tensor:
+    """(n_groups, group_size) -> (n_groups, 1) bool: True where every reward in the group is equal."""
+    return (grouped == grouped[:, :1]).all(dim=1, keepdim=True)
+
+
+def normalize_group_rewards(
+    raw_rewards: torch.Tensor,
+    group_size: int,
+    advantage_eps: float,
+    normalize_by_std: bool,
+) -> torch.Tensor:
+    """Advantages from rewards, normalized within each group.
+
+    raw_rewards: (rollout_batch_size,), groups contiguous. Returns (rollout_batch_size,) float:
+    r - mean(group), divided by (std(group) + advantage_eps) when normalize_by_std
+    (torch's unbiased std). Advantages sum to zero within each group.
+    """
+    grouped = _grouped(raw_rewards.float(), group_size)
+    centered = grouped - grouped.mean(dim=1, keepdim=True)
+    if normalize_by_std and group_size > 1:
+        centered = centered / (grouped.std(dim=1, keepdim=True) + advantage_eps)
+    # The mean of equal floats need not round back to them exactly, and eps may be 0.
+    advantages = torch.where(_flat_groups(grouped), torch.zeros_like(centered), centered)
+    return advantages.reshape(-1)
+
+
+def summarize_group_rewards(
+    raw_rewards: torch.Tensor,
+    group_size: int,
+    format_rewards: torch.Tensor | None = None,
+    answer_rewards: torch.Tensor | None = None,
+) -> dict[str, float]:
+    """Python-float statistics of one rollout batch's rewards, for logging.
+
+    raw_rewards, format_rewards, answer_rewards: (rollout_batch_size,).
+    zero_std_group_fraction is the share of groups whose rewards are all equal:
+    the share of prompts that teach nothing this step (a flat-reward early warning).
+    """
+    rewards = raw_rewards.float()
+    stats = {
+        "reward_mean": rewards.mean(),
+        "reward_std": rewards.std() if rewards.numel() > 1 else torch.zeros(()),
+        "reward_max": rewards.max(),
+        "reward_min": rewards.min(),
+        "zero_std_group_fraction": _flat_groups(_grouped(rewards, group_size)).float().mean(),
+    }
+    if format_rewards is not None:
+        stats["format_reward_mean"] = format_rewards.float().mean()
+    if answer_rewards is not None:
+        stats["answer_reward_mean"] = answer_rewards.float().mean()
+    return {name: float(value) for name, value in stats.items()}
+
+
+def compute_group_normalized_rewards(
+    reward_fn: Callable[[str, str], dict[str, float]],
+    rollout_responses: list[str],
+    repeated_ground_truths: list[str],
+    group_size: int,
+    advantage_eps: float,
+    normalize_by_std: bool,
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+    """Score every rollout with `reward_fn` and normalize rewards within groups.
+
+    reward_fn(response, ground_truth) -> {"reward", and optionally "format_reward",
+    "answer_reward"}. Both lists have length rollout_batch_size, groups contiguous.
+    Returns (advantages (rollout_batch_size,), raw_rewards (rollout_batch_size,),
+    metadata of python floats: reward mean/std/max/min, format and answer reward
+    means when reward_fn gives them, zero_std_group_fraction, advantage mean/std).
+    """
+    if len(rollout_responses) != len(repeated_ground_truths):
+        raise ValueError(
+            f"got {len(rollout_responses)} responses but {len(repeated_ground_truths)} ground truths"
+        )
+    scores = [reward_fn(r, gt) for r, gt in zip(rollout_responses, repeated_ground_truths)]
+    raw_rewards = torch.tensor([float(s["reward"]) for s in scores], dtype=torch.float32)
+
+    def column(key: str) -> torch.Tensor | None:
+        if not scores or not all(key in s for s in scores):
+            return None
+        return torch.tensor([float(s[key]) for s in scores], dtype=torch.float32)
+
+    advantages = normalize_group_rewards(raw_rewards, group_size, advantage_eps, normalize_by_std)
+    metadata = summarize_group_rewards(
+        raw_rewards, group_size, column("format_reward"), column("answer_reward")
+    )
+    metadata["advantage_mean"] = float(advantages.mean())
+    metadata["advantage_std"] = float(advantages.std()) if advantages.numel() > 1 else 0.0
+    return advantages, raw_rewards, metadata

@@ -1,0 +1,196 @@
+"""Per-token policy-gradient losses: the four variants the seed ablates, plus extras.
+
+Every loss here is per token, shape (batch, seq); how tokens are summed into one
+number (length normalization) is the train step's job. Advantages and rewards
+are one number per sequence, (batch, 1) or (batch,), broadcast over its tokens.
+
+Extras beyond CS336, each off by default:
+  - clip-higher (DAPO): a larger upper clip bound, `cliprange_high`, lets
+    low-probability tokens that turned out good grow faster, fighting entropy collapse;
+  - sequence-level importance ratio (GSPO): one ratio per sequence, the geometric
+    mean of its token ratios, so a single noisy token cannot swing its clipping;
+  - a KL penalty to a reference policy with the k3 estimator (always >= 0, unbiased).
+"""
+
+import torch
+
+from .masked import masked_mean
+
+LOSS_TYPES = ("no_baseline", "reinforce_with_baseline", "grpo_clip", "grpo_no_clip")
+IMPORTANCE_LEVELS = ("token", "sequence")
+
+
+def _per_sequence(values: torch.Tensor) -> torch.Tensor:
+    """(batch,) or (batch, 1) -> (batch, 1), ready to broadcast over tokens."""
+    return values.reshape(-1, 1)
+
+
+def compute_naive_policy_gradient_loss(
+    raw_rewards_or_advantages: torch.Tensor,
+    policy_log_probs: torch.Tensor,
+) -> torch.Tensor:
+    """REINFORCE: -A * log p per token.
+
+    raw_rewards_or_advantages: (batch, 1); policy_log_probs: (batch, seq). Returns (batch, seq).
+    """
+    return -_per_sequence(raw_rewards_or_advantages).to(policy_log_probs.dtype) * policy_log_probs
+
+
+def compute_importance_ratio(
+    policy_log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    importance_level: str = "token",
+    response_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """pi / pi_old, per token or per sequence, as a (batch, seq) tensor.
+
+    policy_log_probs, old_log_probs, response_mask: (batch, seq).
+    "token": exp(log p - old log p) at each position.
+    "sequence" (GSPO): exp(mean over response tokens of (log p - old log p)), the same
+    value at every position of the sequence; needs response_mask.
+    """
+    log_ratio = policy_log_probs - old_log_probs
+    if importance_level == "token":
+        return torch.exp(log_ratio)
+    if importance_level == "sequence":
+        if response_mask is None:
+            raise ValueError("importance_level='sequence' needs response_mask to average over response tokens")
+        seq_log_ratio = masked_mean(log_ratio, response_mask, dim=-1).unsqueeze(-1)
+        return torch.exp(seq_log_ratio).expand_as(log_ratio)
+    raise ValueError(f"unknown importance_level {importance_level!r}; valid levels: {', '.join(IMPORTANCE_LEVELS)}")
+
+
+def compute_k3_kl(policy_log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
+    """k3 estimate of KL(pi || pi_ref) per token: exp(ref - log p) - (ref - log p) - 1.
+
+    Both (batch, seq). Returns (batch, seq), >= 0, zero exactly where the two agree.
+    """
+    log_ratio = ref_log_probs - policy_log_probs
+    return torch.exp(log_ratio) - log_ratio - 1
+
+
+def add_kl_penalty(
+    loss: torch.Tensor,
+    metadata: dict[str, torch.Tensor],
+    policy_log_probs: torch.Tensor,
+    ref_log_probs: torch.Tensor | None,
+    kl_beta: float,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Add kl_beta * k3 to a per-token loss; record k3 as metadata["kl"].
+
+    All tensors (batch, seq). k3 is recorded whenever ref_log_probs is given, even
+    with kl_beta == 0, so drift from the reference can be watched without penalizing it.
+    """
+    if kl_beta and ref_log_probs is None:
+        raise ValueError(f"kl_beta={kl_beta} needs ref_log_probs from the reference policy")
+    if ref_log_probs is None:
+        return loss, metadata
+    kl = compute_k3_kl(policy_log_probs, ref_log_probs)
+    if kl_beta:
+        loss = loss + kl_beta * kl
+    return loss, {**metadata, "kl": kl.detach()}
+
+
+def compute_grpo_clip_loss(
+    advantages: torch.Tensor,
+    policy_log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    cliprange: float,
+    cliprange_high: float | None = None,
+    importance_level: str = "token",
+    response_mask: torch.Tensor | None = None,
+    ref_log_probs: torch.Tensor | None = None,
+    kl_beta: float = 0.0,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """PPO-style clipped surrogate: -min(ratio * A, clip(ratio, 1 - lo, 1 + hi) * A).
+
+    advantages: (batch, 1); policy_log_probs, old_log_probs, ref_log_probs,
+    response_mask: (batch, seq). lo = cliprange, hi = cliprange_high (defaults to
+    cliprange; larger is DAPO's clip-higher). ref_log_probs / kl_beta: see add_kl_penalty.
+    Returns (loss (batch, seq), {"clipped": (batch, seq) bool, True where the clipped
+    term was strictly smaller and so was taken, "ratio": (batch, seq) detached}).
+    """
+    high = cliprange if cliprange_high is None else cliprange_high
+    adv = _per_sequence(advantages).to(policy_log_probs.dtype)
+    ratio = compute_importance_ratio(policy_log_probs, old_log_probs, importance_level, response_mask)
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1 - cliprange, 1 + high) * adv
+    loss = -torch.minimum(unclipped, clipped)
+    metadata = {"clipped": clipped < unclipped, "ratio": ratio.detach()}
+    return add_kl_penalty(loss, metadata, policy_log_probs, ref_log_probs, kl_beta)
+
+
+def compute_grpo_no_clip_loss(
+    advantages: torch.Tensor,
+    policy_log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    importance_level: str = "token",
+    response_mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Unclipped importance-weighted surrogate: -ratio * A.
+
+    advantages: (batch, 1); the rest (batch, seq). Returns (loss (batch, seq),
+    {"clipped": all False, "ratio": (batch, seq) detached}).
+    """
+    adv = _per_sequence(advantages).to(policy_log_probs.dtype)
+    ratio = compute_importance_ratio(policy_log_probs, old_log_probs, importance_level, response_mask)
+    return -ratio * adv, {"clipped": torch.zeros_like(ratio, dtype=torch.bool), "ratio": ratio.detach()}
+
+
+def _require(loss_type: str, **inputs) -> None:
+    missing = [name for name, value in inputs.items() if value is None]
+    if missing:
+        raise ValueError(
+            f"loss_type {loss_type!r} needs {', '.join(inputs)}; missing: {', '.join(missing)}"
+        )
+
+
+def compute_policy_gradient_loss(
+    policy_log_probs: torch.Tensor,
+    loss_type: str,
+    raw_rewards: torch.Tensor | None = None,
+    advantages: torch.Tensor | None = None,
+    old_log_probs: torch.Tensor | None = None,
+    cliprange: float | None = None,
+    cliprange_high: float | None = None,
+    importance_level: str = "token",
+    response_mask: torch.Tensor | None = None,
+    ref_log_probs: torch.Tensor | None = None,
+    kl_beta: float = 0.0,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Dispatch to one of LOSS_TYPES and optionally add a KL penalty.
+
+    policy_log_probs, old_log_probs, ref_log_probs, response_mask: (batch, seq);
+    raw_rewards, advantages: (batch, 1).
+      no_baseline: -raw_reward * log p        reinforce_with_baseline: -A * log p
+      grpo_clip: clipped surrogate            grpo_no_clip: -ratio * A
+    ref_log_probs / kl_beta: see add_kl_penalty (applies to every loss type).
+    Returns (loss (batch, seq), metadata of (batch, seq) tensors).
+    """
+    if loss_type not in LOSS_TYPES:
+        raise ValueError(f"unknown loss_type {loss_type!r}; valid types: {', '.join(LOSS_TYPES)}")
+    if importance_level not in IMPORTANCE_LEVELS:
+        raise ValueError(f"unknown importance_level {importance_level!r}; valid levels: {', '.join(IMPORTANCE_LEVELS)}")
+    if importance_level == "sequence" and loss_type not in ("grpo_clip", "grpo_no_clip"):
+        raise ValueError(f"importance_level='sequence' needs a ratio: use grpo_clip or grpo_no_clip, not {loss_type!r}")
+
+    if loss_type == "no_baseline":
+        _require(loss_type, raw_rewards=raw_rewards)
+        loss, metadata = compute_naive_policy_gradient_loss(raw_rewards, policy_log_probs), {}
+    elif loss_type == "reinforce_with_baseline":
+        _require(loss_type, advantages=advantages)
+        loss, metadata = compute_naive_policy_gradient_loss(advantages, policy_log_probs), {}
+    elif loss_type == "grpo_clip":
+        _require(loss_type, advantages=advantages, old_log_probs=old_log_probs, cliprange=cliprange)
+        loss, metadata = compute_grpo_clip_loss(
+            advantages, policy_log_probs, old_log_probs, cliprange,
+            cliprange_high=cliprange_high, importance_level=importance_level, response_mask=response_mask,
+        )
+    else:
+        _require(loss_type, advantages=advantages, old_log_probs=old_log_probs)
+        loss, metadata = compute_grpo_no_clip_loss(
+            advantages, policy_log_probs, old_log_probs,
+            importance_level=importance_level, response_mask=response_mask,
+        )
+
+    return add_kl_penalty(loss, metadata, policy_log_probs, ref_log_probs, kl_beta)

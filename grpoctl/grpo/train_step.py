@@ -1,0 +1,146 @@
+"""One microbatch of a training step: per-token loss -> scalar -> backward.
+
+The optimizer step happens outside, after `gradient_accumulation_steps` calls;
+dividing each microbatch loss by that count makes the accumulated gradient the
+gradient of the batch mean.
+
+Length normalization decides how a sequence's token losses become one number,
+and so how much gradient each token gets:
+  mean        per-sequence mean over response tokens (CS336): short answers weigh more per token;
+  constant    per-sequence sum / normalize_constant (Dr. GRPO, the max generation length):
+              every token weighs the same, whatever the length and the microbatching;
+  microbatch  per-sequence sum / longest response in the microbatch: between the two,
+              but it depends on how the batch was cut, so accumulation is not exact.
+"""
+
+import torch
+
+from .losses import compute_policy_gradient_loss
+from .masked import masked_mean, masked_min_max, masked_normalize
+
+LENGTH_NORMALIZATIONS = ("mean", "constant", "microbatch")
+
+
+def _only_response(values: torch.Tensor | None, mask: torch.Tensor) -> torch.Tensor | None:
+    """Zero the positions outside the response, (batch, seq) -> (batch, seq).
+
+    Pad positions may hold anything (inf, nan); even with zero upstream gradient,
+    exp(inf) in a ratio would backpropagate 0 * inf = nan. Replacing them first
+    makes every later step see finite numbers there, with zero gradient.
+    """
+    if values is None:
+        return None
+    return torch.where(mask, values, torch.zeros((), dtype=values.dtype, device=values.device))
+
+
+def _per_sequence_loss(
+    per_token: torch.Tensor,
+    mask: torch.Tensor,
+    length_normalization: str,
+    normalize_constant: float | None,
+) -> torch.Tensor:
+    """(batch, seq) per-token loss -> (batch,) per-sequence loss."""
+    if length_normalization == "mean":
+        return masked_mean(per_token, mask, dim=-1)
+    if length_normalization == "constant":
+        if normalize_constant is None:
+            raise ValueError(
+                "length_normalization='constant' needs normalize_constant (the max generation length)"
+            )
+        return masked_normalize(per_token, mask, dim=-1, normalize_constant=normalize_constant)
+    if length_normalization == "microbatch":
+        longest = mask.sum(dim=-1).max().clamp_min(1).to(per_token.dtype)
+        return masked_normalize(per_token, mask, dim=-1) / longest
+    raise ValueError(
+        f"unknown length_normalization {length_normalization!r}; valid: {', '.join(LENGTH_NORMALIZATIONS)}"
+    )
+
+
+@torch.no_grad()
+def _log_stats(
+    microbatch_loss: torch.Tensor,
+    per_token: torch.Tensor,
+    mask: torch.Tensor,
+    loss_metadata: dict[str, torch.Tensor],
+) -> dict[str, float]:
+    """Python floats over the response tokens, fetched with a single device sync."""
+    stats = {"loss": microbatch_loss, "token_loss_mean": masked_mean(per_token, mask)}
+    if "clipped" in loss_metadata:
+        stats["clip_fraction"] = masked_mean(loss_metadata["clipped"].float(), mask)
+    if "ratio" in loss_metadata:
+        ratio = loss_metadata["ratio"]
+        stats["ratio_mean"] = masked_mean(ratio, mask)
+        stats["ratio_min"], stats["ratio_max"] = masked_min_max(ratio, mask)
+    if "kl" in loss_metadata:
+        stats["kl"] = masked_mean(loss_metadata["kl"], mask)
+    values = torch.stack([v.detach().float().reshape(()) for v in stats.values()]).tolist()
+    return dict(zip(stats, values))
+
+
+def grpo_microbatch_train_step(
+    policy_log_probs: torch.Tensor,
+    response_mask: torch.Tensor,
+    gradient_accumulation_steps: int,
+    loss_type: str,
+    raw_rewards: torch.Tensor | None = None,
+    advantages: torch.Tensor | None = None,
+    old_log_probs: torch.Tensor | None = None,
+    cliprange: float | None = None,
+    length_normalization: str = "mean",
+    normalize_constant: float | None = None,
+    cliprange_high: float | None = None,
+    importance_level: str = "token",
+    ref_log_probs: torch.Tensor | None = None,
+    kl_beta: float = 0.0,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Policy-gradient loss of one microbatch, backpropagated.
+
+    policy_log_probs (requires grad), response_mask, old_log_probs, ref_log_probs:
+    (batch, seq); raw_rewards, advantages: (batch, 1).
+    The per-token loss (see compute_policy_gradient_loss) is reduced per sequence by
+    `length_normalization`, averaged over the batch, divided by
+    gradient_accumulation_steps, and .backward() is called on it.
+    Returns (that scaled loss, detached; metadata of python floats over response
+    tokens: loss (unscaled), token_loss_mean, and when they apply clip_fraction,
+    ratio_mean / ratio_min / ratio_max, kl).
+    """
+    mask = response_mask.bool()
+    per_token, loss_metadata = compute_policy_gradient_loss(
+        _only_response(policy_log_probs, mask),
+        loss_type,
+        raw_rewards=raw_rewards,
+        advantages=advantages,
+        old_log_probs=_only_response(old_log_probs, mask),
+        cliprange=cliprange,
+        cliprange_high=cliprange_high,
+        importance_level=importance_level,
+        response_mask=mask,
+        ref_log_probs=_only_response(ref_log_probs, mask),
+        kl_beta=kl_beta,
+    )
+    microbatch_loss = _per_sequence_loss(per_token, mask, length_normalization, normalize_constant).mean()
+    loss = microbatch_loss / gradient_accumulation_steps
+    loss.backward()
+    return loss.detach(), _log_stats(microbatch_loss, per_token, mask, loss_metadata)
+
+
+def sft_microbatch_train_step(
+    policy_log_probs: torch.Tensor,
+    response_mask: torch.Tensor,
+    gradient_accumulation_steps: int,
+    normalize_constant: float = 1.0,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Negative log-likelihood of the response tokens of one microbatch, backpropagated.
+
+    policy_log_probs (requires grad), response_mask: (batch, seq).
+    loss = mean over the batch of -masked_normalize(log p, mask, dim=-1, normalize_constant),
+    divided by gradient_accumulation_steps; .backward() is called on it.
+    Returns (that scaled loss, detached; {"loss": unscaled, "response_tokens": count}).
+    """
+    mask = response_mask.bool()
+    nll = -masked_normalize(policy_log_probs, mask, dim=-1, normalize_constant=normalize_constant)
+    microbatch_loss = nll.mean()
+    loss = microbatch_loss / gradient_accumulation_steps
+    loss.backward()
+    stats = torch.stack([microbatch_loss.detach().float(), mask.sum().float()]).tolist()
+    return loss.detach(), {"loss": stats[0], "response_tokens": stats[1]}
