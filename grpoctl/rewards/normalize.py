@@ -1,0 +1,169 @@
+"""Cheap string normalization of answers, before any math parsing.
+
+The point is twofold: most right answers are then byte-identical to the truth (or
+the same plain number), so grading is a string compare instead of a parse; and
+the surface variants that a parser would trip on (`$...$`, `\\text{ cm}`,
+`1,450,000`, `x = 3`) are gone before math-verify sees the answer.
+
+Every rule here is meant to be safe in both directions: it never turns a wrong
+answer into a right one. Anything subtler is math-verify's job.
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+from grpoctl.rewards.extract import last_boxed
+
+# Wrappers that only say "this is math".
+_MATH_DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
+
+# Plain substitutions: spelling variants and spacing commands with no meaning.
+_REPLACEMENTS = (
+    ("\\dfrac", "\\frac"),
+    ("\\tfrac", "\\frac"),
+    ("\\displaystyle", ""),
+    ("\\!", ""),
+    ("\\,", ""),
+    ("\\;", ""),
+    ("\\:", ""),
+    ("\\%", ""),
+    ("%", ""),
+    ("\\$", ""),
+    ("{,}", ","),  # LaTeX's thousands separator: 1{,}000
+    ("\u2212", "-"),  # unicode minus
+    ("^{\\circ}", ""),
+    ("^\\circ", ""),
+    ("\\circ", ""),
+    ("\\degree", ""),
+)
+
+# `\left(` and `\right]` size the brackets; `\leftarrow` is another command.
+_SIZING = re.compile(r"\\(?:left|right)(?![A-Za-z])")
+# `3\text{ cm}`, `15\mbox{ cm}^2`, `5 \text{dollars}`: a unit after a value.
+_TRAILING_UNIT = re.compile(r"^(.*?\S)\s*\\(?:text|mbox|mathrm)\{\s*[A-Za-z][A-Za-z ]*\}(?:\^(?:\d|\{\d\}))?$")
+# `\text{Evelyn}`, `\textbf{(C)}`: the whole answer is text.
+_WHOLE_TEXT = re.compile(r"^\\(?:text|textbf|mbox|mathrm)\{([^{}]*)\}$")
+# `(C)`: a multiple-choice letter in parentheses.
+_CHOICE_LETTER = re.compile(r"^\(([A-Z])\)$")
+# `1,450,000` or `-3,000.25`: a plain number with thousands separators.
+_THOUSANDS = re.compile(r"^-?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
+# An `=` that is not part of `\le`, `<=`, `\neq`, `!=`, `>=`.
+_EQUALS = re.compile(r"(?<![<>!\\])=")
+
+# `18 dollars`, `5 apples per box`: a number followed only by words.
+_NUMBER_THEN_WORDS = re.compile(r"^(-?\d[\d,]*(?:\.\d+)?)\s+[A-Za-z]{2,}(?:\s+[A-Za-z]+)*$")
+
+# `2516_8`, `4210_{5}`, `A3_{16}`: a numeral in another base.
+_BASE_NUMERAL = re.compile(r"^([0-9A-Za-z]+)_(\d{1,2}|\{\d{1,2}\})$")
+
+_INTEGER = re.compile(r"^[+-]?\d+$")
+_DECIMAL = re.compile(r"^[+-]?(?:\d+\.?\d*|\.\d+)$")
+# Integer fractions: `\frac{1}{2}`, `-\frac{3}{4}`, `\frac12`, `3/4`.
+_FRACTIONS = (
+    re.compile(r"^(?P<sign>[+-]?)\\frac\{(?P<top>[+-]?\d+)\}\{(?P<bottom>\d+)\}$"),
+    re.compile(r"^(?P<sign>[+-]?)\\frac(?P<top>\d)(?P<bottom>\d)$"),
+    re.compile(r"^(?P<sign>)(?P<top>[+-]?\d+)/(?P<bottom>\d+)$"),
+)
+
+
+def _strip_delimiters(text: str) -> str:
+    changed = True
+    while changed:
+        changed = False
+        for left, right in _MATH_DELIMITERS:
+            if len(text) >= len(left) + len(right) and text.startswith(left) and text.endswith(right):
+                text = text[len(left) : len(text) - len(right)].strip()
+                changed = True
+    return text
+
+
+def _squeeze_spaces(text: str) -> str:
+    """Drop whitespace except between two word characters, where it separates
+    tokens (`\\pi r` is not `\\pir`, `2 3` is not `23`)."""
+    text = re.sub(r"\s+", " ", text)
+    return re.sub(r"(?<!\w) | (?!\w)", "", text)
+
+
+def normalize_answer(text: str, keep_equation: bool = True) -> str:
+    """A canonical spelling of an answer string.
+
+    keep_equation=False turns `x = 3` into `3`; use it for a prediction when the
+    truth has no `=` (a model that writes `x=3` for "find x" is right).
+    """
+    text = text.strip()
+    text = _strip_delimiters(text)
+    if text.startswith(("\\boxed", "\\fbox")):
+        boxed = last_boxed(text)
+        if boxed is not None:
+            text = _strip_delimiters(boxed)
+    for old, new in _REPLACEMENTS:
+        text = text.replace(old, new)
+    text = _SIZING.sub("", text).strip()
+    if text.endswith(".") and not text.endswith(".."):
+        text = text[:-1].rstrip()  # the full stop of a sentence, not an ellipsis
+    unit = _TRAILING_UNIT.match(text)
+    if unit:
+        text = unit.group(1)
+    whole = _WHOLE_TEXT.match(text)
+    if whole:
+        text = whole.group(1).strip()
+    if not keep_equation:
+        sides = _EQUALS.split(text)
+        # Only a top-level `=`: the one in `\sum_{k=1}^{n}` is not an assignment.
+        top_level = sides[0].count("{") == sides[0].count("}")
+        if len(sides) == 2 and top_level and sides[0].strip() and sides[1].strip():
+            text = sides[1].strip()
+    text = _squeeze_spaces(text)
+    choice = _CHOICE_LETTER.match(text)
+    if choice:
+        text = choice.group(1)
+    if _THOUSANDS.match(text):
+        text = text.replace(",", "")
+    return text
+
+
+def has_equation(text: str) -> bool:
+    """Whether an answer is (or contains) an equation, e.g. `y = 2x + 3`."""
+    return _EQUALS.search(text) is not None
+
+
+def plain_number(text: str) -> Fraction | None:
+    """The exact value of a normalized answer that is just a number: an integer, a
+    decimal, or an integer fraction (`\\frac{1}{2}`, `-3/4`). None otherwise."""
+    if len(text) > 100:
+        return None  # a 10,000-digit "number" is not worth converting
+    try:
+        if _INTEGER.match(text) or _DECIMAL.match(text):
+            return Fraction(text)
+        for pattern in _FRACTIONS:
+            fraction = pattern.match(text)
+            if fraction and int(fraction["bottom"]) != 0:
+                value = Fraction(int(fraction["top"]), int(fraction["bottom"]))
+                return -value if fraction["sign"] == "-" else value
+    except ValueError:
+        pass  # digits Python reads but Fraction does not (other scripts' numerals)
+    return None
+
+
+def is_number_literal(text: str) -> bool:
+    """An integer or a terminating decimal as written (`-12`, `0.0000672`), whose
+    value is exact, unlike a rounded stand-in for `\\frac{1}{3}`."""
+    return _INTEGER.match(text) is not None or _DECIMAL.match(text) is not None
+
+
+def number_base(text: str) -> tuple[str, int] | None:
+    """(digits, base) for a numeral with a base subscript, `2516_8` or `4210_{5}`."""
+    match = _BASE_NUMERAL.match(text)
+    return (match.group(1).upper(), int(match.group(2).strip("{}"))) if match else None
+
+
+def number_before_words(text: str) -> str | None:
+    """`18 dollars` -> `18`. Only for when the truth is a plain number: then words
+    after the number can only be units (`2 x` stays, one letter may be a variable)."""
+    match = _NUMBER_THEN_WORDS.match(text)
+    if match is None:
+        return None
+    number = match.group(1)
+    return number.replace(",", "") if _THOUSANDS.match(number) else number

@@ -1,0 +1,244 @@
+"""Grading with a hard time bound, in or out of the main thread.
+
+math-verify's timeouts (signal.alarm) only fire in a main thread, and no signal
+can interrupt a long computation inside C code. So a `Grader` with workers > 0
+grades in a pool of worker processes: each pair gets `timeout_s` of wall time,
+after which its worker is killed and replaced and the answer counts as wrong.
+With workers=0 it grades in-process, bounded by math-verify's own timeouts; called
+off the main thread it then falls back to a private one-worker pool.
+
+Only the answers that need math-verify travel to a worker: identical strings,
+equal numbers and hostile inputs are settled in the caller (equivalence.prepare).
+Workers are started with "spawn", not fork: the trainer holds torch threads and
+CUDA state that must not be forked.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.connection
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+
+from grpoctl.rewards import stats
+from grpoctl.rewards.equivalence import Verdict, math_verify_equal, prepare
+
+START_TIMEOUT_S = 60.0  # a fresh worker imports sympy and math-verify
+
+
+def _serve(conn: multiprocessing.connection.Connection, check: Callable) -> None:
+    """A worker's life: say ready, then grade pairs until told to stop."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    # Warm up sympy and the LaTeX parser before saying ready, so that the first
+    # real pair is not charged for loading them against its timeout.
+    math_verify_equal("x + 1", "1 + x")
+    conn.send("ready")
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, OSError):
+            return  # the parent is gone: so are we
+        if job is None:
+            return
+        try:
+            verdict = Verdict(*check(*job))
+        except Exception:
+            verdict = Verdict(False)
+        conn.send(tuple(verdict))
+
+
+class _Worker:
+    def __init__(self, context, check: Callable):
+        self.conn, child_conn = context.Pipe()
+        self.process = context.Process(target=_serve, args=(child_conn, check), daemon=True, name="grpoctl-grader")
+        self.process.start()
+        child_conn.close()  # only the child holds its end, so its exit shows as EOF here
+        self.ready = False
+
+    def stop(self, kill: bool = False) -> None:
+        if not kill and self.process.is_alive():
+            try:
+                self.conn.send(None)
+            except OSError:
+                pass
+            self.process.join(timeout=2.0)
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join()
+        self.conn.close()
+
+
+class Grader:
+    """Decides whether predicted answers equal their ground truths, in bounded time.
+
+    grade(pred, truth) -> bool and grade_many(pairs) -> list[bool] never raise on
+    any input; a timeout counts as wrong and is counted in `timeouts` (and in
+    the module-wide `grading_stats()`). Use as a context manager, or call close().
+
+    check is the comparison run on the normalized answers (math-verify by
+    default); it must be a picklable module-level function returning
+    (equal, timed_out). Tests pass one that hangs.
+    """
+
+    def __init__(self, workers: int = 0, timeout_s: float = 5.0, check: Callable = math_verify_equal):
+        if workers < 0:
+            raise ValueError(f"workers must be >= 0, got {workers}")
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        self.workers = workers
+        self.timeout_s = timeout_s
+        self.check = check
+        self.timeouts = 0
+        self.restarts = 0
+        self._lock = threading.Lock()
+        self._context = multiprocessing.get_context("spawn")
+        self._pool: list[_Worker] = [_Worker(self._context, check) for _ in range(workers)]
+        self._fallback: Grader | None = None
+        self._closed = False
+
+    # -- public API -----------------------------------------------------------
+
+    def grade(self, pred: str, truth: str) -> bool:
+        return self.grade_many([(pred, truth)])[0]
+
+    def grade_many(self, pairs: Iterable[tuple[str, str]]) -> list[bool]:
+        verdicts: list[bool] = []
+        pending: list[tuple[int, str, str]] = []
+        for index, (pred, truth) in enumerate(pairs):
+            stats.count("calls")
+            prepared = prepare(str(pred), str(truth))
+            if prepared.verdict is None:
+                pending.append((index, prepared.pred, prepared.truth))
+            else:
+                stats.count(prepared.how)
+            verdicts.append(bool(prepared.verdict))
+        if pending:
+            for index, equal in self._check_all(pending).items():
+                verdicts[index] = equal
+        return verdicts
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            for worker in self._pool:
+                worker.stop()
+            self._pool = []
+            if self._fallback is not None:
+                self._fallback.close()
+                self._fallback = None
+
+    def __enter__(self) -> Grader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- where the parsing happens ---------------------------------------------
+
+    def _check_all(self, pending: list[tuple[int, str, str]]) -> dict[int, bool]:
+        if self._closed:
+            raise RuntimeError("this Grader is closed")
+        if self.workers > 0:
+            with self._lock:
+                return self._run_in_pool(pending)
+        if threading.current_thread() is threading.main_thread():
+            results = {}
+            for index, pred, truth in pending:
+                try:
+                    verdict = Verdict(*self.check(pred, truth))
+                except Exception:
+                    verdict = Verdict(False)
+                self._count_timeout(verdict.timed_out)
+                results[index] = verdict.equal
+            return results
+        with self._lock:
+            if self._fallback is None:
+                self._fallback = Grader(workers=1, timeout_s=self.timeout_s, check=self.check)
+        before = self._fallback.timeouts
+        results = self._fallback._check_all(pending)
+        self.timeouts += self._fallback.timeouts - before
+        return results
+
+    def _count_timeout(self, timed_out: bool) -> None:
+        if timed_out:
+            self.timeouts += 1
+            stats.count("timeouts")
+
+    def _replace(self, worker: _Worker) -> _Worker:
+        worker.stop(kill=True)
+        fresh = _Worker(self._context, self.check)
+        self._pool[self._pool.index(worker)] = fresh
+        self.restarts += 1
+        return fresh
+
+    def _run_in_pool(self, pending: list[tuple[int, str, str]]) -> dict[int, bool]:
+        """Hand pairs to idle workers; collect answers; kill whoever overruns."""
+        # worker -> (index of the pair it grades or None while starting, deadline)
+        busy: dict[_Worker, tuple[int | None, float]] = {}
+        try:
+            return self._dispatch(deque(pending), busy)
+        finally:
+            # Leaving early (Ctrl-C, a worker that would not start): a worker
+            # still on a pair would later answer the next caller with this
+            # caller's verdict, so it goes.
+            for worker, (index, _) in busy.items():
+                if index is not None and worker in self._pool:
+                    self._replace(worker)
+
+    def _dispatch(self, queue: deque, busy: dict) -> dict[int, bool]:
+        results: dict[int, bool] = {}
+        for worker in self._pool:
+            if not worker.ready:
+                busy[worker] = (None, time.monotonic() + START_TIMEOUT_S)
+        idle = [w for w in self._pool if w.ready]
+
+        while queue or any(job is not None for job, _ in busy.values()):
+            while queue and idle:
+                worker = idle.pop()
+                index, pred, truth = queue.popleft()
+                try:
+                    worker.conn.send((pred, truth))
+                except OSError:
+                    # It died while idle: put the pair back, start a new worker.
+                    queue.appendleft((index, pred, truth))
+                    self._after_failure(worker, None, results, busy)
+                    continue
+                busy[worker] = (index, time.monotonic() + self.timeout_s)
+            if not busy:
+                break
+            wait_s = max(0.0, min(deadline for _, deadline in busy.values()) - time.monotonic())
+            readable = multiprocessing.connection.wait([w.conn for w in busy], timeout=wait_s)
+            for worker in [w for w in list(busy) if w.conn in readable]:
+                index, _ = busy.pop(worker)
+                try:
+                    message = worker.conn.recv()
+                except (EOFError, OSError):
+                    if index is None:
+                        raise RuntimeError("a grading worker exited while starting") from None
+                    # The worker died (out of memory, say): its pair is wrong.
+                    self._after_failure(worker, index, results, busy)
+                    continue
+                if index is None:
+                    worker.ready = True
+                else:
+                    verdict = Verdict(*message)
+                    self._count_timeout(verdict.timed_out)
+                    results[index] = verdict.equal
+                idle.append(worker)
+            now = time.monotonic()
+            for worker in [w for w, (_, deadline) in busy.items() if deadline <= now]:
+                index, _ = busy.pop(worker)
+                if index is None:
+                    raise RuntimeError(f"a grading worker did not start within {START_TIMEOUT_S:.0f} s")
+                self._count_timeout(True)
+                self._after_failure(worker, index, results, busy)
+        return results
+
+    def _after_failure(self, worker: _Worker, index: int | None, results: dict, busy: dict) -> None:
+        """The pair a worker was on counts as wrong; a fresh worker starts in its place."""
+        if index is not None:
+            results[index] = False
+        busy[self._replace(worker)] = (None, time.monotonic() + START_TIMEOUT_S)

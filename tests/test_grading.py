@@ -1,0 +1,194 @@
+"""Grading agreement: hand-labelled (truth, response, verdict) triples, and the
+real MATH500 and GSM8K answers graded against themselves.
+
+Every triple was labelled by hand before the grader saw it; the test demands
+100% agreement. Responses for r1_zero are what a model generates after the
+prompt (which ends in `<think>`); `Q(...)` marks a question_only response.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from grpoctl.rewards import question_only_reward, r1_zero_reward
+from grpoctl.rewards.equivalence import math_verify_equal
+from grpoctl.rewards.normalize import normalize_answer
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def r1(answer: str) -> str:
+    return f" some reasoning </think> <answer>{answer}</answer>"
+
+
+class Q(str):
+    """A response to the question_only template (graded by its last box)."""
+
+
+# (ground truth, response, should it be graded right?)
+RIGHT = [
+    # fractions and decimals
+    (r"\frac{1}{2}", r1("0.5"), True),
+    (r"\frac{1}{2}", r1(r"\dfrac12"), True),
+    (r"\frac{1}{2}", r1("1/2"), True),
+    (r"0.25", r1(r"\frac{1}{4}"), True),
+    (r"\frac{11}{2}", r1("5.5"), True),
+    (r"\dfrac{33}{100}", r1("0.33"), True),
+    (r"-\frac{3}{4}", r1("-0.75"), True),
+    # percent, units, degrees, dollars
+    ("10", r1(r"10\%"), True),
+    (r"10\%", r1("10"), True),
+    ("3", r1(r"3\text{ cm}"), True),
+    (r"15\mbox{ cm}^2", r1("15"), True),
+    (r"76^\circ", r1("76"), True),
+    ("18", r1(r"\$18"), True),
+    ("18", r1("18 dollars"), True),
+    # equations where the truth is a value
+    ("3", r1("x=3"), True),
+    ("3", r1("x = 3"), True),
+    ("y = 2x + 3", r1("y=2x+3"), True),
+    # GSM8K thousands separators, both directions
+    ("1450000", r1("1,450,000"), True),
+    ("1,450,000", r1("1450000"), True),
+    ("5600", r1("5{,}600"), True),
+    # integers, negative ones (the synthetic task), spacing and math delimiters
+    ("-17", r1(" -17 "), True),
+    ("-17", r1("-17.0"), True),
+    ("-5", r1("\u22125"), True),
+    ("42", r1("$42$"), True),
+    ("42", r1(r"\boxed{42}"), True),
+    ("1030", r1("1030."), True),
+    # radicals and symbolic forms
+    (r"\frac{\sqrt{2}}{2}", r1(r"\sqrt{2}/2"), True),
+    (r"\frac{\sqrt{2}}{2}", r1(r"\frac{1}{\sqrt{2}}"), True),
+    (r"2 \sqrt{5}", r1(r"\sqrt{20}"), True),
+    (r"\sqrt{2}", r1("2^{1/2}"), True),
+    (r"2\pi", r1(r"2 \pi"), True),
+    ("x^2+1", r1("1 + x^2"), True),
+    ("6+9i", r1("9i + 6"), True),
+    # tuples, intervals, sets, lists, matrices
+    (r"(3, \frac{\pi}{2})", r1(r"(3,\pi/2)"), True),
+    (r"(3, \frac{\pi}{2})", r1(r"\left( 3, \frac{\pi}{2} \right)"), True),
+    ("[-2, 7]", r1("[-2,7]"), True),
+    (r"(-\infty, 2) \cup (3, \infty)", r1(r"(-\infty,2)\cup(3,\infty)"), True),
+    (r"\{1, 2, 3\}", r1(r"\{3,2,1\}"), True),
+    ("-2,1", r1("1, -2"), True),
+    (
+        r"\begin{pmatrix} -1/3 \\ 2/3 \end{pmatrix}",
+        r1(r"\begin{pmatrix} -\frac{1}{3} \\ \frac{2}{3} \end{pmatrix}"),
+        True,
+    ),
+    # numerals in other bases, tiny decimals
+    ("4210_{5}", r1("4210_5"), True),
+    ("2516_8", r1("2516"), True),
+    (".0000672", r1("0.0000672"), True),
+    (r"864 \mbox{ inches}^2", r1("864"), True),
+    # text answers
+    (r"\text{(C)}", r1("C"), True),
+    (r"\text{(C)}", r1("(C)"), True),
+    (r"\text{Evelyn}", r1("Evelyn"), True),
+    # question_only: the last box, braces nested, \fbox too
+    (r"\frac{1}{2}", Q(r"So the answer is $\boxed{\frac{1}{2}}$."), True),
+    (r"\frac{\sqrt{3}}{3}", Q(r"\boxed{\frac{\sqrt{3}}{3}}"), True),
+    ("7", Q(r"Hence \fbox{7}"), True),
+    ("5", Q(r"First \boxed{3}, no wait: \boxed{5}"), True),
+]
+
+WRONG = [
+    # near misses
+    ("(1,2)", r1("[1,2]"), False),
+    ("10", r1("0.1"), False),
+    ("2", r1(r"\sqrt{2}"), False),
+    (r"\frac{\sqrt{2}}{2}", r1(r"\sqrt{2}"), False),
+    ("-5", r1("5"), False),
+    (r"\frac{1}{2}", r1(r"\frac{1}{3}"), False),
+    ("0.5", r1("5"), False),
+    ("1450000", r1("145000"), False),
+    ("12", r1("21"), False),
+    ("3", r1("x=4"), False),
+    ("x^2+1", r1("x^2-1"), False),
+    ("6+9i", r1("6-9i"), False),
+    (r"\pi", r1("3.14"), False),
+    (r"2\pi", r1("2"), False),
+    (r"76^\circ", r1("76.5"), False),
+    (r"\infty", r1(r"-\infty"), False),
+    ("[-2, 7]", r1("(-2, 7)"), False),
+    (r"\{1,2\}", r1(r"\{1,2,3\}"), False),
+    (r"(3, \frac{\pi}{2})", r1(r"(\frac{\pi}{2}, 3)"), False),
+    ("-2,1", r1("-2"), False),
+    (r"\text{(C)}", r1("D"), False),
+    # math-verify alone would accept these two (it drops subscripts, rounds to 6 places)
+    ("52_8", r1("52_9"), False),
+    (".0000672", r1(".0000673"), False),
+    # a right answer in the wrong place, or a broken format
+    ("4", " 2+2 is 4 </think> <answer>5</answer>", False),
+    ("4", " </think> <answer></answer> 4", False),
+    ("4", " </think> <answer>4", False),
+    ("4", " </think><answer>4</answer>", False),
+    ("4", " </think> <answer> </answer>", False),
+    ("4", " <answer>4</answer> </think> <answer>", False),
+    ("4", "4", False),
+    # question_only without a usable box
+    ("7", Q("The answer is 7."), False),
+    ("7", Q(r"The answer is \boxed{7"), False),
+    ("7", Q(r"\boxed{}"), False),
+    # hostile answers count as wrong
+    ("5", r1("{" * 5000 + "}" * 5000), False),
+    ("5", r1("9^{9^{9^{9}}}"), False),
+]
+
+TRIPLES = RIGHT + WRONG
+
+
+def _reward(truth: str, response: str) -> float:
+    reward_fn = question_only_reward if isinstance(response, Q) else r1_zero_reward
+    return reward_fn(response, truth)["reward"]
+
+
+def test_enough_labelled_triples():
+    assert len(TRIPLES) >= 60 and len(WRONG) >= 20
+
+
+@pytest.mark.parametrize(("truth", "response", "right"), TRIPLES)
+def test_labelled_triple(truth, response, right):
+    assert _reward(truth, response) == float(right), (truth, response)
+
+
+def test_plain_text_scores_nothing_under_either_format():
+    for reward_fn in (r1_zero_reward, question_only_reward):
+        assert reward_fn("The answer is 7.", "7")["reward"] == 0.0
+
+
+def _math500():
+    path = DATA / "math500_test.jsonl"
+    if not path.is_file():
+        pytest.skip(f"MATH500 not found at {path} (the shared data folder sits next to the repo)")
+    return [json.loads(line) for line in path.open()]
+
+
+def test_math500_answers_graded_against_themselves():
+    records = _math500()
+    right = sum(r1_zero_reward(r1(r["answer"]), r["answer"])["reward"] == 1.0 for r in records)
+    assert right >= 0.99 * len(records)
+
+
+def test_math500_answers_equal_themselves_through_math_verify():
+    # The test above mostly takes the string fast path; this one makes every
+    # answer go through math-verify's parser and comparison.
+    records = _math500()
+    answers = [normalize_answer(r["answer"]) for r in records]
+    failures = [a for a in answers if not math_verify_equal(a, a).equal]
+    assert len(failures) <= 0.01 * len(records), failures
+
+
+def test_gsm8k_answers_graded_against_themselves():
+    path = DATA / "gsm8k_test.jsonl"
+    if not path.is_file():
+        pytest.skip(f"GSM8K not found at {path} (the shared data folder sits next to the repo)")
+    answers = [json.loads(line)["answer"].rpartition("#### ")[2].strip() for line in path.open()]
+    assert len(answers) == 1319
+    wrong = [a for a in answers if r1_zero_reward(r1(a), a)["reward"] != 1.0]
+    assert wrong == []
