@@ -1,0 +1,73 @@
+"""The `grpoctl` command line: thin wrappers that parse flags and call the library.
+
+Each command module registers itself on `app`. Heavy imports (torch, transformers,
+matplotlib) happen inside the commands that need them, so `grpoctl runs` and
+`grpoctl compare` start fast.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from grpoctl.errors import UserError
+
+try:  # typer >= 0.29 carries its own copy of click (and no longer needs click itself)
+    from typer._click import exceptions as click_errors
+except ImportError:  # older typer raises click's own exceptions
+    from click import exceptions as click_errors
+
+# Raised (in non-standalone mode) when a group is called with no subcommand.
+NoArgsIsHelpError = getattr(click_errors, "NoArgsIsHelpError", ())
+
+app = typer.Typer(
+    name="grpoctl",
+    help="GRPO for small math LLMs, with every run in an experiment registry.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _register_commands() -> None:
+    from grpoctl.cli import compare, report, runs, sweep, train
+
+    for module in (train, runs, sweep, compare, report):
+        module.register(app)
+
+
+def fail(message: str) -> None:
+    """Print one line and exit 2: the convention for bad input everywhere in the CLI."""
+    typer.echo(f"error: {message}", err=True)
+    raise SystemExit(2)
+
+
+def main() -> None:
+    _register_commands()
+    try:
+        # standalone_mode=False: exceptions reach us instead of click printing them its
+        # way, and an exit code (typer.Exit, --help) comes back as the return value.
+        code = app(standalone_mode=False)
+    except UserError as exc:
+        fail(str(exc))
+    except typer.Abort:
+        typer.echo("aborted", err=True)
+        raise SystemExit(130)
+    except NoArgsIsHelpError as exc:
+        # `grpoctl` or `grpoctl runs` alone asks what there is: help (typer's rich help
+        # is already printed by the time this is raised; plain help is the message).
+        if exc.format_message().strip():
+            typer.echo(exc.format_message())
+        raise SystemExit(0)
+    except click_errors.UsageError as exc:
+        # click's own usage errors are multi-line; keep the one line that says what is wrong
+        message = (exc.format_message() or str(exc)).strip().splitlines()[0]
+        hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
+        fail(message + hint)
+    except click_errors.ClickException as exc:
+        fail(exc.format_message())
+    if isinstance(code, int) and code != 0:
+        raise SystemExit(code)
+
+
+if __name__ == "__main__":
+    main()

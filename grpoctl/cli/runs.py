@@ -1,0 +1,394 @@
+"""`grpoctl runs ...`: list, show, read and tidy up the runs in the registry.
+
+Everything here only reads the registry (except `tag` and `rm`), so it imports no torch
+and starts in a fraction of a second. Text goes through rich; `--format json` writes
+plain JSON to stdout and nothing else, so it can be piped into jq.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich import box
+from rich.console import Console, Group
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from grpoctl.errors import UserError
+from grpoctl.registry import Registry, Run, effective_status
+from grpoctl.registry.models import utcnow
+
+runs_app = typer.Typer(
+    help="List, show and inspect the runs in the registry.", no_args_is_help=True
+)
+console = Console()
+
+DbOption = Annotated[
+    Optional[str],
+    typer.Option("--db", help="Registry: SQLAlchemy URL or SQLite path "
+                 "[default: $GRPOCTL_DB, else ./registry.db]", show_default=False),
+]
+RunArgument = Annotated[
+    str, typer.Argument(metavar="RUN", help="Run id, name, or a unique prefix of its name.")
+]
+
+# The headline figures of a run, as the trainer names them (first one found wins).
+REWARD_METRICS = ("train/reward", "train/reward_mean")
+EVAL_METRIC = "eval/accuracy"
+STATUS_STYLES = {"running": "cyan", "finished": "green", "failed": "red",
+                 "diverged": "magenta", "interrupted": "yellow", "stale": "yellow"}
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(runs_app, name="runs")
+
+
+def _open(db: str | None) -> Registry:
+    # Reading must not create an empty registry.db as a side effect of a typo'd --db.
+    return Registry(db, must_exist=True)
+
+
+# ---- formatting ---------------------------------------------------------------------
+
+
+def _number(value: float | None, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    if math.isnan(value) or math.isinf(value):
+        return str(value)
+    if value != 0 and not 1e-3 <= abs(value) < 1e6:  # tiny learning rates, byte counts
+        return f"{value:.{digits}g}"
+    return f"{value:.{digits}f}"
+
+
+def _when(moment: datetime | None, short: bool = False) -> str:
+    if moment is None:
+        return "-"
+    return moment.strftime("%m-%d %H:%M" if short else "%Y-%m-%d %H:%M UTC")
+
+
+def _duration(run: Run, now: datetime) -> str:
+    status = effective_status(run, now)
+    end = run.finished_at or (now if status == "running" else run.heartbeat_at)
+    seconds = max(0, int((end - run.created_at).total_seconds()))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"
+
+
+def _status(run: Run, now: datetime | None = None) -> Text:
+    status = effective_status(run, now)
+    return Text(status, style=STATUS_STYLES.get(status, ""))
+
+
+def _progress(run: Run) -> str:
+    return f"{run.last_step + 1}/{run.total_steps}"
+
+
+def _eval_accuracy(registry: Registry, run: Run, last: dict[str, float]) -> float | None:
+    """The latest stored eval, else the last `eval/accuracy` the trainer logged."""
+    evals = registry.evals(run.id)
+    if evals:
+        return evals[-1].accuracy
+    return last.get(EVAL_METRIC)
+
+
+def _first(values: dict[str, float], names: tuple[str, ...]) -> float | None:
+    return next((values[n] for n in names if n in values), None)
+
+
+def _finite_or_none(value):
+    # JSON has no NaN or Infinity: write null, so strict parsers accept the output.
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _jsonable(row) -> dict:
+    out = {}
+    for column in row.__table__.columns:  # in the table's order, unlike model_dump()
+        key, value = column.key, getattr(row, column.key)
+        if isinstance(value, datetime):
+            value = value.isoformat()
+        out[key] = _finite_or_none(value)
+    return out
+
+
+def _flatten(tree: dict, prefix: str = "") -> list[tuple[str, object]]:
+    """{"a": {"b": 1}} -> [("a.b", 1)]: config diffs read best as dotted keys."""
+    items = []
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            items.extend(_flatten(value, f"{prefix}{key}."))
+        else:
+            items.append((f"{prefix}{key}", value))
+    return items
+
+
+def _clip(text: str, head: int = 160, tail: int = 320) -> str:
+    # Prompts are a long template with the question at the end: keep both ends.
+    if len(text) <= head + tail + 20:
+        return text
+    return f"{text[:head]} [... {len(text) - head - tail} characters ...] {text[-tail:]}"
+
+
+# ---- commands -------------------------------------------------------------------------
+
+
+@runs_app.command("list")
+def list_runs(
+    group: Annotated[Optional[str], typer.Option(help="Only runs of this sweep/ablation.")] = None,
+    status: Annotated[Optional[str], typer.Option(help="running, finished, failed, "
+                                                  "diverged, interrupted or stale.")] = None,
+    tag: Annotated[Optional[str], typer.Option(help="Only runs with this tag.")] = None,
+    limit: Annotated[Optional[int], typer.Option(help="At most this many (newest first).")] = None,
+    db: DbOption = None,
+) -> None:
+    """List runs, newest first."""
+    if status is not None and status not in STATUS_STYLES:
+        raise UserError(f"unknown status '{status}' (expected one of {', '.join(STATUS_STYLES)})")
+    if limit is not None and limit < 1:
+        raise UserError("--limit must be at least 1")
+    registry = _open(db)
+    runs = registry.list_runs(group=group, status=status, tag=tag, limit=limit)
+    if not runs:
+        filtered = any(x is not None for x in (group, status, tag))
+        console.print("No runs match." if filtered else
+                      "No runs yet. Start one with `grpoctl train`.")
+        return
+    last = registry.last_metrics([r.id for r in runs], (*REWARD_METRICS, EVAL_METRIC))
+    now = utcnow()
+    # No vertical rules: nine columns must fit an 80-column terminal.
+    table = Table(title=f"{len(runs)} run{'s' if len(runs) != 1 else ''}", title_justify="left",
+                  box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True, pad_edge=False)
+    for column in ("id", "name", "group", "status", "step", "eval acc", "reward", "created",
+                   "duration"):
+        justify = "right" if column in ("id", "step", "eval acc", "reward") else "left"
+        # In a narrow terminal long names fold onto more lines rather than losing their
+        # end (where a sweep's variant is); figures keep their width.
+        if column in ("name", "group"):
+            table.add_column(column, overflow="fold", min_width=12 if column == "name" else 6)
+        else:
+            table.add_column(column, justify=justify, no_wrap=column in ("id", "status", "step"))
+    for run in runs:
+        table.add_row(
+            str(run.id), Text(run.name), Text(run.group or ""), _status(run, now), _progress(run),
+            _number(_eval_accuracy(registry, run, last[run.id])),
+            _number(_first(last[run.id], REWARD_METRICS)),
+            _when(run.created_at, short=True), _duration(run, now),
+        )
+    console.print(table)
+
+
+@runs_app.command("show")
+def show(
+    run_ref: RunArgument,
+    format: Annotated[str, typer.Option("--format", help="text or json.")] = "text",
+    db: DbOption = None,
+) -> None:
+    """Show one run: its settings, config diff, last metrics, evals and checkpoints."""
+    if format not in ("text", "json"):
+        raise UserError(f"--format must be 'text' or 'json', not '{format}'")
+    registry = _open(db)
+    run = registry.get_run(run_ref)
+    if format == "json":
+        _show_json(registry, run)
+    else:
+        _show_text(registry, run)
+
+
+def _show_json(registry: Registry, run: Run) -> None:
+    record = _jsonable(run)
+    record["config"] = json.loads(run.config)
+    record["config_diff"] = json.loads(run.config_diff)
+    record["effective_status"] = effective_status(run)
+    record["tags"] = registry.tags(run.id)
+    evals = []
+    for result in registry.evals(run.id):
+        row = _jsonable(result)
+        row["decoding"] = json.loads(result.decoding or "{}")
+        evals.append(row)
+    document = {
+        "run": record,
+        "metrics": {
+            name: [[step, _finite_or_none(value)] for step, value in points]
+            for name, points in registry.metric_series(run.id).items()
+        },
+        "evals": evals,
+        "checkpoints": [_jsonable(c) for c in registry.checkpoints(run.id, include_deleted=True)],
+    }
+    typer.echo(json.dumps(document, indent=2, allow_nan=False))
+
+
+def _show_text(registry: Registry, run: Run) -> None:
+    now = utcnow()
+    title = Text.assemble((f"run {run.id}  ", "dim"), (run.name, "bold"), "  ", _status(run, now))
+    fields = Table.grid(padding=(0, 2))
+    fields.add_column(style="dim")
+    fields.add_column()
+    tags = registry.tags(run.id)
+    for label, value in (
+        ("group", f"{run.group}  (variant {run.variant})" if run.group else None),
+        ("steps", f"{_progress(run)} done"),
+        ("seed", str(run.seed)),
+        ("created", f"{_when(run.created_at)}  ({_duration(run, now)})"),
+        ("finished", _when(run.finished_at) if run.finished_at else None),
+        ("heartbeat", _when(run.heartbeat_at) if run.status == "running" else None),
+        ("host", f"{run.host}  ({run.device})"),
+        ("code", f"grpoctl {run.version}" + (f"  git {run.git_commit[:12]}" if run.git_commit
+                                             else "")),
+        ("output", run.output_dir),
+        ("from", run.parent),
+        ("tags", ", ".join(tags) if tags else None),
+        ("error", Text(run.error, style="red") if run.error else None),
+    ):
+        if value is not None:
+            fields.add_row(label, value if isinstance(value, Text) else Text(value))
+    console.print(Panel(fields, title=title, title_align="left"))
+
+    diff = _flatten(json.loads(run.config_diff))
+    console.print("[bold]Config diff from defaults[/]" + ("" if diff else ": none"))
+    for key, value in diff:
+        console.print(Text.assemble(("  " + key, "cyan"), f" = {json.dumps(value)}"))
+
+    last = registry.last_metrics([run.id])[run.id]
+    if last:
+        console.print(f"\n[bold]Last metrics[/] (step {run.last_step})")
+        metrics = Table.grid(padding=(0, 2))
+        metrics.add_column(style="dim")
+        metrics.add_column(justify="right")
+        for name in sorted(last):
+            metrics.add_row(name, _number(last[name], 4))
+        console.print(metrics)
+
+    evals = registry.evals(run.id)
+    if evals:
+        table = Table(title="Evals", title_justify="left")
+        for column in ("step", "n", "accuracy", "format", "mean len", "data", "grader"):
+            table.add_column(column)
+        for e in evals:
+            table.add_row("-" if e.step is None else str(e.step), str(e.n), _number(e.accuracy),
+                          _number(e.format_rate), f"{e.mean_response_length:.0f}",
+                          Text(e.data_source), Text(e.grader))
+        console.print(table)
+
+    checkpoints = registry.checkpoints(run.id, include_deleted=True)
+    if checkpoints:
+        table = Table(title="Checkpoints", title_justify="left")
+        for column in ("step", "path", "eval acc", "on disk"):
+            table.add_column(column)
+        for c in checkpoints:
+            table.add_row(str(c.step), Text(c.path), _number(c.eval_accuracy),
+                          "deleted" if c.deleted else "yes")
+        console.print(table)
+
+
+@runs_app.command("samples")
+def samples(
+    run_ref: RunArgument,
+    step: Annotated[Optional[int], typer.Option(help="GRPO step [default: the latest "
+                                                "with samples].")] = None,
+    kind: Annotated[Optional[str], typer.Option(help="train or eval.")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many completions.")] = 4,
+    db: DbOption = None,
+) -> None:
+    """Read a run's stored completions: prompt, response, ground truth and rewards."""
+    if kind is not None and kind not in ("train", "eval"):
+        raise UserError(f"--kind must be 'train' or 'eval', not '{kind}'")
+    if limit < 1:
+        raise UserError("--limit must be at least 1")
+    registry = _open(db)
+    run = registry.get_run(run_ref)
+    if step is None:  # the latest step that stored any (of this kind)
+        latest = registry.samples(run.id, kind=kind, limit=1)
+        step = latest[0].step if latest else None
+    rows = registry.samples(run.id, step=step, kind=kind, limit=limit) if step is not None else []
+    if not rows:
+        where = f" at step {step}" if step is not None else ""
+        console.print(f"Run '{run.name}' has no {kind + ' ' if kind else ''}samples{where}.",
+                      markup=False)
+        return
+    for sample in rows:
+        style = "green" if sample.reward > 0 else "red"
+        title = Text.assemble(
+            f"step {sample.step} · {sample.kind} · ",
+            (f"reward {_number(sample.reward, 2)}", f"bold {style}"),
+            f" (format {_number(sample.format_reward, 2)}, "
+            f"answer {_number(sample.answer_reward, 2)})",
+        )
+        body = Group(
+            Text("prompt", style="dim"), Text(_clip(sample.prompt)),
+            Text("\nresponse", style="dim"), Text(sample.response),
+            Text.assemble(("\nground truth  ", "dim"), (sample.ground_truth, "bold")),
+        )
+        console.print(Panel(body, title=title, title_align="left", border_style=style))
+
+
+@runs_app.command("tag")
+def tag(
+    run_ref: RunArgument,
+    tag_name: Annotated[str, typer.Argument(metavar="TAG", help="The tag, e.g. best or broken.")],
+    remove: Annotated[bool, typer.Option("--remove", help="Remove the tag instead.")] = False,
+    db: DbOption = None,
+) -> None:
+    """Tag a run (or untag it with --remove); `runs list --tag` filters on tags."""
+    registry = _open(db)
+    run = registry.get_run(run_ref)
+    if remove:
+        registry.remove_tag(run.id, tag_name)
+        console.print(f"Removed tag '{tag_name}' from run '{run.name}'.", markup=False)
+    else:
+        registry.add_tag(run.id, tag_name)
+        console.print(f"Tagged run '{run.name}' with '{tag_name}'.", markup=False)
+
+
+def _unsafe_to_delete(path: Path) -> bool:
+    # An output_dir of "." or "~" (a config typo) must not take the project with it.
+    resolved = path.resolve()
+    protected = (Path.cwd().resolve(), Path.home().resolve())
+    return resolved == resolved.parent or any(p == resolved or p.is_relative_to(resolved)
+                                              for p in protected)
+
+
+@runs_app.command("rm")
+def remove(
+    run_ref: RunArgument,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    db: DbOption = None,
+) -> None:
+    """Delete a run from the registry, with its checkpoints and output directory on disk."""
+    registry = _open(db)
+    run = registry.get_run(run_ref)
+    paths = [c.path for c in registry.checkpoints(run.id, include_deleted=True)]
+    paths += [run.output_dir] if run.output_dir else []
+    on_disk = [Path(p) for p in dict.fromkeys(paths) if Path(p).exists()]
+    # Checkpoints usually live inside output_dir: removing it covers them.
+    on_disk = [p for p in on_disk if not any(o != p and p.is_relative_to(o) for o in on_disk)]
+    if not yes:
+        plural = "s" if len(on_disk) != 1 else ""
+        what = f" and {len(on_disk)} path{plural} on disk" if on_disk else ""
+        console.print(f"Run {run.id} '{run.name}' ({effective_status(run)}, "
+                      f"{_progress(run)} steps)", markup=False)
+        for path in on_disk:
+            console.print(f"  {path}", markup=False)
+        typer.confirm(f"Delete run '{run.name}'{what}?", abort=True)
+    registry.delete_run(run.id)
+    where = registry.url.render_as_string()
+    console.print(f"Deleted run {run.id} '{run.name}' from {where}.", markup=False)
+    for path in on_disk:
+        if _unsafe_to_delete(path):
+            console.print(f"[yellow]Kept {escape(str(path))}: it holds the current or home "
+                          "directory.[/]")
+            continue
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+        console.print(f"Removed {path}", markup=False)

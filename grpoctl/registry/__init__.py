@@ -1,0 +1,37 @@
+"""The experiment registry: runs, metrics, samples, evals and checkpoints in SQL.
+
+    from grpoctl.registry import Registry
+    registry = Registry()            # $GRPOCTL_DB, else ./registry.db
+    run = registry.create_run(name=..., config=..., ...)
+    registry.log_step(run.id, step, {"train/reward": 0.4})
+"""
+
+from grpoctl.registry.engine import default_db_url
+from grpoctl.registry.models import (
+    RUN_STATUSES,
+    Checkpoint,
+    EvalResult,
+    Metric,
+    Run,
+    Sample,
+    Sweep,
+    SweepMember,
+    Tag,
+)
+from grpoctl.registry.store import STALE_AFTER_S, Registry, effective_status
+
+__all__ = [
+    "RUN_STATUSES",
+    "STALE_AFTER_S",
+    "Checkpoint",
+    "EvalResult",
+    "Metric",
+    "Registry",
+    "Run",
+    "Sample",
+    "Sweep",
+    "SweepMember",
+    "Tag",
+    "default_db_url",
+    "effective_status",
+]

@@ -1,0 +1,137 @@
+"""The registry's tables: what grpoctl remembers about every run.
+
+Metrics are stored in long form (one row per run, step, name) so that any new metric
+lands without a schema change, and so `compare` can aggregate them in SQL. Names are
+namespaced: `train/*`, `eval/*`, `time/*`, `mem/*`. A "step" is a GRPO step (one rollout
+batch); figures taken per optimizer step carry that index in `opt_step`, and their
+per-GRPO-step summary is stored with `opt_step = NULL`.
+
+This module must not import torch: commands that only read the registry start fast.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from sqlmodel import Field, SQLModel, UniqueConstraint, Index
+
+
+def utcnow() -> datetime:
+    # Aware, in UTC: SQLModel's datetime columns refuse naive datetimes, and they read
+    # back as aware UTC datetimes on every backend (SQLite stores them without offset).
+    return datetime.now(timezone.utc)
+
+
+RUN_STATUSES = ("running", "finished", "failed", "diverged", "interrupted")
+
+
+class Run(SQLModel, table=True):
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(index=True, unique=True)
+    group: str | None = Field(default=None, index=True)  # sweep or ablation name
+    variant: str | None = None  # the variant's label inside its group (e.g. "lr=3e-05")
+    status: str = Field(default="running", index=True)  # one of RUN_STATUSES
+    config: str  # full resolved config, JSON
+    config_diff: str  # diff from the defaults, JSON (nested dict)
+    config_hash: str = Field(index=True)  # hash of the resolved config minus name/group
+    seed: int = 0
+    host: str = ""
+    device: str = ""  # "cpu" or the GPU's name
+    version: str = ""  # grpoctl version
+    git_commit: str | None = None
+    output_dir: str | None = None  # where checkpoints go
+    parent: str | None = None  # run this one was started `--from`
+    total_steps: int = 0  # configured number of GRPO steps
+    last_step: int = -1  # last GRPO step fully committed
+    created_at: datetime = Field(default_factory=utcnow)
+    finished_at: datetime | None = None
+    heartbeat_at: datetime = Field(default_factory=utcnow)
+    pid: int | None = None  # of the training process, so --resume can tell a dead run from a live one
+    error: str | None = None
+
+
+class Metric(SQLModel, table=True):
+    __table_args__ = (Index("ix_metric_run_name_step", "run_id", "name", "step"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="run.id")
+    step: int
+    opt_step: int | None = None
+    name: str
+    # NULL means NaN: SQLite stores a NaN REAL as NULL, so NaN is written as NULL on every
+    # backend and read back as float("nan") (None values are skipped, never stored).
+    value: float | None = None
+
+
+class Checkpoint(SQLModel, table=True):
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="run.id", index=True)
+    step: int
+    path: str
+    eval_accuracy: float | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+    deleted: bool = False  # removed from disk by keep_last / keep_best retention
+
+
+class EvalResult(SQLModel, table=True):
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int | None = Field(default=None, foreign_key="run.id", index=True)
+    step: int | None = None
+    checkpoint_path: str | None = None
+    n: int
+    accuracy: float
+    format_rate: float
+    mean_response_length: float
+    # What makes two evals comparable; compare warns when these differ.
+    data_source: str = ""
+    data_hash: str = ""
+    subset_hash: str = ""
+    template: str = ""
+    template_hash: str = ""
+    decoding: str = "{}"  # JSON: temperature, top_p, max_tokens, stop, greedy
+    grader: str = ""  # e.g. "math-verify 0.9.0"
+    grading_timeouts: int = 0
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class Sample(SQLModel, table=True):
+    """A few completions per step, so a run can be read, not just plotted."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="run.id", index=True)
+    step: int
+    kind: str = "train"  # "train" or "eval"
+    prompt: str
+    response: str
+    ground_truth: str
+    reward: float
+    format_reward: float
+    answer_reward: float
+
+
+class Tag(SQLModel, table=True):
+    __table_args__ = (UniqueConstraint("run_id", "tag"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="run.id", index=True)
+    tag: str = Field(index=True)
+
+
+class Sweep(SQLModel, table=True):
+    """A sweep or ablation. Its members are known by config hash, not by run name."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(unique=True, index=True)
+    kind: str  # "sweep" (one parameter) or "ablation" (named variants)
+    spec: str  # JSON: what was asked for
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class SweepMember(SQLModel, table=True):
+    __table_args__ = (UniqueConstraint("sweep_id", "config_hash"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    sweep_id: int = Field(foreign_key="sweep.id", index=True)
+    config_hash: str
+    variant: str  # label, e.g. "lr=3e-05" or "no_baseline"
+    seed: int = 0

@@ -1,0 +1,92 @@
+"""Sweeps and ablations in the registry: what was asked for, and which runs answer it.
+
+A sweep's members are known by config hash, not by run name: a variant is "done" when
+some run has exactly its resolved config, whatever that run is called, so re-running
+a sweep skips what exists and `compare` finds the runs even if they were renamed.
+
+These methods are part of `Registry` (mixed in from here to keep store.py short); they
+use its `_read()` and `_write()` sessions.
+"""
+
+from __future__ import annotations
+
+import json
+
+from sqlmodel import select
+
+from grpoctl.errors import UserError
+from grpoctl.registry.models import Run, Sweep, SweepMember
+
+
+class SweepRecords:
+    def get_or_create_sweep(self, name: str, kind: str, spec: dict) -> Sweep:
+        """The sweep called `name`; created with `spec` if new. An existing one keeps its
+        first spec, so re-running a sweep to fill in missing runs changes nothing."""
+        with self._write() as session, session.begin():
+            sweep = session.exec(select(Sweep).where(Sweep.name == name)).first()
+            if sweep is None:
+                sweep = Sweep(name=name, kind=kind, spec=json.dumps(spec, default=str))
+                session.add(sweep)
+            elif sweep.kind != kind:
+                raise UserError(
+                    f"'{name}' is already a {sweep.kind}, not a {kind}; pick another name"
+                )
+        return sweep
+
+    def add_sweep_member(
+        self, sweep_id: int, config_hash: str, variant: str, seed: int
+    ) -> SweepMember:
+        """Record that the sweep wants this config; adding it again returns the same row."""
+        with self._write() as session, session.begin():
+            member = session.exec(
+                select(SweepMember).where(
+                    SweepMember.sweep_id == sweep_id, SweepMember.config_hash == config_hash
+                )
+            ).first()
+            if member is None:
+                member = SweepMember(
+                    sweep_id=sweep_id, config_hash=config_hash, variant=variant, seed=seed
+                )
+                session.add(member)
+        return member
+
+    def get_sweep(self, name: str) -> Sweep:
+        with self._read() as session:
+            sweep = session.exec(select(Sweep).where(Sweep.name == name)).first()
+        if sweep is None:
+            raise UserError(f"no sweep or ablation named '{name}'")
+        return sweep
+
+    def sweeps(self) -> list[Sweep]:
+        """All sweeps and ablations, newest first."""
+        with self._read() as session:
+            query = select(Sweep).order_by(Sweep.created_at.desc(), Sweep.id.desc())
+            return list(session.exec(query))
+
+    def sweep_members(self, name: str) -> list[tuple[SweepMember, Run | None]]:
+        """Each member with its run (None if not run yet), in the order they were added.
+
+        A member's run is the run with its config hash; if there are several (the same
+        config was also run elsewhere), the one in this sweep's group wins, then the newest.
+        """
+        sweep = self.get_sweep(name)
+        with self._read() as session:
+            members = list(
+                session.exec(
+                    select(SweepMember)
+                    .where(SweepMember.sweep_id == sweep.id)
+                    .order_by(SweepMember.id)
+                )
+            )
+            hashes = [m.config_hash for m in members]
+            runs = session.exec(select(Run).where(Run.config_hash.in_(hashes))).all()
+
+        def preference(run: Run) -> tuple:
+            return (run.group == name, run.created_at, run.id)
+
+        best: dict[str, Run] = {}
+        for run in runs:
+            current = best.get(run.config_hash)
+            if current is None or preference(run) > preference(current):
+                best[run.config_hash] = run
+        return [(m, best.get(m.config_hash)) for m in members]
