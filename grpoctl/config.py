@@ -1,0 +1,486 @@
+"""The whole configuration of a run: structured defaults + a yaml diff + dotted overrides.
+
+Every key has a typed default here, so a yaml file only says what differs (the seed's
+lesson: an ablation variant is a minimal diff, easy to read and to reproduce). Key names
+follow the seed and CS336 (rollout_batch_size, group_size, loss_type, ...).
+
+The defaults are the embedded default: a tiny model on synthetic arithmetic that learns on
+a laptop CPU in minutes. `experiments/rtx4090.yaml` and `experiments/h100.yaml` hold the
+seed's GPU configurations for Qwen2.5-Math-1.5B on MATH.
+
+This module imports no torch: the sweep launcher and `--dry-run` resolve configs cheaply.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import MISSING, DictConfig, OmegaConf  # noqa: F401  (MISSING kept for users)
+from omegaconf.errors import OmegaConfBaseException
+
+from grpoctl.errors import UserError
+
+# --------------------------------------------------------------------------- the tree
+
+
+@dataclass
+class TinyModelConfig:
+    """The embedded default model: a Qwen2-architecture net with a character tokenizer.
+
+    head_dim = hidden_size / num_attention_heads = 64, which vLLM's CPU kernels accept.
+    """
+
+    hidden_size: int = 128
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 2
+    num_key_value_heads: int = 1
+    intermediate_size: int = 512
+
+
+@dataclass
+class WarmStartConfig:
+    """Supervised warm-start of the tiny model on synthetic worked solutions (built once, cached)."""
+
+    steps: int = 800
+    batch_size: int = 32
+    lr: float = 1e-3
+    # Stop early once greedy accuracy on a held-out probe reaches this: GRPO needs a base
+    # that is right sometimes (too weak: no reward signal; too strong: nothing to learn).
+    target_accuracy: float = 0.36
+    check_every: int = 25
+    save_steps: list[int] = field(default_factory=lambda: [100, 200])  # extra checkpoints for sft-init
+
+
+@dataclass
+class ModelConfig:
+    # "tiny" = the embedded default (built and warm-started by grpoctl itself); anything
+    # else is a Hugging Face model directory or hub id, e.g. Qwen/Qwen2.5-Math-1.5B.
+    path: str = "tiny"
+    dtype: str = "auto"  # auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16
+    gradient_checkpointing: bool = False
+    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
+    warmstart: WarmStartConfig = field(default_factory=WarmStartConfig)
+
+
+@dataclass
+class SyntheticConfig:
+    min_digits: int = 2
+    max_digits: int = 2
+    ops: list[str] = field(default_factory=lambda: ["+"])
+    num_operands: int = 2
+
+
+@dataclass
+class DataConfig:
+    # synthetic | math | gsm8k | jsonl | hub
+    source: str = "synthetic"
+    train_path: str | None = None  # jsonl file, or hub dataset name for source=hub
+    eval_path: str | None = None
+    train_split: str = "train"
+    eval_split: str = "test"
+    question_field: str = "problem"
+    answer_field: str = "answer"
+    train_size: int | None = None  # cap on training examples (synthetic: how many to draw)
+    synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
+
+
+@dataclass
+class PromptConfig:
+    # A packaged template (r1_zero, question_only, r1_zero_compact) or a path to a file.
+    template: str = "r1_zero_compact"
+    reward: str = "r1_zero"  # r1_zero | question_only: must match the template's answer format
+
+
+@dataclass
+class VLLMConfig:
+    gpu_memory_utilization: float = 0.3
+    enable_prefix_caching: bool = True
+    sleep_mode: bool = True  # CUDA only; refused on CPU, so off there with one logged line
+    sleep_level: int = 1
+    max_model_len: int = 2048
+    cpu_kvcache_space_gb: float = 1.0
+
+
+@dataclass
+class RolloutConfig:
+    backend: str = "hf"  # auto | vllm | hf
+    rollout_batch_size: int = 256  # completions per GRPO step
+    group_size: int = 8
+    temperature: float = 1.0
+    top_p: float = 1.0
+    min_tokens: int = 4
+    max_tokens: int = 32
+    stop: list[str] = field(default_factory=lambda: ["</answer>"])
+    vllm: VLLMConfig = field(default_factory=VLLMConfig)
+
+
+@dataclass
+class LossConfig:
+    loss_type: str = "grpo_clip"  # no_baseline | reinforce_with_baseline | grpo_clip | grpo_no_clip
+    length_normalization: str = "mean"  # mean | constant | microbatch
+    use_std_normalization: bool = True
+    advantage_eps: float = 1e-6
+    cliprange: float = 0.2
+    cliprange_high: float | None = None  # clip-higher (DAPO); None = symmetric
+    importance_level: str = "token"  # token | sequence (GSPO)
+    kl_beta: float = 0.0  # k3 KL penalty to the initial policy; 0 = off (no reference model kept)
+
+
+@dataclass
+class OptimizerConfig:
+    name: str = "adamw"  # adamw | adamw8bit (bitsandbytes, GPU)
+    lr: float = 3e-4
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
+    weight_decay: float = 0.0
+    warmup_steps: int = 10  # linear warm-up, in optimizer steps
+    max_grad_norm: float = 1.0
+
+
+@dataclass
+class LoopConfig:
+    n_grpo_steps: int = 100
+    epochs_per_rollout_batch: int = 1
+    train_batch_size: int = 256  # rollouts per optimizer step
+    gradient_accumulation_steps: int = 8  # microbatch = train_batch_size / this
+
+
+@dataclass
+class EvalConfig:
+    every: int = 10  # GRPO steps between evals; 0 = only at start and end
+    subset: int = 512
+    subset_seed: int = 0
+    batch_size: int = 256
+    greedy: bool = True  # the tiny default evaluates greedily; the GPU presets sample
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 32
+    at_start: bool = True
+
+
+@dataclass
+class CheckpointConfig:
+    every: int = 50  # GRPO steps; the last step is always saved
+    keep_last: int = 1
+    keep_best: int = 1  # by eval accuracy
+    dir: str = "outputs/runs"
+
+
+@dataclass
+class LoggingConfig:
+    samples_per_step: int = 4  # completions stored in the registry per GRPO step
+    live: bool = True  # the rich live view; off for sweeps' child processes and CI logs
+
+
+@dataclass
+class RuntimeConfig:
+    device: str = "auto"  # auto | cpu | cuda
+    threads: int = 0  # torch threads on CPU; 0 = torch's default
+    cache_dir: str = "outputs/cache"  # the tiny warm-start lives here
+
+
+@dataclass
+class Config:
+    name: str | None = None  # run name; generated when unset
+    group: str | None = None  # sweep / ablation the run belongs to
+    variant: str | None = None
+    seed: int = 0
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    prompt: PromptConfig = field(default_factory=PromptConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    loop: LoopConfig = field(default_factory=LoopConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+
+
+# Short names accepted by `sweep` and on the command line (`lr=1e-5`).
+ALIASES = {
+    "lr": "optimizer.lr",
+    "group_size": "rollout.group_size",
+    "rollout_batch_size": "rollout.rollout_batch_size",
+    "loss": "loss.loss_type",
+    "loss_type": "loss.loss_type",
+    "length_normalization": "loss.length_normalization",
+    "use_std_normalization": "loss.use_std_normalization",
+    "std": "loss.use_std_normalization",
+    "advantage_eps": "loss.advantage_eps",
+    "cliprange": "loss.cliprange",
+    "epochs": "loop.epochs_per_rollout_batch",
+    "epochs_per_rollout_batch": "loop.epochs_per_rollout_batch",
+    "train_batch_size": "loop.train_batch_size",
+    "gradient_accumulation_steps": "loop.gradient_accumulation_steps",
+    "steps": "loop.n_grpo_steps",
+    "n_grpo_steps": "loop.n_grpo_steps",
+    "template": "prompt.template",
+    "reward": "prompt.reward",
+    "temperature": "rollout.temperature",
+    "model": "model.path",
+    "backend": "rollout.backend",
+    "kl_beta": "loss.kl_beta",
+}
+
+CHOICES = {
+    "rollout.backend": ("auto", "vllm", "hf"),
+    "loss.loss_type": ("no_baseline", "reinforce_with_baseline", "grpo_clip", "grpo_no_clip"),
+    "loss.length_normalization": ("mean", "constant", "microbatch"),
+    "loss.importance_level": ("token", "sequence"),
+    "prompt.reward": ("r1_zero", "question_only"),
+    "optimizer.name": ("adamw", "adamw8bit"),
+    "model.dtype": ("auto", "float32", "bfloat16"),
+    "runtime.device": ("auto", "cpu", "cuda"),
+    "data.source": ("synthetic", "math", "gsm8k", "jsonl", "hub"),
+}
+
+# Keys that name a run rather than define it: left out of the config hash.
+IDENTITY_KEYS = ("name", "group", "variant")
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def resolve_key(key: str) -> str:
+    """Map a short alias (`lr`) to its dotted path (`optimizer.lr`); check the path exists."""
+    path = ALIASES.get(key, key)
+    node: Any = OmegaConf.structured(Config)
+    seen = []
+    for part in path.split("."):
+        if not isinstance(node, DictConfig) or part not in node:
+            where = ".".join(seen) or "the top level"
+            valid = ", ".join(node.keys()) if isinstance(node, DictConfig) else "none (not a section)"
+            hint = " or a short alias (lr, loss, group_size, ...)" if not seen else ""
+            raise UserError(f"unknown config key '{key}': valid keys at {where} are {valid}{hint}")
+        node = node[part]
+        seen.append(part)
+    return path
+
+
+def _parse_override(item: str) -> tuple[str, Any]:
+    if "=" not in item:
+        raise UserError(f"override '{item}' is not key=value")
+    key, raw = item.split("=", 1)
+    path = resolve_key(key.strip())
+    # yaml parsing turns "1e-5" into a float, "true" into a bool, "[a,b]" into a list
+    return path, _yaml_value(raw)
+
+
+def _yaml_value(raw: str) -> Any:
+    import yaml
+
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return raw
+    if isinstance(value, str):
+        # yaml reads 1e-5 as a string (no dot); numbers are what users mean
+        try:
+            return float(value) if any(c in value for c in "eE.") else int(value)
+        except ValueError:
+            return value
+    return value
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
+    """Defaults, then the yaml diff at `path`, then dotted `key=value` overrides; validated."""
+    cfg = OmegaConf.structured(Config)
+    if path is not None:
+        try:
+            cfg = OmegaConf.merge(cfg, _read_yaml(Path(path)))
+        except OmegaConfBaseException as exc:
+            raise UserError(_one_line(exc)) from None
+    return apply_overrides(cfg, overrides)
+
+
+def apply_overrides(cfg: DictConfig, overrides: list[str] | tuple[str, ...]) -> DictConfig:
+    """Dotted `key=value` overrides on top of `cfg` (a copy), then validation."""
+    cfg = cfg.copy()
+    try:
+        for item in overrides:
+            key, value = _parse_override(item)
+            OmegaConf.update(cfg, key, value, merge=False)
+    except OmegaConfBaseException as exc:
+        raise UserError(_one_line(exc)) from None
+    validate(cfg)
+    return cfg
+
+
+def from_dict(data: dict) -> DictConfig:
+    """Rebuild a validated config from a stored resolved config (for --resume and --from)."""
+    try:
+        cfg = OmegaConf.merge(OmegaConf.structured(Config), data)
+    except OmegaConfBaseException as exc:
+        raise UserError(_one_line(exc)) from None
+    validate(cfg)
+    return cfg
+
+
+def _read_yaml(path: Path) -> DictConfig:
+    if not path.is_file():
+        raise UserError(f"no config file at {path}")
+    try:
+        data = OmegaConf.load(path)
+    except Exception as exc:  # yaml scanner errors carry multi-line messages
+        raise UserError(f"{path}: invalid yaml ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, DictConfig):
+        raise UserError(f"{path}: expected a mapping of config keys")
+    # Ablation specs (experiments/*-ablation.yaml) carry base/variants, not config keys.
+    if "variants" in data:
+        raise UserError(f"{path} is an ablation spec: run it with `grpoctl sweep {path}`")
+    return data
+
+
+def _one_line(exc: OmegaConfBaseException) -> str:
+    msg = str(exc).splitlines()[0]
+    key = getattr(exc, "full_key", None)
+    if "Key '" in msg and "not in" in msg and key:
+        try:
+            resolve_key(str(key))
+        except UserError as named:
+            return str(named)
+    if key:
+        return f"{key}: {msg}"
+    return msg
+
+
+# --------------------------------------------------------------------------- checking
+
+
+def validate(cfg: DictConfig) -> None:
+    """Refuse impossible combinations with one line that names what would be valid."""
+    for key, choices in CHOICES.items():
+        value = OmegaConf.select(cfg, key)
+        if value not in choices:
+            raise UserError(f"{key}={value!r} is not one of: {', '.join(choices)}")
+
+    r, loop, loss = cfg.rollout, cfg.loop, cfg.loss
+    positives = {
+        "rollout.rollout_batch_size": r.rollout_batch_size,
+        "rollout.group_size": r.group_size,
+        "rollout.max_tokens": r.max_tokens,
+        "loop.n_grpo_steps": loop.n_grpo_steps,
+        "loop.epochs_per_rollout_batch": loop.epochs_per_rollout_batch,
+        "loop.train_batch_size": loop.train_batch_size,
+        "loop.gradient_accumulation_steps": loop.gradient_accumulation_steps,
+        "eval.subset": cfg.eval.subset,
+        "eval.batch_size": cfg.eval.batch_size,
+    }
+    for key, value in positives.items():
+        if value <= 0:
+            raise UserError(f"{key} must be a positive integer, got {value}")
+    if r.group_size < 2:
+        raise UserError("rollout.group_size must be at least 2: advantages compare rollouts within a group")
+    if r.rollout_batch_size % r.group_size:
+        raise UserError(
+            f"rollout.rollout_batch_size ({r.rollout_batch_size}) must be divisible by "
+            f"rollout.group_size ({r.group_size})"
+        )
+    if r.rollout_batch_size % loop.train_batch_size:
+        raise UserError(
+            f"rollout.rollout_batch_size ({r.rollout_batch_size}) must be divisible by "
+            f"loop.train_batch_size ({loop.train_batch_size})"
+        )
+    if loop.train_batch_size % loop.gradient_accumulation_steps:
+        raise UserError(
+            f"loop.train_batch_size ({loop.train_batch_size}) must be divisible by "
+            f"loop.gradient_accumulation_steps ({loop.gradient_accumulation_steps})"
+        )
+    if not 0 < r.top_p <= 1:
+        raise UserError(f"rollout.top_p must be in (0, 1], got {r.top_p}")
+    if r.temperature <= 0:
+        raise UserError(f"rollout.temperature must be > 0 (use eval.greedy for greedy decoding), got {r.temperature}")
+    if r.min_tokens > r.max_tokens:
+        raise UserError(f"rollout.min_tokens ({r.min_tokens}) exceeds rollout.max_tokens ({r.max_tokens})")
+    if cfg.optimizer.lr <= 0:
+        raise UserError(f"optimizer.lr must be > 0, got {cfg.optimizer.lr}")
+    if loss.cliprange <= 0:
+        raise UserError(f"loss.cliprange must be > 0, got {loss.cliprange}")
+    if loss.kl_beta < 0:
+        raise UserError(f"loss.kl_beta must be >= 0, got {loss.kl_beta}")
+    off_policy = loop.epochs_per_rollout_batch > 1 or loop.train_batch_size < r.rollout_batch_size
+    if off_policy and loss.loss_type in ("no_baseline", "reinforce_with_baseline"):
+        raise UserError(
+            f"loss.loss_type={loss.loss_type} is on-policy only; with off-policy reuse "
+            "(epochs_per_rollout_batch > 1 or train_batch_size < rollout_batch_size) use grpo_clip or grpo_no_clip"
+        )
+    expected_reward = {"question_only": "question_only"}.get(cfg.prompt.template, None)
+    if expected_reward and cfg.prompt.reward != expected_reward:
+        raise UserError("prompt.template=question_only answers in \\boxed{}: set prompt.reward=question_only")
+    if cfg.prompt.template.startswith("r1_zero") and cfg.prompt.reward != "r1_zero":
+        raise UserError(f"prompt.template={cfg.prompt.template} answers in <answer> tags: set prompt.reward=r1_zero")
+    if cfg.data.source != "synthetic" and cfg.data.train_path is None:
+        raise UserError(f"data.source={cfg.data.source} needs data.train_path (a jsonl file or hub dataset name)")
+    if cfg.model.path == "tiny" and cfg.data.source != "synthetic":
+        # Not impossible, but the character tokenizer cannot spell LaTeX well: say so early.
+        pass
+
+
+# --------------------------------------------------------------------------- derived
+
+
+def to_dict(cfg: DictConfig) -> dict:
+    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+
+
+def config_diff(cfg: DictConfig) -> dict:
+    """The nested keys whose values differ from the defaults: what makes this run this run."""
+    return _diff(to_dict(OmegaConf.structured(Config)), to_dict(cfg))
+
+
+def _diff(default: dict, actual: dict) -> dict:
+    out = {}
+    for key, value in actual.items():
+        base = default.get(key)
+        if isinstance(value, dict) and isinstance(base, dict):
+            sub = _diff(base, value)
+            if sub:
+                out[key] = sub
+        elif value != base:
+            out[key] = value
+    return out
+
+
+def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+    """{'loss': {'loss_type': 'x'}} -> {'loss.loss_type': 'x'}."""
+    out: dict[str, Any] = {}
+    for key, value in d.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, path + "."))
+        else:
+            out[path] = value
+    return out
+
+
+def config_hash(cfg: DictConfig | dict) -> str:
+    """A stable hash of what the run computes (its name, group and variant label excluded)."""
+    data = to_dict(cfg) if isinstance(cfg, DictConfig) else dict(cfg)
+    for key in IDENTITY_KEYS:
+        data.pop(key, None)
+    data.get("logging", {}).pop("live", None)  # how it is displayed changes nothing
+    blob = json.dumps(data, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class DerivedSizes:
+    prompts_per_rollout_batch: int
+    microbatch_size: int
+    optimizer_steps_per_grpo_step: int
+    off_policy: bool
+
+
+def derived_sizes(cfg: DictConfig) -> DerivedSizes:
+    r, loop = cfg.rollout, cfg.loop
+    return DerivedSizes(
+        prompts_per_rollout_batch=r.rollout_batch_size // r.group_size,
+        microbatch_size=loop.train_batch_size // loop.gradient_accumulation_steps,
+        optimizer_steps_per_grpo_step=loop.epochs_per_rollout_batch * r.rollout_batch_size // loop.train_batch_size,
+        off_policy=loop.epochs_per_rollout_batch > 1 or loop.train_batch_size < r.rollout_batch_size,
+    )
