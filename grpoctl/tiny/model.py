@@ -1,0 +1,81 @@
+"""The embedded default model: a tiny Qwen2 with a character-level tokenizer.
+
+It is saved as an ordinary Hugging Face model directory (config.json, safetensors,
+tokenizer.json), so it loads through `AutoModelForCausalLM` / `AutoTokenizer` from a path,
+exactly as Qwen2.5-Math-1.5B does, and vLLM can serve it. One token per character keeps
+the vocabulary small and makes stop strings land exactly on token boundaries.
+
+The tokenizer is Qwen2's byte-level BPE with no merges: one token per byte, which is one
+per character for ASCII. Keeping Qwen2's byte-level scheme (rather than a bespoke
+character vocabulary) matters because transformers and vLLM pick the tokenizer class from
+the model type, and Qwen2's class re-applies byte-level pre-tokenization on load.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+PAD, EOS = "<|pad|>", "<|endoftext|>"
+
+
+def build_tokenizer():
+    """A fast tokenizer with one token per byte (byte-level BPE, no merges)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {PAD: 0, EOS: 1}
+    for ch in sorted(pre_tokenizers.ByteLevel.alphabet()):
+        vocab[ch] = len(vocab)
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None, fuse_unk=False))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    core.decoder = decoders.ByteLevel()
+    core.add_special_tokens([PAD, EOS])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        pad_token=PAD,
+        eos_token=EOS,
+        bos_token=None,
+        model_max_length=4096,
+        padding_side="left",  # batched generation pads prompts on the left
+        clean_up_tokenization_spaces=False,
+    )
+
+
+def build_model(tokenizer, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+                num_key_value_heads=1, intermediate_size=512, seed=0):
+    """A randomly initialised Qwen2ForCausalLM sized by the arguments (head_dim = hidden / heads)."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        num_hidden_layers=num_hidden_layers,
+        num_attention_heads=num_attention_heads,
+        num_key_value_heads=num_key_value_heads,
+        intermediate_size=intermediate_size,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.eos_token_id,
+        torch_dtype="float32",
+    )
+    torch.manual_seed(seed)
+    return Qwen2ForCausalLM(config)
+
+
+def save_model_dir(model, tokenizer, path: str | Path) -> Path:
+    """Write a Hugging Face model directory that AutoModelForCausalLM and vLLM can load."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path, safe_serialization=True)
+    tokenizer.save_pretrained(path)
+    model.generation_config.save_pretrained(path)
+    return path
+
+
+def create_tiny_model_dir(path: str | Path, seed: int = 0, **sizes) -> Path:
+    """A randomly initialised tiny model directory (tests and the warm-start's starting point)."""
+    tokenizer = build_tokenizer()
+    return save_model_dir(build_model(tokenizer, seed=seed, **sizes), tokenizer, path)
