@@ -1,0 +1,197 @@
+"""`grpoctl train` and `grpoctl eval`: the commands that run models.
+
+Flags are parsed and the config resolved (and validated) before anything heavy is
+imported or anything is written, so bad input costs a fraction of a second and leaves
+the registry untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from grpoctl.errors import UserError
+
+DbOption = Annotated[
+    Optional[str],
+    typer.Option("--db", help="Registry: SQLAlchemy URL or SQLite path [default: $GRPOCTL_DB, else ./registry.db]",
+                 show_default=False),
+]
+
+
+def register(app: typer.Typer) -> None:
+    app.command(
+        "train",
+        context_settings={"allow_extra_args": False},
+        help="Run GRPO. CONFIG is a yaml diff from the defaults; key=value overrides follow "
+        "(dotted paths or short aliases: lr, loss, group_size, steps, ...). "
+        "With no arguments: the embedded default (tiny model, synthetic arithmetic, CPU).",
+    )(train)
+    app.command("eval", help="Evaluate a checkpoint directory on a deterministic subset and record the result.")(
+        evaluate_checkpoint
+    )
+
+
+def split_args(args: list[str]) -> tuple[str | None, list[str]]:
+    """[CONFIG] key=value ... -> (config path or None, overrides)."""
+    if args and "=" not in args[0]:
+        config, rest = args[0], args[1:]
+    else:
+        config, rest = None, list(args)
+    for item in rest:
+        if "=" not in item:
+            raise UserError(f"unexpected argument '{item}': overrides are key=value (the config file comes first)")
+    return config, rest
+
+
+def _setup_logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    for noisy in ("transformers", "httpx", "urllib3", "vllm"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # per-shard bars would drown the run's own progress
+
+
+def train(
+    args: Annotated[Optional[list[str]], typer.Argument(metavar="[CONFIG] [KEY=VALUE]...", show_default=False)] = None,
+    resume: Annotated[Optional[str], typer.Option("--resume", help="Continue RUN from its last checkpoint.")] = None,
+    from_run: Annotated[Optional[str], typer.Option("--from", help="Start a new run from RUN's config (+ overrides).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the resolved config, sizes and a memory estimate; run nothing.")] = False,
+    db: DbOption = None,
+) -> None:
+    from grpoctl import config as C
+
+    config_path, overrides = split_args(args or [])
+    if resume and (config_path or overrides or from_run):
+        raise UserError("--resume continues a run exactly as configured: it takes no config file, overrides or --from")
+    if from_run and config_path:
+        raise UserError("--from takes overrides only (the config comes from the run)")
+    # A fresh run's config is checked before the registry is even opened: bad input writes nothing.
+    cfg = None if (resume or from_run) else C.load_config(config_path, overrides)
+    if dry_run:
+        from grpoctl.train.dry_run import describe_dry_run
+
+        typer.echo(describe_dry_run(cfg if cfg is not None else C.load_config(None, overrides)))
+        return
+
+    from grpoctl.registry import Registry
+
+    registry = Registry(db, must_exist=bool(resume or from_run))
+    parent = run = None
+    if resume:
+        run = registry.get_run(resume)
+        _check_resumable(registry, run)
+        cfg = C.from_dict(json.loads(run.config))
+    elif from_run:
+        source = registry.get_run(from_run)
+        base = json.loads(source.config)
+        base["name"] = None
+        cfg = C.apply_overrides(C.from_dict(base), overrides)
+        parent = source.name
+    if cfg.name and not resume:
+        _check_name_free(registry, cfg.name)
+
+    _setup_logging()
+    from grpoctl.train import trainer  # heavy: torch, transformers
+
+    status = trainer.resume(cfg, registry, run, say=typer.echo) if resume else trainer.start(
+        cfg, registry, parent=parent, say=typer.echo)
+    raise typer.Exit(0 if status == "finished" else 1)
+
+
+def _check_name_free(registry, name: str) -> None:
+    try:
+        existing = registry.get_run(name)
+    except UserError:
+        return
+    if existing.name == name:
+        raise UserError(f"a run named '{name}' already exists (use --resume {name}, or another name=)")
+
+
+def _check_resumable(registry, run) -> None:
+    from grpoctl.registry import effective_status
+
+    status = effective_status(run)
+    if status == "finished":
+        raise UserError(f"run '{run.name}' already finished")
+    if status == "running" and not _process_gone(run):
+        raise UserError(f"run '{run.name}' is still running (heartbeat {run.heartbeat_at:%H:%M:%S} UTC)")
+
+
+def _process_gone(run) -> bool:
+    """A run marked running whose process on this host no longer exists can be resumed at once."""
+    import socket
+
+    pid = getattr(run, "pid", None)
+    if pid is None or run.host != socket.gethostname():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def evaluate_checkpoint(
+    ckpt_dir: Annotated[str, typer.Argument(metavar="CKPT_DIR", help="A Hugging Face model directory.")],
+    subset: Annotated[int, typer.Option(help="How many eval problems (deterministic by --seed).")] = 1024,
+    data: Annotated[Optional[str], typer.Option(help="Eval jsonl (MATH or GSM8K shape); default: the run's eval data.")] = None,
+    source: Annotated[Optional[str], typer.Option(help="math | gsm8k | jsonl | synthetic; default: guessed from --data.")] = None,
+    prompt: Annotated[Optional[str], typer.Option(help="r1_zero | question_only | r1_zero_compact (or a template file).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the subset choice.")] = 0,
+    greedy: Annotated[Optional[bool], typer.Option("--greedy/--sample", help="Decoding; default: the run's eval setting.")] = None,
+    max_tokens: Annotated[Optional[int], typer.Option(help="Max new tokens; default: the run's.")] = None,
+    db: DbOption = None,
+) -> None:
+    from grpoctl import config as C
+    from grpoctl.registry import Registry
+
+    path = Path(ckpt_dir)
+    if not (path / "config.json").is_file():
+        raise UserError(f"{ckpt_dir} is not a model directory (no config.json)")
+    registry = Registry(db)
+    from grpoctl.train.checkpoint import run_of_checkpoint  # noqa: E402  (torch only past validation)
+
+    marker = run_of_checkpoint(path)
+    run = None
+    if marker:
+        try:
+            run = registry.get_run(marker["run"])
+        except UserError:
+            run = None
+    base = json.loads(run.config) if run else {}
+    overrides = [f"model.path={path}", f"eval.subset={subset}", f"eval.subset_seed={seed}"]
+    if prompt:
+        reward = "question_only" if prompt == "question_only" else "r1_zero"
+        overrides += [f"prompt.template={prompt}", f"prompt.reward={reward}"]
+    if data:
+        guessed = source or ("gsm8k" if "gsm8k" in Path(data).name.lower() else "math")
+        overrides += [f"data.source={guessed}", f"data.eval_path={data}", f"data.train_path={data}"]
+    elif source:
+        overrides.append(f"data.source={source}")
+    if greedy is not None:
+        overrides.append(f"eval.greedy={str(greedy).lower()}")
+    if max_tokens:
+        overrides += [f"eval.max_tokens={max_tokens}"]
+    cfg = C.apply_overrides(C.from_dict(base) if base else C.load_config(None, []), overrides)
+
+    _setup_logging()
+    from grpoctl.train.evaluate_checkpoint import run_eval
+
+    result = run_eval(cfg, registry, path, run, marker, say=typer.echo)
+    typer.echo(
+        f"accuracy {result.accuracy:.4f} (n={result.n}), format rate {result.format_rate:.3f}, "
+        f"mean response length {result.mean_response_length:.1f}"
+        + (f" → recorded for run {run.name}" if run else " → recorded (no run known for this checkpoint)")
+    )

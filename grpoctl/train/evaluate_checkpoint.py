@@ -1,0 +1,35 @@
+"""`grpoctl eval CKPT_DIR`: one evaluation of a saved model, recorded in the registry.
+
+When the checkpoint was written by a grpoctl run, the result is linked to that run and
+its step, so it shows up with the run's own evals.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from grpoctl.rollout import make_backend
+from grpoctl.train.evaluate import eval_record, eval_sampling, evaluate
+from grpoctl.train.setup import load_policy, load_run_data, pick_device, pick_dtype
+
+
+def run_eval(cfg, registry, path: Path, run, marker: dict | None, say=print):
+    device = pick_device(cfg)
+    data = load_run_data(cfg, need_train=False)
+    model, tokenizer = load_policy(str(path), device, pick_dtype(cfg, device), gradient_checkpointing=False)
+    model.eval()
+    backend = make_backend(cfg, model, tokenizer, str(path), say=say)
+    try:
+        sampling = eval_sampling(cfg.eval, cfg.rollout.stop)
+        say(f"evaluating {path} on {len(data.eval)} problems ({'greedy' if sampling.greedy else 'sampled'})")
+        outcome = evaluate(backend, data.eval, data.template, cfg.prompt.reward, sampling, cfg.eval.batch_size,
+                           seed=cfg.eval.subset_seed)
+    finally:
+        backend.close()
+    return registry.add_eval(
+        run_id=run.id if run else None,
+        step=marker["step"] if (run and marker) else None,
+        checkpoint_path=str(path.resolve()),
+        **eval_record(outcome, examples=data.eval, data_source=cfg.data.source, data_hash=data.data_hash,
+                      template_name=data.template_name, template=data.template, sampling=sampling),
+    )

@@ -1,0 +1,77 @@
+"""What a person watching a run sees: a live panel on a terminal, plain lines elsewhere.
+
+The panel carries the seed's early warnings next to the north star: eval accuracy, and
+token entropy, response length and gradient norm, which move before a collapse shows.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+
+def _fmt(value, spec=".3f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+class Progress:
+    def __init__(self, cfg, live: bool = True):
+        self.total = cfg.loop.n_grpo_steps
+        self.console = Console(stderr=True)
+        self.live = live and self.console.is_terminal
+        self._live: Live | None = None
+        self._times: list[float] = []
+        self._every = 1 if self.total <= 200 else max(1, self.total // 100)
+
+    def __enter__(self):
+        if self.live:
+            self._live = Live(self._panel(0, {}, None), console=self.console, refresh_per_second=4, transient=False)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self._live is not None:
+            self._live.__exit__(*exc)
+            self._live = None
+
+    def update(self, step: int, metrics: dict, eval_accuracy: float | None) -> None:
+        self._times.append(metrics.get("time/step", 0.0))
+        if self._live is not None:
+            self._live.update(self._panel(step, metrics, eval_accuracy))
+        elif step % self._every == 0 or step == self.total:
+            self.console.print(self._line(step, metrics, eval_accuracy), highlight=False, soft_wrap=True)
+
+    def _rate(self) -> tuple[float, float]:
+        recent = self._times[-10:]
+        per_step = sum(recent) / len(recent) if recent else 0.0
+        return per_step, per_step * (self.total - len(self._times))
+
+    def _line(self, step: int, m: dict, acc) -> str:
+        per_step, eta = self._rate()
+        return (
+            f"step {step}/{self.total}  reward {_fmt(m.get('train/reward'))}  "
+            f"eval {_fmt(acc)}  entropy {_fmt(m.get('train/token_entropy'))}  "
+            f"len {_fmt(m.get('train/response_length'), '.1f')}  gnorm {_fmt(m.get('train/grad_norm'))}  "
+            f"{per_step:.2f} s/step  eta {time.strftime('%M:%S', time.gmtime(eta))}  "
+            f"mem {_fmt(m.get('mem/peak'), '.0f')} MiB"
+        )
+
+    def _panel(self, step: int, m: dict, acc) -> Table:
+        per_step, eta = self._rate()
+        table = Table(show_header=True, header_style="bold", box=None)
+        for col in ("step", "train reward", "eval acc", "entropy", "mean len", "grad norm", "s/step", "ETA", "peak MiB"):
+            table.add_column(col, justify="right")
+        table.add_row(
+            f"{step}/{self.total}", _fmt(m.get("train/reward")), _fmt(acc), _fmt(m.get("train/token_entropy")),
+            _fmt(m.get("train/response_length"), ".1f"), _fmt(m.get("train/grad_norm")), f"{per_step:.2f}",
+            time.strftime("%H:%M:%S", time.gmtime(eta)), _fmt(m.get("mem/peak"), ".0f"),
+        )
+        return table
+
+    def final(self, status: str, error: str | None, eval_accuracy: float | None) -> None:
+        note = f" ({error.splitlines()[0]})" if error else ""
+        self.console.print(f"run {status}{note}; last eval accuracy {_fmt(eval_accuracy)}", highlight=False)

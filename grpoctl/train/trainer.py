@@ -1,0 +1,280 @@
+"""A run's life: set up, step through the GRPO loop, record, checkpoint, end with a status.
+
+finished: all steps done. diverged: a non-finite loss or gradient (the last good
+checkpoint stays). interrupted: Ctrl-C, after writing what it had. failed: any other
+error, stored with the run. `resume()` continues a run from its last checkpoint after
+deleting the rows it wrote past that checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from grpoctl.config import config_diff, config_hash, derived_sizes, to_dict
+from grpoctl.data import PromptStream
+from grpoctl.rollout import make_backend
+from grpoctl.train import loop
+from grpoctl.train.checkpoint import (
+    TrainerState,
+    capture_rng,
+    load_trainer_state,
+    restore_rng,
+    save_checkpoint,
+    select_for_deletion,
+)
+from grpoctl.train.evaluate import eval_record, eval_sampling, evaluate
+from grpoctl.train.memory import MemoryTracker
+from grpoctl.train.optim import build_optimizer
+from grpoctl.train.schedule import build_scheduler
+from grpoctl.train.progress import Progress
+from grpoctl.train.setup import device_name, load_policy, load_run_data, pick_device, pick_dtype, resolve_model_dir
+
+log = logging.getLogger("grpoctl")
+
+
+@dataclass
+class RunContext:
+    cfg: object
+    registry: object
+    run: object
+    model: object
+    tokenizer: object
+    optimizer: object
+    scheduler: object
+    backend: object
+    ref_model: object
+    data: object
+    stream: PromptStream
+    memory: MemoryTracker
+    progress: Progress
+    step: int = 0  # last completed GRPO step
+    opt_step: int = 0
+    best_accuracy: float | None = None
+    last_accuracy: float | None = None
+    last_checkpoint_step: int | None = None
+
+
+def default_run_name(cfg) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = cfg.group or ("tiny" if cfg.model.path.startswith("tiny") else Path(cfg.model.path).name)
+    return f"{base}-{cfg.variant or 's' + str(cfg.seed)}-{stamp}".replace("/", "_").replace(" ", "")
+
+
+def start(cfg, registry, parent: str | None = None, say=print) -> str:
+    """A new run from a validated config. Returns the final status."""
+    name = cfg.name or default_run_name(cfg)
+    ctx = _prepare(cfg, registry, say)
+    ctx.run = registry.create_run(
+        name=name, config=to_dict(cfg), config_diff=config_diff(cfg), config_hash=config_hash(cfg),
+        seed=cfg.seed, total_steps=cfg.loop.n_grpo_steps, group=cfg.group, variant=cfg.variant,
+        output_dir=str(loop.checkpoint_dir(cfg, name)), parent=parent, device=device_name(ctx.memory.device),
+    )
+    registry.set_status(ctx.run.id, "running", pid=os.getpid())
+    say(f"run {name} (id {ctx.run.id}) → {registry.url.render_as_string(hide_password=True)}")
+    return _run(ctx, fresh=True)
+
+
+def resume(cfg, registry, run, say=print) -> str:
+    """Continue `run` from its newest checkpoint."""
+    ckpts = registry.checkpoints(run.id)
+    if not ckpts:
+        raise_user(f"run '{run.name}' has no checkpoint to resume from (checkpoint.every={cfg.checkpoint.every})")
+    last = max(ckpts, key=lambda c: c.step)
+    state = load_trainer_state(Path(last.path))
+    cfg.model.path = last.path  # weights come from the checkpoint...
+    ctx = _prepare(cfg, registry, say, model_dir=last.path)  # ...and the tiny warm-start is not rebuilt
+    deleted = registry.truncate_after(run.id, state.step)
+    for path in deleted:
+        shutil.rmtree(path, ignore_errors=True)
+    registry.set_status(run.id, "running", pid=os.getpid())
+    ctx.run = run
+    ctx.optimizer.load_state_dict(state.optimizer)
+    ctx.scheduler.load_state_dict(state.scheduler)
+    restore_rng(state.rng)
+    ctx.stream.seek(state.data_position)
+    ctx.step, ctx.best_accuracy = state.step, state.best_accuracy
+    ctx.opt_step = state.opt_step
+    say(f"resuming run {run.name} from step {state.step} ({last.path})")
+    return _run(ctx, fresh=False)
+
+
+def raise_user(message: str):
+    from grpoctl.errors import UserError
+
+    raise UserError(message)
+
+
+def _prepare(cfg, registry, say, model_dir: str | None = None) -> RunContext:
+    if cfg.runtime.threads:
+        torch.set_num_threads(cfg.runtime.threads)
+    torch.manual_seed(cfg.seed)
+    device = pick_device(cfg)
+    data = load_run_data(cfg)
+    model_dir = model_dir or resolve_model_dir(cfg, say=say)
+    model, tokenizer = load_policy(model_dir, device, pick_dtype(cfg, device), cfg.model.gradient_checkpointing)
+    ref_model = None
+    if cfg.loss.kl_beta > 0:
+        ref_model, _ = load_policy(model_dir, device, pick_dtype(cfg, device), False)
+        ref_model.eval().requires_grad_(False)
+    optimizer = build_optimizer(model.parameters(), cfg.optimizer)
+    scheduler = build_scheduler(optimizer, cfg.optimizer)
+    backend = make_backend(cfg, model, tokenizer, model_dir, say=say)
+    return RunContext(
+        cfg=cfg, registry=registry, run=None, model=model, tokenizer=tokenizer, optimizer=optimizer,
+        scheduler=scheduler, backend=backend, ref_model=ref_model, data=data,
+        stream=PromptStream(data.train, seed=cfg.seed), memory=MemoryTracker(device),
+        progress=Progress(cfg, live=cfg.logging.live),
+    )
+
+
+def _run(ctx: RunContext, fresh: bool) -> str:
+    cfg, registry, run = ctx.cfg, ctx.registry, ctx.run
+    status, error = "finished", None
+    stop = StopRequest()
+    try:
+        with ctx.progress, stop, Heartbeat(registry, run.id):
+            if fresh and cfg.eval.at_start:
+                metrics, samples = _evaluate(ctx, step=0)
+                registry.log_step(run.id, 0, metrics, samples=samples)
+            while ctx.step < cfg.loop.n_grpo_steps:
+                _one_step(ctx, ctx.step + 1)
+                if stop.requested:
+                    if ctx.last_checkpoint_step != ctx.step:
+                        _checkpoint(ctx, ctx.step, None)  # so --resume continues from here
+                    raise KeyboardInterrupt
+    except loop.Diverged as exc:
+        status, error = "diverged", str(exc)
+    except KeyboardInterrupt:
+        status, error = "interrupted", "interrupted by the user (Ctrl-C)"
+    except Exception as exc:  # recorded with the run, then re-raised for the CLI to report
+        registry.set_status(run.id, "failed", error=f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+        ctx.backend.close()
+        raise
+    registry.set_status(run.id, status, error=error)
+    ctx.backend.close()
+    ctx.progress.final(status, error, ctx.last_accuracy)
+    return status
+
+
+def _one_step(ctx: RunContext, step: int) -> None:
+    cfg, t = ctx.cfg, {}
+    t0 = time.perf_counter()
+    ctx.memory.start_step()
+    prompts, truths, _ = loop.step_prompts(cfg, ctx.stream, ctx.data.template)
+    with loop.timed(t, "time/rollout"):
+        rollouts = loop.generate_rollouts(ctx.backend, prompts, cfg, step)
+    mem = ctx.memory.boundary("rollout")
+    ctx.backend.before_training()
+    timeouts_before = loop.grading_timeouts()
+    with loop.timed(t, "time/reward"):
+        batch = loop.make_rollout_batch(cfg, ctx.model, ctx.ref_model, rollouts, truths, ctx.tokenizer.pad_token_id)
+    scores = batch.stats.pop("_scores")
+    with loop.timed(t, "time/train"):
+        per_opt, summary, ctx.opt_step = loop.train_on_rollouts(
+            cfg, ctx.model, ctx.optimizer, ctx.scheduler, batch, step, ctx.opt_step, memory=ctx.memory)
+    loop.check_finite_weights(ctx.model, step)
+    t["time/weight_sync"] = ctx.backend.sync_weights(ctx.model)
+    metrics = {**batch.stats, **summary, **t, "train/grading_timeouts": loop.grading_timeouts() - timeouts_before}
+    samples = loop.sample_rows(prompts, rollouts, truths, scores, cfg.logging.samples_per_step)
+    last = step == cfg.loop.n_grpo_steps
+    if (cfg.eval.every and step % cfg.eval.every == 0) or last:
+        eval_metrics, eval_samples = _evaluate(ctx, step)
+        metrics |= eval_metrics
+        samples += eval_samples
+        mem |= ctx.memory.boundary("eval")
+    metrics |= mem
+    metrics["mem/peak"] = ctx.memory.step_peak()
+    metrics["time/step"] = time.perf_counter() - t0
+    ctx.registry.log_step(ctx.run.id, step, metrics, opt_metrics=per_opt, samples=samples)
+    ctx.step = step
+    if last or (cfg.checkpoint.every and step % cfg.checkpoint.every == 0):
+        _checkpoint(ctx, step, metrics.get("eval/accuracy"))
+    ctx.progress.update(step, metrics, ctx.last_accuracy)
+
+
+def _evaluate(ctx: RunContext, step: int) -> tuple[dict, list[dict]]:
+    cfg = ctx.cfg
+    t0 = time.perf_counter()
+    sampling = eval_sampling(cfg.eval, cfg.rollout.stop)
+    outcome = evaluate(ctx.backend, ctx.data.eval, ctx.data.template, cfg.prompt.reward, sampling,
+                       cfg.eval.batch_size, n_samples=cfg.logging.samples_per_step, seed=cfg.eval.subset_seed)
+    ctx.registry.add_eval(
+        run_id=ctx.run.id, step=step,
+        **eval_record(outcome, examples=ctx.data.eval, data_source=cfg.data.source, data_hash=ctx.data.data_hash,
+                      template_name=ctx.data.template_name, template=ctx.data.template, sampling=sampling),
+    )
+    ctx.last_accuracy = outcome.accuracy
+    if ctx.best_accuracy is None or outcome.accuracy > ctx.best_accuracy:
+        ctx.best_accuracy = outcome.accuracy
+    metrics = outcome.metrics() | {"time/eval": time.perf_counter() - t0}
+    return metrics, outcome.samples
+
+
+def _checkpoint(ctx: RunContext, step: int, accuracy: float | None) -> None:
+    cfg = ctx.cfg
+    state = TrainerState(step=step, opt_step=ctx.opt_step, data_position=ctx.stream.position, optimizer=ctx.optimizer.state_dict(),
+                         scheduler=ctx.scheduler.state_dict(), best_accuracy=ctx.best_accuracy, rng=capture_rng())
+    path = save_checkpoint(Path(ctx.run.output_dir) / f"step-{step}", ctx.model, ctx.tokenizer, state, ctx.run.name)
+    ctx.registry.add_checkpoint(ctx.run.id, step, str(path), eval_accuracy=accuracy)
+    ctx.last_checkpoint_step = step
+    for old in select_for_deletion(ctx.registry.checkpoints(ctx.run.id), cfg.checkpoint.keep_last,
+                                   cfg.checkpoint.keep_best):
+        shutil.rmtree(old.path, ignore_errors=True)
+        ctx.registry.mark_checkpoint_deleted(old.id)
+
+
+class Heartbeat(threading.Thread):
+    """Beats every 60 s even while one step takes minutes, so `stale` means dead, not slow."""
+
+    def __init__(self, registry, run_id: int, every_s: float = 60.0):
+        super().__init__(daemon=True)
+        self.registry, self.run_id, self.every_s = registry, run_id, every_s
+        self._done = threading.Event()
+
+    def run(self):
+        while not self._done.wait(self.every_s):
+            try:
+                self.registry.heartbeat(self.run_id)
+            except Exception:  # a busy database must not kill training; the next beat retries
+                log.debug("heartbeat failed", exc_info=True)
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._done.set()
+
+
+class StopRequest:
+    """The first Ctrl-C (or SIGINT from a sweep) ends the run after the step in flight,
+    with a checkpoint; a second one stops at once."""
+
+    def __init__(self):
+        self.requested = False
+        self._previous = None
+
+    def _handle(self, signum, frame):
+        if self.requested or threading.current_thread() is not threading.main_thread():
+            raise KeyboardInterrupt
+        self.requested = True
+        log.warning("stopping after this step (Ctrl-C again to stop now)")
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)

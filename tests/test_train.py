@@ -1,0 +1,189 @@
+"""The trainer end to end on a tiny random model: what it records, how it ends, how it resumes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, fast_overrides, grpoctl_cmd
+
+DIGIT_TRAIN = [sys.executable, str(REPO / "tests" / "digit_reward_train.py")]
+
+REQUIRED_METRICS = [
+    "train/reward", "train/format_reward", "train/answer_reward", "train/loss", "train/grad_norm",
+    "train/token_entropy", "train/response_length", "train/response_clip_fraction", "train/clip_fraction",
+    "train/zero_std_group_fraction", "eval/accuracy", "eval/format_rate", "eval/response_length",
+    "time/rollout", "time/reward", "time/train", "time/eval", "time/step", "mem/peak",
+]
+
+
+def run_cli(cmd: list[str], cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def metric_rows(db: Path, run_name: str) -> list[tuple]:
+    with sqlite3.connect(db) as conn:
+        return conn.execute(
+            "SELECT m.step, m.opt_step, m.name, m.value FROM metric m JOIN run r ON r.id = m.run_id "
+            "WHERE r.name = ? ORDER BY m.step, m.opt_step, m.name", (run_name,)).fetchall()
+
+
+def run_status(db: Path, run_name: str) -> tuple[str, str | None]:
+    with sqlite3.connect(db) as conn:
+        return conn.execute("SELECT status, error FROM run WHERE name = ?", (run_name,)).fetchone()
+
+
+def test_tiny_run_records_every_metric(tiny_model_dir, tmp_path):
+    out = run_cli(DIGIT_TRAIN + ["train", *fast_overrides(tiny_model_dir, tmp_path), "name=e2e"], tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    db = tmp_path / "registry.db"
+    assert run_status(db, "e2e") == ("finished", None)
+    rows = metric_rows(db, "e2e")
+    per_step = {}
+    for step, opt_step, name, _ in rows:
+        if opt_step is None:
+            per_step.setdefault(name, set()).add(step)
+    for name in REQUIRED_METRICS:
+        assert name in per_step, f"{name} not recorded"
+    for name in ("train/reward", "train/grad_norm", "train/token_entropy", "train/response_length"):
+        assert per_step[name] == {1, 2, 3}, name
+    assert per_step["eval/accuracy"] == {0, 2, 3}  # at start, every 2 steps, at the end
+    # one optimizer step per GRPO step on-policy, kept with its own index
+    opt_steps = sorted({o for _, o, n, _ in rows if o is not None and n == "train/grad_norm"})
+    assert opt_steps == [0, 1, 2]
+    with sqlite3.connect(db) as conn:
+        evals = conn.execute("SELECT step, n, decoding, subset_hash, template_hash, grader FROM evalresult").fetchall()
+        samples = conn.execute("SELECT count(*) FROM sample WHERE kind = 'train'").fetchone()[0]
+        ckpts = conn.execute("SELECT step, path, deleted FROM checkpoint ORDER BY step").fetchall()
+    assert [e[0] for e in evals] == [0, 2, 3] and all(e[1] == 16 for e in evals)
+    assert json.loads(evals[0][2])["greedy"] is True and evals[0][5].startswith("math-verify")
+    assert samples == 3 * 4
+    # retention keeps the newest (and the best by eval accuracy); the final one is a loadable HF dir
+    final = [c for c in ckpts if c[0] == 3][0]
+    assert final[2] == 0 and (Path(final[1]) / "model.safetensors").exists()
+    assert (Path(final[1]) / "tokenizer.json").exists() and (Path(final[1]) / "trainer_state.pt").exists()
+
+
+def test_off_policy_run_takes_several_optimizer_steps(tiny_model_dir, tmp_path):
+    overrides = fast_overrides(tiny_model_dir, tmp_path, **{
+        "loop.n_grpo_steps": 2, "loop.epochs_per_rollout_batch": 2, "loop.train_batch_size": 8,
+        "loop.gradient_accumulation_steps": 2, "eval.at_start": "false"})
+    out = run_cli(DIGIT_TRAIN + ["train", *overrides, "name=offp"], tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = metric_rows(tmp_path / "registry.db", "offp")
+    opt_steps = sorted({o for _, o, n, _ in rows if o is not None and n == "train/grad_norm"})
+    assert opt_steps == list(range(8))  # 2 GRPO steps x (2 epochs x 16 rollouts / 8 per batch)
+    ratios = [v for _, o, n, v in rows if o is not None and n == "train/ratio_mean"]
+    assert ratios and any(abs(r - 1.0) > 1e-6 for r in ratios)  # later updates are off-policy
+
+
+def _wait_for_step(db: Path, name: str, step: int, proc: subprocess.Popen, timeout: float = 240) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        assert proc.poll() is None, proc.stderr.read()[-2000:]
+        if db.exists():
+            try:
+                with sqlite3.connect(db) as conn:
+                    row = conn.execute("SELECT last_step FROM run WHERE name = ?", (name,)).fetchone()
+                if row and row[0] >= step:
+                    return
+            except sqlite3.OperationalError:
+                pass
+        time.sleep(0.2)
+    raise AssertionError(f"run {name} never reached step {step}")
+
+
+@pytest.mark.slow
+def test_sigkilled_run_resumes_to_the_same_result(tiny_model_dir, tmp_path):
+    overrides = fast_overrides(tiny_model_dir, tmp_path, **{"loop.n_grpo_steps": 7, "checkpoint.every": 3,
+                                                            "checkpoint.keep_last": 1})
+    straight = run_cli(DIGIT_TRAIN + ["train", *overrides, "name=straight"], tmp_path)
+    assert straight.returncode == 0, straight.stderr[-2000:]
+
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen(DIGIT_TRAIN + ["train", *overrides, "name=killed"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    db = tmp_path / "registry.db"
+    _wait_for_step(db, "killed", 5, proc)  # past the step-3 checkpoint, before the end
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert run_status(db, "killed")[0] == "running"  # nobody marked it: it died
+
+    resumed = run_cli(DIGIT_TRAIN + ["train", "--resume", "killed"], tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert run_status(db, "killed") == ("finished", None)
+
+    def comparable(rows):
+        return [(s, o, n, v) for s, o, n, v in rows if not n.startswith(("time/", "mem/"))]
+
+    a, b = comparable(metric_rows(db, "straight")), comparable(metric_rows(db, "killed"))
+    keys_b = [(s, o, n) for s, o, n, _ in b]
+    assert len(keys_b) == len(set(keys_b)), "duplicate metric rows after resume"
+    assert [(s, o, n) for s, o, n, _ in a] == keys_b, "steps differ (gaps or extra rows)"
+    assert sorted({s for s, _, _, _ in b}) == list(range(0, 8))
+    for (s, o, n, va), (_, _, _, vb) in zip(a, b):
+        assert va == pytest.approx(vb, rel=1e-5, abs=1e-6), (s, o, n)
+
+
+def test_nan_loss_marks_run_diverged(tiny_model_dir, tmp_path):
+    # An absurd learning rate blows the weights up on the first update; the next loss is nan.
+    overrides = fast_overrides(tiny_model_dir, tmp_path, **{"optimizer.lr": 1e30, "optimizer.max_grad_norm": 1e30,
+                                                            "loop.n_grpo_steps": 4, "checkpoint.every": 1})
+    out = run_cli(DIGIT_TRAIN + ["train", *overrides, "name=boom"], tmp_path)
+    assert out.returncode == 1
+    status, error = run_status(tmp_path / "registry.db", "boom")
+    assert status == "diverged" and "non-finite" in error
+    with sqlite3.connect(tmp_path / "registry.db") as conn:
+        steps = [r[0] for r in conn.execute("SELECT step FROM checkpoint WHERE deleted = 0")]
+    assert steps and max(steps) == 1  # the last good checkpoint is kept
+
+
+@pytest.mark.parametrize("args, message", [
+    (["train", "foo=1"], "unknown config key 'foo'"),
+    (["train", "lr=abc"], "optimizer.lr"),
+    (["train", "rollout.group_size=3"], "divisible"),
+    (["train", "loss=bogus"], "not one of"),
+    (["train", "nonexistent.yaml"], "no config file"),
+    (["train", "--resume", "nope"], "no registry"),
+    (["eval", "/nonexistent/dir"], "not a model directory"),
+    (["train", "--bogus-flag"], "No such option"),
+])
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, message):
+    out = run_cli(grpoctl_cmd(*args), tmp_path, timeout=60)
+    assert out.returncode == 2, out
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], out.stderr
+    assert "Traceback" not in out.stderr
+    assert list(tmp_path.iterdir()) == []  # no registry.db, no outputs/
+
+
+def test_dry_run_prints_sizes_without_writing(tmp_path):
+    out = run_cli(grpoctl_cmd("train", str(REPO / "experiments" / "tiny.yaml"), "--dry-run"), tmp_path, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "optimizer steps per GRPO step" in out.stdout.lower() or "optimizer_steps" in out.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_default_eval_set_is_held_out_from_training_and_warm_start():
+    from grpoctl.config import load_config
+    from grpoctl.data import split_of
+    from grpoctl.train.setup import load_run_data
+
+    for seed in (0, 1, 2):
+        data = load_run_data(load_config(None, [f"seed={seed}"]))
+        assert len(data.eval) >= 256
+        train_questions = {ex.question for ex in data.train}
+        assert not train_questions & {ex.question for ex in data.eval}
+        # the warm-start draws only from the train split, so it never sees these either
+        assert all(split_of(ex.question) == "eval" for ex in data.eval)
+        again = load_run_data(load_config(None, [f"seed={seed}"]))
+        assert [ex.id for ex in again.eval] == [ex.id for ex in data.eval]  # deterministic subset
