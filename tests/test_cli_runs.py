@@ -70,7 +70,7 @@ def project(tmp_path):
 def test_list_shows_every_run_with_headline_figures(project):
     result = grpoctl("runs", "list", cwd=project)  # ./registry.db by default
     assert result.returncode == 0, result.stderr
-    for text in ("3 runs", "ablation-lr3", "ablation-lr1", "solo", "finished", "3/4", "0.375",
+    for text in ("3 runs", "ablation-lr3", "ablation-lr1", "solo", "finished", "2/4", "0.375",
                  "0.500"):
         assert text in result.stdout
     only = grpoctl("runs", "list", "--group", "ablation", "--status", "finished", cwd=project)

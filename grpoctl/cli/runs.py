@@ -89,15 +89,20 @@ def _status(run: Run, now: datetime | None = None) -> Text:
 
 
 def _progress(run: Run) -> str:
-    return f"{run.last_step + 1}/{run.total_steps}"
+    # GRPO steps count from 1; step 0 holds only the eval before training.
+    return f"{max(run.last_step, 0)}/{run.total_steps}"
 
 
 def _eval_accuracy(registry: Registry, run: Run, last: dict[str, float]) -> float | None:
-    """The latest stored eval, else the last `eval/accuracy` the trainer logged."""
+    """The last `eval/accuracy` the trainer logged, else the latest stored eval.
+
+    The trainer's own evals come first: a later `grpoctl eval` of a checkpoint on other
+    data is linked to the run too, but is not the run's headline figure.
+    """
+    if EVAL_METRIC in last:
+        return last[EVAL_METRIC]
     evals = registry.evals(run.id)
-    if evals:
-        return evals[-1].accuracy
-    return last.get(EVAL_METRIC)
+    return evals[-1].accuracy if evals else None
 
 
 def _first(values: dict[str, float], names: tuple[str, ...]) -> float | None:
