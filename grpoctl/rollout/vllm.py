@@ -1,0 +1,243 @@
+"""Rollouts from vLLM, colocated with the policy in the trainer's own process.
+
+The engine is built from the same model directory as the policy and lives in this
+process (VLLM_ENABLE_V1_MULTIPROCESSING=0), so its worker, and the worker's model, are
+reachable with plain Python calls: a weight sync is a copy from the policy's
+parameters into vLLM's, with no serialization and no second process.
+
+Three things the trainer relies on, each easy to get silently wrong:
+
+- Token ids come back exactly as vLLM sampled them (prompt ids from the request
+  output, completion ids as sampled). The response ends at the token that completes a
+  stop string (vLLM drops whatever it sampled after it) or at EOS, both kept.
+- After every weight sync the prefix cache is reset. Every r1_zero prompt shares a long
+  prefix whose KV blocks vLLM caches across calls; they were computed with the old
+  weights, and vLLM leaves invalidating them to the caller. Skipped, the engine would
+  sample from a mixture of old and new policies with no error anywhere
+  (tests/test_vllm_backend.py shows the log-prob mismatch).
+- Sleep mode (CUDA only): `before_training()` frees vLLM's weights and KV cache so the
+  backward pass can use that memory; `sync_weights()` wakes the weights, copies the
+  policy in, resets the prefix cache and only then re-allocates the KV cache, so the
+  two never have to fit at the same time as the trainer's cached blocks.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import time
+
+from grpoctl.rollout.base import Rollouts, SamplingSettings
+
+log = logging.getLogger("grpoctl")
+
+
+def _in_process_engine() -> None:
+    # Read by vLLM when the engine is built; with multiprocessing the worker (and the
+    # model we copy weights into) would live in a child process out of reach.
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    # Read when vllm is first imported. Its INFO lines would drown the trainer's live
+    # view; export VLLM_LOGGING_LEVEL=INFO to see them.
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+
+
+def vllm_available() -> tuple[bool, str]:
+    """(True, version) when vLLM imports here, else (False, why) in one line."""
+    _in_process_engine()
+    try:
+        import vllm
+    except Exception as exc:  # ImportError, but also broken CUDA/torch pairings
+        first_line = (str(exc).splitlines() or [""])[0]
+        return False, f"{type(exc).__name__}: {first_line}"
+    return True, f"vllm {getattr(vllm, '__version__', '?')}"
+
+
+def _engine_dtype(model_dtype: str, on_gpu: bool) -> str:
+    """The policy's dtype, so that synced weights mean the same numbers in both."""
+    if model_dtype == "auto":
+        return "bfloat16" if on_gpu else "float32"
+    return model_dtype
+
+
+def _reload_in_worker(worker, weights) -> None:
+    """Runs inside vLLM's worker: copy `weights` ((name, tensor) pairs) into its model.
+
+    `reload_weights` takes checkpoint-format names (the Hugging Face ones, which the
+    policy's named_parameters are) and redoes the per-layer post-processing (fused
+    qkv/gate_up layouts, CPU weight packing). A bare `model.load_weights` skips it, and
+    fails on CPU, where loading packed the linear weights away into kernel buffers.
+    """
+    from vllm.config import set_current_vllm_config
+
+    worker.reload_weights(weights_iterator=weights)
+    model = worker.model_runner.get_model()
+    lm_head = getattr(model, "lm_head", None)
+    embed = getattr(getattr(model, "model", None), "embed_tokens", None)
+    tied = lm_head is not None and embed is not None and lm_head.weight is embed.weight
+    if tied and hasattr(lm_head, "quant_method"):
+        # With tied embeddings the checkpoint has no lm_head.weight, so the reload
+        # processes only the embedding. On CPU the lm_head multiplies with a packed
+        # copy of that weight made at load time, which would keep the OLD values:
+        # repack it from the (updated, shared) weight. Elsewhere this is a no-op.
+        with set_current_vllm_config(worker.vllm_config):
+            lm_head.quant_method.process_weights_after_loading(lm_head)
+
+
+def _repeat_rows(r: Rollouts, n: int) -> Rollouts:
+    def rep(rows):
+        return [list(row) if isinstance(row, list) else row for row in rows for _ in range(n)]
+
+    return Rollouts(rep(r.prompt_ids), rep(r.response_ids), rep(r.response_texts), rep(r.truncated))
+
+
+class VLLMRolloutBackend:
+    name = "vllm"
+
+    def __init__(self, model_dir: str, cfg):
+        _in_process_engine()
+        import torch
+        from vllm import LLM
+        from vllm.platforms import current_platform
+
+        v = cfg.rollout.vllm
+        self.on_gpu = current_platform.is_cuda_alike()
+        self.sleep_level = int(v.sleep_level)
+        self.sleep_mode = bool(v.sleep_mode) and self.on_gpu
+        if v.sleep_mode and not self.on_gpu:
+            log.info("vLLM sleep mode is off: it needs CUDA, and this vLLM runs on %s", current_platform.device_type)
+        if not self.on_gpu:
+            # vLLM's CPU runner rewinds a per-request generator with set_offset when it
+            # drops the token sampled for a partly prefilled prompt, which CPU
+            # generators do not support: seeded requests crash once prompts are
+            # chunked. On CPU sampling follows the engine's seed instead.
+            log.info("vLLM on CPU: per-request seeds are off; sampling follows the engine seed (seed=%s)", cfg.seed)
+
+        kwargs = dict(
+            model=str(model_dir),
+            tokenizer=str(model_dir),
+            dtype=_engine_dtype(cfg.model.dtype, self.on_gpu),
+            seed=int(cfg.seed),
+            enable_prefix_caching=bool(v.enable_prefix_caching),
+            max_model_len=int(v.max_model_len),
+        )
+        if self.on_gpu:
+            kwargs.update(gpu_memory_utilization=float(v.gpu_memory_utilization), enable_sleep_mode=self.sleep_mode)
+        else:
+            # On CPU the KV cache is ordinary process memory: give it a fixed size
+            # (the modern spelling of VLLM_CPU_KVCACHE_SPACE, which also takes
+            # fractions of a GiB; an explicitly exported VLLM_CPU_KVCACHE_SPACE wins).
+            kwargs.update(kv_cache_memory_bytes=int(float(v.cpu_kvcache_space_gb) * 2**30))
+
+        t0 = time.perf_counter()
+        self.llm = LLM(**kwargs)
+        self.start_seconds = time.perf_counter() - t0
+        self._torch = torch
+        self._sleeping = False
+
+    # ------------------------------------------------------------------ generation
+
+    def _sampling_params(self, n: int, sampling: SamplingSettings, seed: int | None, logprobs: bool):
+        from vllm import SamplingParams
+
+        return SamplingParams(
+            n=n,
+            temperature=0.0 if sampling.greedy else sampling.temperature,
+            top_p=1.0 if sampling.greedy else sampling.top_p,
+            min_tokens=sampling.min_tokens,
+            max_tokens=sampling.max_tokens,
+            stop=list(sampling.stop),
+            include_stop_str_in_output=True,  # the reward reads the closing tag
+            seed=seed,
+            # 0 = the sampled token's own log-prob and no alternatives. vLLM's default
+            # logprobs_mode is raw_logprobs (before temperature/top-p), i.e. the
+            # policy's log-probs; at temperature 1, top_p 1 the two coincide anyway.
+            logprobs=0 if logprobs else None,
+        )
+
+    def generate_with_logprobs(
+        self, prompts: list[str], n: int, sampling: SamplingSettings, seed: int, logprobs: bool = True
+    ) -> tuple[Rollouts, list[list[float]] | None]:
+        """`generate`, plus vLLM's log-prob of each sampled response token (same shape as response_ids)."""
+        if self._sleeping:
+            raise RuntimeError("the vLLM engine is asleep since before_training(): call sync_weights(model) first")
+        if sampling.greedy and n > 1:
+            # vLLM refuses n > 1 with greedy decoding; the n copies would be identical anyway.
+            one, lps = self.generate_with_logprobs(prompts, 1, sampling, seed, logprobs)
+            return _repeat_rows(one, n), (None if lps is None else [row for row in lps for _ in range(n)])
+        if self.on_gpu:
+            # One seed per prompt; vLLM gives the n samples of a request seed, seed+1,
+            # ..., seed+n-1, so prompt i starts at base + i*n and no two rows share one.
+            base = (int(seed) * 1_000_003) % 2**31
+            params = [self._sampling_params(n, sampling, base + i * n, logprobs) for i in range(len(prompts))]
+        else:
+            params = self._sampling_params(n, sampling, None, logprobs)
+        outputs = self.llm.generate(list(prompts), params, use_tqdm=False)
+
+        prompt_ids, response_ids, texts, truncated, lps = [], [], [], [], []
+        for request in outputs:  # in prompt order
+            for sample in sorted(request.outputs, key=lambda c: c.index):
+                prompt_ids.append(list(request.prompt_token_ids))
+                response_ids.append(list(sample.token_ids))
+                texts.append(sample.text)
+                truncated.append(sample.finish_reason == "length")
+                if logprobs:
+                    lps.append([step[token].logprob for step, token in zip(sample.logprobs, sample.token_ids)])
+        rollouts = Rollouts(prompt_ids, response_ids, texts, truncated)
+        return rollouts, (lps if logprobs else None)
+
+    def generate(self, prompts: list[str], n: int, sampling: SamplingSettings, seed: int) -> Rollouts:
+        return self.generate_with_logprobs(prompts, n, sampling, seed, logprobs=False)[0]
+
+    # ------------------------------------------------------------------ weights
+
+    def push_weights(self, model) -> None:
+        """Copy the policy's parameters into vLLM's model, and nothing else.
+
+        Callers want `sync_weights`, which also resets the prefix cache; this step is
+        public so that the test can show what a sync without that reset serves.
+        named_parameters() lists a tied lm_head once, as the embedding, which is what
+        vLLM's loader expects (it skips lm_head.weight for tied models).
+        """
+        with self._torch.no_grad():
+            weights = ((name, p.detach()) for name, p in model.named_parameters())
+            self.llm.collective_rpc(_reload_in_worker, args=(weights,))
+
+    def reset_prefix_cache(self) -> None:
+        if not self.llm.reset_prefix_cache():
+            # vLLM refuses while requests are running; between steps none are.
+            raise RuntimeError("vLLM refused to reset its prefix cache (requests still running?)")
+
+    def sync_weights(self, model) -> float:
+        """Make the engine sample from `model`'s current weights; seconds spent."""
+        t0 = time.perf_counter()
+        if self._sleeping:
+            # The trainer's freed blocks are still cached by PyTorch's allocator; hand
+            # them back so vLLM's pool can map its weights (then its KV cache) again.
+            self._torch.cuda.empty_cache()
+            self.llm.wake_up(tags=["weights"])
+        self.push_weights(model)
+        self.reset_prefix_cache()
+        if self._sleeping:
+            self.llm.wake_up(tags=["kv_cache"])
+            self._sleeping = False
+        if self.on_gpu:
+            self._torch.cuda.synchronize()
+        return time.perf_counter() - t0
+
+    def before_training(self) -> None:
+        """Sleep mode: offload (level 1) or drop (level 2) vLLM's weights, drop its KV cache."""
+        if self.sleep_mode and not self._sleeping:
+            self.llm.sleep(level=self.sleep_level)
+            self._sleeping = True
+
+    def close(self) -> None:
+        llm = getattr(self, "llm", None)
+        if llm is None:
+            return
+        llm.llm_engine.engine_core.shutdown()
+        self.llm = None
+        del llm
+        gc.collect()
+        if self.on_gpu:
+            self._torch.cuda.empty_cache()
