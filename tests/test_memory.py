@@ -1,0 +1,188 @@
+"""Memory: the estimate's components derived by hand for Qwen2.5-Math-1.5B under both GPU
+presets, its activation factor checked against what autograd really saves, gradient
+checkpointing's equivalence on CPU, and the CPU tracker."""
+
+import pytest
+import torch
+
+from grpoctl.config import load_config
+from grpoctl.train.memory import (
+    GiB,
+    KNOWN_CONFIGS,
+    MemoryTracker,
+    activation_bytes_per_token_layer,
+    arch_from_hf_config,
+    arch_from_model_path,
+    estimate_peak_memory,
+    estimate_prompt_tokens,
+)
+
+QWEN = arch_from_hf_config(KNOWN_CONFIGS["Qwen/Qwen2.5-Math-1.5B"])
+P = 1_543_714_304  # parameters, derived below
+SEQ = 368 + 1024  # prompt allowance + rollout.max_tokens
+DEVICE_24 = 24 * GiB
+
+
+def test_qwen_math_1_5b_parameter_count():
+    h, i, v, kv = 1536, 8960, 151_936, 2 * 128  # kv: 2 KV heads x head_dim 128
+    attention = h * h + h + 2 * (h * kv + kv) + h * h  # q (+bias), k and v (+bias), o
+    layer = attention + 3 * h * i + 2 * h  # SwiGLU + two RMSNorm weights
+    assert v * h + 28 * layer + h == P  # tied embeddings: no separate lm_head
+    assert QWEN.num_params() == P
+    assert abs(P - 1.54e9) / 1.54e9 < 0.01
+
+
+def test_tiny_arch_counts_the_real_model(tmp_path):
+    from grpoctl.tiny.model import create_tiny_model_dir
+    from transformers import AutoModelForCausalLM
+
+    cfg = load_config()
+    path = create_tiny_model_dir(tmp_path / "tiny")
+    model = AutoModelForCausalLM.from_pretrained(path)
+    real = sum(p.numel() for p in model.parameters())
+    assert arch_from_model_path("tiny", cfg.model.tiny).num_params() == real
+    assert arch_from_model_path(str(path)).num_params() == real
+
+
+# Per token and layer, bf16 (b = 2), h = 1536, kv_dim = 256, I = 8960, 12 heads:
+#   norms      2 x (4h fp32 input + 2h output) + 2 x 4 rstd            = 18,440
+#   attention  2h qkv input + 2h q + 2 x 2 x 256 k,v + 2h out + 4 x 12 = 10,288
+#   MLP        2h input + 4 x 2I (gate, silu, up, product)              = 74,752
+LAYER = 103_480
+FINAL = 4 * 1536 + 2 * 2 * 1536 + 4  # final norm (fp32 input, output) + lm_head input
+
+
+def test_activation_factor_by_hand():
+    assert activation_bytes_per_token_layer(QWEN, 2) == 18_440 + 10_288 + 74_752 == LAYER
+
+
+def test_rtx4090_preset_components():
+    cfg = load_config("experiments/rtx4090.yaml")
+    e = estimate_peak_memory(QWEN, cfg, device_total_bytes=DEVICE_24, prompt_tokens=368)
+    assert (e.device, e.dtype, e.microbatch, e.seq_len) == ("cuda", "bfloat16", 1, SEQ)
+    assert e["weights"] == e["gradients"] == 2 * P
+    assert e["optimizer states"] == int(P * (2 + 8 / 256))  # uint8 m, v + fp32 absmax per 256
+    # checkpointing: 28 layer inputs (2h each) + one layer rebuilt in backward
+    assert e["activations (ckpt)"] == SEQ * (28 * 2 * 1536 + LAYER + FINAL)
+    assert e["logits"] == SEQ * 151_936 * 10  # bf16 2 + fp32 upcast 4 + fp32 grad 4
+    assert e["vLLM pool"] == int(0.3 * DEVICE_24)
+    assert e["vLLM asleep"] == GiB and e["runtime overhead"] == GiB
+    rollout = 2 * P + int(P * (2 + 8 / 256)) + int(0.3 * DEVICE_24) + GiB
+    backward = 4 * P + int(P * (2 + 8 / 256)) + SEQ * (28 * 2 * 1536 + LAYER + FINAL) + SEQ * 151_936 * 10 + 2 * GiB
+    assert e.phase_bytes("rollout") == rollout and e.phase_bytes("backward") == backward
+    assert e.total == max(rollout, backward) < DEVICE_24  # ~14.0 GiB: fits the 24 GB card
+
+
+def test_h100_preset_components():
+    cfg = load_config("experiments/h100.yaml")
+    e = estimate_peak_memory(QWEN, cfg, device_total_bytes=80 * GiB, prompt_tokens=368)
+    assert e.microbatch == 4
+    assert e["optimizer states"] == 2 * 2 * P  # AdamW m, v in bf16
+    assert e["optimizer temporaries"] == 2 * P
+    assert e["activations"] == 4 * SEQ * (28 * LAYER + FINAL)  # ~15 GiB
+    assert e["logits"] == 4 * SEQ * 151_936 * 10
+    backward = 2 * P + 2 * P + 4 * P + 4 * SEQ * (28 * LAYER + FINAL) + 4 * SEQ * 151_936 * 10 + 2 * GiB
+    assert e.phase_bytes("backward") == backward == e.total  # ~36.5 GiB
+    assert e.total < 80 * GiB
+    assert estimate_peak_memory(QWEN, cfg, device_total_bytes=DEVICE_24, prompt_tokens=368).total > DEVICE_24
+
+
+def test_without_the_tricks_the_24gb_card_overflows():
+    """The seed's first attempt: defaults (no checkpointing, AdamW, no sleep) at microbatch 1."""
+    cfg = load_config("experiments/rtx4090.yaml", [
+        "model.gradient_checkpointing=false", "optimizer.name=adamw", "rollout.vllm.sleep_mode=false"])
+    assert estimate_peak_memory(QWEN, cfg, device_total_bytes=DEVICE_24, prompt_tokens=368).total > DEVICE_24
+
+
+def test_8bit_adamw_saves_almost_half_not_4x_and_fp32_master_option():
+    cfg = load_config("experiments/rtx4090.yaml")
+    eight = estimate_peak_memory(QWEN, cfg, DEVICE_24, prompt_tokens=368)["optimizer states"]
+    cfg = load_config("experiments/rtx4090.yaml", ["optimizer.name=adamw"])
+    bf16 = estimate_peak_memory(QWEN, cfg, DEVICE_24, prompt_tokens=368)
+    assert 0.5 < eight / bf16["optimizer states"] < 0.52
+    master = estimate_peak_memory(QWEN, cfg, DEVICE_24, prompt_tokens=368, fp32_master_weights=True)
+    assert master["optimizer states"] == 12 * P
+    assert master["weights"] + master["gradients"] + master["optimizer states"] == 16 * P
+    assert bf16["weights"] + bf16["gradients"] + bf16["optimizer states"] == 8 * P
+
+
+def test_dry_run_fits_or_warns():
+    from grpoctl.train.dry_run import describe_dry_run
+
+    rtx = describe_dry_run(load_config("experiments/rtx4090.yaml"), device_total_bytes=DEVICE_24)
+    assert "fits: estimated peak" in rtx and "WARNING" not in rtx
+    assert "gradient_accumulation_steps: 256" in rtx and "microbatch_size: 1" in rtx
+    h100 = describe_dry_run(load_config("experiments/h100.yaml"), device_total_bytes=DEVICE_24)
+    assert "WARNING: estimated peak" in h100 and "model.gradient_checkpointing=true" in h100
+    assert "fits" in describe_dry_run(load_config("experiments/h100.yaml"), device_total_bytes=80 * GiB)
+
+
+def test_prompt_allowance():
+    from grpoctl.prompts import load_template
+
+    assert estimate_prompt_tokens(load_config()) == len(load_template("r1_zero_compact")) + 16
+    assert estimate_prompt_tokens(load_config("experiments/rtx4090.yaml")) == -(-449 // 4) + 256
+
+
+@pytest.mark.parametrize("dtype,b", [(torch.bfloat16, 2), (torch.float32, 4)])
+def test_activation_factor_matches_what_autograd_saves(dtype, b):
+    """Count the bytes autograd keeps for backward, per token and layer, in a small Qwen2."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    def saved_bytes(layers):
+        config = Qwen2Config(vocab_size=300, hidden_size=256, intermediate_size=1024, num_attention_heads=4,
+                             num_key_value_heads=2, num_hidden_layers=layers, tie_word_embeddings=True)
+        torch.manual_seed(0)
+        model = Qwen2ForCausalLM(config).to(dtype).train()
+        params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+        seen = {}
+
+        def pack(t):
+            ptr = t.untyped_storage().data_ptr()
+            if ptr not in params:
+                seen[ptr] = t.untyped_storage().nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            model.model(torch.randint(0, 300, (2, 32)))
+        return sum(seen.values())
+
+    per_layer = (saved_bytes(3) - saved_bytes(1)) / (2 * 2 * 32)
+    small = arch_from_hf_config(dict(model_type="qwen2", hidden_size=256, intermediate_size=1024, num_attention_heads=4,
+                                     num_key_value_heads=2, num_hidden_layers=1, vocab_size=300))
+    assert per_layer == activation_bytes_per_token_layer(small, b)
+
+
+def test_gradient_checkpointing_same_loss_and_gradients():
+    from grpoctl.tiny.model import build_model, build_tokenizer
+
+    tokenizer = build_tokenizer()
+    ids = torch.randint(2, len(tokenizer), (4, 24), generator=torch.Generator().manual_seed(0))
+    results = []
+    for ckpt in (False, True):
+        model = build_model(tokenizer, seed=0).train()  # Qwen2 configs have dropout 0
+        if ckpt:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        loss = model(ids, labels=ids).loss
+        loss.backward()
+        results.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+    (loss_a, grads_a), (loss_b, grads_b) = results
+    assert torch.equal(loss_a, loss_b)
+    for name in grads_a:
+        torch.testing.assert_close(grads_a[name], grads_b[name], rtol=1e-5, atol=1e-7)
+
+
+def test_cpu_tracker_reports_phase_peaks():
+    tracker = MemoryTracker("cpu")
+    tracker.start_step()
+    block = torch.ones(64 * 2**20, dtype=torch.uint8)  # 64 MiB, touched
+    del block
+    first = tracker.boundary("rollout")
+    assert set(first) == {"mem/peak_after_rollout", "mem/reserved_after_rollout", "mem/device_free_after_rollout"}
+    assert first["mem/peak_after_rollout"] >= first["mem/reserved_after_rollout"] > 0
+    second = tracker.boundary("optimizer")
+    assert tracker.step_peak() == max(first["mem/peak_after_rollout"], second["mem/peak_after_optimizer"])
+    import sys
+
+    if sys.platform.startswith("linux"):  # per-phase peaks: the 64 MiB block belongs to the first phase only
+        assert first["mem/peak_after_rollout"] - second["mem/peak_after_optimizer"] > 32
