@@ -1,0 +1,338 @@
+"""What a sweep asks for: value specs (`1e-6..1e-4`) and ablation files, as a plan of runs.
+
+A plan is worked out completely before anything is launched or written: every variant's
+config is resolved with `load_config` and hashed, so a typo in the fifth variant is
+reported before the first one starts, and the registry knows each member by the hash of
+what it computes (not by its name).
+
+Each variant is a list of dotted `key=value` overrides on top of one base config file,
+exactly what the child process gets on its command line:
+
+    python -m grpoctl train experiments/h100.yaml loop.n_grpo_steps=100 optimizer.lr=3e-05 ...
+
+The parent hashes `load_config(base, overrides)` with those same strings, so the parent
+and the child cannot disagree about which config a run has.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from grpoctl.config import config_hash, load_config, resolve_key
+from grpoctl.errors import UserError
+
+# --------------------------------------------------------------------------- value specs
+
+
+def parse_values(spec: str) -> list[Any]:
+    """`a..b` (the 1-3-10 log series), `a..b:n` (n log-spaced points) or `a,b,c`."""
+    text = spec.strip()
+    if not text:
+        raise UserError("empty --values: give a..b, a..b:n or a,b,c")
+    if ".." in text:
+        return _parse_range(text)
+    items = [item.strip() for item in text.split(",")]
+    if any(item == "" for item in items):
+        raise UserError(f"--values {spec!r} has an empty item")
+    values = [parse_scalar(item) for item in items]
+    if len(set(map(repr, values))) != len(values):
+        raise UserError(f"--values {spec!r} repeats a value")
+    return values
+
+
+def parse_scalar(text: str) -> Any:
+    """A number, a boolean or a string, as a user typing `a,b,c` means it."""
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _parse_range(spec: str) -> list[float | int]:
+    body, _, count = spec.partition(":")
+    lo_text, _, hi_text = body.partition("..")
+    lo, hi = _bound(lo_text, spec), _bound(hi_text, spec)
+    if lo <= 0 or hi <= 0:
+        raise UserError(f"--values {spec!r}: a log-spaced range needs positive bounds")
+    if lo >= hi:
+        hint = f" (write {hi_text.strip()}..{lo_text.strip()})" if lo > hi else ""
+        raise UserError(f"--values {spec!r}: the range must go upward{hint}")
+    integers = _looks_int(lo_text) and _looks_int(hi_text)
+    if count:
+        try:
+            n = int(count)
+        except ValueError:
+            raise UserError(f"--values {spec!r}: the point count after ':' must be an integer") from None
+        if n < 2:
+            raise UserError(f"--values {spec!r}: a range needs at least 2 points (use a single value instead)")
+        values = [lo * (hi / lo) ** (i / (n - 1)) for i in range(n)]
+        values = [_round(v, 3) for v in values]
+    else:
+        values = one_three_series(lo, hi)
+    if integers:
+        values = sorted({int(round(v)) for v in values})
+    return values
+
+
+def _bound(text: str, spec: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise UserError(f"--values {spec!r}: {text.strip() or 'an empty bound'!r} is not a number") from None
+
+
+def _looks_int(text: str) -> bool:
+    return re.fullmatch(r"\s*\d+\s*", text) is not None
+
+
+def one_three_series(lo: float, hi: float) -> list[float]:
+    """lo, then the 1 and 3 of each decade strictly inside (lo, hi), then hi.
+
+    1e-6..1e-4 -> 1e-6, 3e-6, 1e-5, 3e-5, 1e-4: the spacing learning-rate sweeps use,
+    about half a decade per step.
+    """
+    values = [_round(lo)]
+    decade = math.floor(math.log10(lo))
+    while 10.0**decade <= hi:
+        for mantissa in (1, 3):
+            v = _round(mantissa * 10.0**decade)
+            if lo < v < hi and not math.isclose(v, lo) and not math.isclose(v, hi):
+                values.append(v)
+        decade += 1
+    values.append(_round(hi))
+    return values
+
+
+def _round(value: float, digits: int = 6) -> float:
+    # 3 * 1e-6 is 3.0000000000000004e-06 in binary; the label and the config want 3e-06.
+    return float(f"{value:.{digits}g}")
+
+
+def format_value(value: Any) -> str:
+    """How a value reads in a label or a run name: 3e-5, 0.2, true, grpo_clip."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if value != 0 and abs(value) < 0.01:
+            mantissa, exponent = f"{value:.6e}".split("e")
+            mantissa = mantissa.rstrip("0").rstrip(".")
+            return f"{mantissa}e{int(exponent)}"
+        return f"{value:g}"
+    return str(value)
+
+
+def override_text(value: Any) -> str:
+    """The right-hand side of `key=value` that reads back as `value`."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, float) and float(format_value(value)) == value:
+        return format_value(value)  # 3e-5 reads better on a command line than 3e-05
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, dict)):
+        return json.dumps(value)
+    text = str(value)
+    # "true", "null", "1e-5" or "a: b" would read back as something else: quote them.
+    try:
+        same = yaml.safe_load(text) == text
+    except yaml.YAMLError:
+        same = False
+    return text if same else json.dumps(text)
+
+
+def safe_name(text: str) -> str:
+    """Keep run names usable as directory and log file names everywhere."""
+    return re.sub(r"[^A-Za-z0-9._=+-]+", "_", text).strip("_") or "run"
+
+
+# --------------------------------------------------------------------------- plans
+
+
+@dataclass
+class Variant:
+    label: str  # "lr=3e-5" or "no_baseline"
+    seed: int
+    overrides: list[str]  # dotted key=value after the base config file
+    config_hash: str
+    run_name: str  # proposed; the launcher picks another if it is taken
+
+
+@dataclass
+class SweepPlan:
+    name: str
+    kind: str  # "sweep" (one parameter) or "ablation" (named variants)
+    base: str | None  # config file given to every run first (None: the defaults)
+    variants: list[Variant] = field(default_factory=list)
+    spec: dict = field(default_factory=dict)  # what was asked for, stored with the sweep
+
+    def train_args(self, variant: Variant, run_name: str | None = None) -> list[str]:
+        """The arguments after `grpoctl train` that start this variant as a new run."""
+        identity = [
+            f"name={run_name or variant.run_name}",
+            f"group={self.name}",
+            f"variant={override_text(variant.label)}",
+            "logging.live=false",  # children write to log files, the parent shows progress
+        ]
+        return ([self.base] if self.base else []) + variant.overrides + identity
+
+
+def _expand(name: str, kind: str, base: str | None, spec: dict,
+            labelled: list[tuple[str, list[str]]], seeds: list[int] | None) -> SweepPlan:
+    """Resolve and hash every (label, overrides) x seed; refuse duplicates."""
+    plan = SweepPlan(name=name, kind=kind, base=base, spec=spec)
+    seen: dict[str, str] = {}
+    for label, overrides in labelled:
+        for seed in seeds if seeds is not None else [None]:
+            full = overrides + ([f"seed={seed}"] if seed is not None else [])
+            try:
+                cfg = load_config(base, full)
+            except UserError as exc:
+                raise UserError(f"variant '{label}': {exc}") from None
+            digest = config_hash(cfg)
+            tag = f"{label} (seed {cfg.seed})"
+            if digest in seen:
+                raise UserError(f"variants {seen[digest]} and {tag} have the same config")
+            seen[digest] = tag
+            run_name = safe_name(f"{name}-{label}-s{cfg.seed}")
+            plan.variants.append(Variant(label, int(cfg.seed), full, digest, run_name))
+    return plan
+
+
+def parse_seeds(text: str | list | int | None) -> list[int] | None:
+    """`0,1,2`, a yaml list or one integer; None when not given."""
+    if text is None:
+        return None
+    items = text if isinstance(text, list) else str(text).split(",")
+    try:
+        seeds = [int(str(s).strip()) for s in items]
+    except ValueError:
+        raise UserError(f"seeds must be integers like 0,1,2, got {text!r}") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise UserError(f"seeds must be distinct integers like 0,1,2, got {text!r}")
+    return seeds
+
+
+def param_sweep(param: str, values: str, base: str | None = None, overrides: list[str] = (),
+                seeds: str | None = None, name: str | None = None) -> SweepPlan:
+    """`grpoctl sweep lr --values 1e-6..1e-4`: one variant per value (per seed)."""
+    path = resolve_key(param)
+    short = path.rsplit(".", 1)[-1] if param == path else param
+    name = name or f"{short}-sweep"
+    parsed = parse_values(values)
+    labelled = [
+        (f"{short}={format_value(v)}", list(overrides) + [f"{path}={override_text(v)}"])
+        for v in parsed
+    ]
+    spec = {"param": path, "values": values, "parsed": parsed, "base": base,
+            "overrides": list(overrides), "seeds": seeds}
+    return _expand(name, "sweep", base, spec, labelled, parse_seeds(seeds))
+
+
+# --------------------------------------------------------------------------- ablation files
+
+SPEC_KEYS = {"name", "base", "common", "seeds", "variants", "description"}
+
+
+def ablation(path: str | Path, overrides: list[str] = (), seeds: str | None = None,
+             name: str | None = None, base: str | None = None) -> SweepPlan:
+    """`grpoctl sweep experiments/NAME.yaml`: named variants, each a minimal diff.
+
+        name: baseline-ablation          # default: the file's stem
+        base: h100.yaml                  # relative to this file or the repo; or a mapping
+        common: {loop.n_grpo_steps: 100} # applied to every variant
+        steps: 100                       # any config key here joins `common`
+        seeds: [0, 1]
+        variants:
+          no_baseline: {loss.loss_type: no_baseline}
+          reinforce_with_baseline: {loss: {loss_type: reinforce_with_baseline}}
+
+    `overrides` (from the command line) apply to every variant, after `common`; `base`
+    replaces the file's base (e.g. run the H100 study with rtx4090.yaml).
+    """
+    path = Path(path)
+    data = _read_spec(path)
+    variants = data.get("variants")
+    if not isinstance(variants, dict) or not variants:
+        raise UserError(f"{path}: 'variants' must map each label to its config diff")
+
+    base_file, base_overrides = _base(data.get("base"), path, base)
+    common = dict(data.get("common") or {})
+    for key, value in data.items():
+        if key not in SPEC_KEYS:  # `steps: 100`, `lr: 3e-5`: shorthand for common keys
+            common[key] = value
+    shared = base_overrides + _diff_overrides(common, f"{path}: common") + list(overrides)
+
+    labelled = []
+    for label, diff in variants.items():
+        if diff is not None and not isinstance(diff, dict):
+            raise UserError(f"{path}: variant '{label}' must be a mapping of config keys")
+        labelled.append((str(label), shared + _diff_overrides(diff or {}, f"{path}: variant '{label}'")))
+
+    spec = {"file": str(path), **data, "overrides": list(overrides)}
+    if base:
+        spec["base"] = base
+    return _expand(name or str(data.get("name") or path.stem), "ablation", base_file, spec,
+                   labelled, parse_seeds(seeds if seeds is not None else data.get("seeds")))
+
+
+def _read_spec(path: Path) -> dict:
+    if not path.is_file():
+        raise UserError(f"no ablation spec at {path}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise UserError(f"{path}: invalid yaml ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a mapping with 'base' and 'variants'")
+    return data
+
+
+def _base(value: Any, spec_path: Path, replacement: str | None) -> tuple[str | None, list[str]]:
+    """The base config file to pass to every run, or overrides for an inline base."""
+    if replacement is not None:
+        value = replacement
+    if value is None:
+        return None, []
+    if isinstance(value, dict):
+        return None, _diff_overrides(value, f"{spec_path}: base")
+    for candidate in (spec_path.parent / str(value), Path(str(value))):
+        if candidate.is_file():
+            return str(candidate), []
+    raise UserError(f"{spec_path}: base config {value!r} not found next to the spec or in the current directory")
+
+
+def _diff_overrides(diff: dict, where: str) -> list[str]:
+    """{'loss': {'loss_type': 'x'}, 'lr': 1e-5} -> ['loss.loss_type=x', 'optimizer.lr=1e-05']."""
+    out: dict[str, str] = {}
+    for key, value in _leaves(diff):
+        try:
+            path = resolve_key(key)
+        except UserError as exc:
+            raise UserError(f"{where}: {exc}") from None
+        if path in out:
+            raise UserError(f"{where}: {path} is set twice")
+        out[path] = f"{path}={override_text(value)}"
+    return list(out.values())
+
+
+def _leaves(diff: dict, prefix: str = ""):
+    for key, value in diff.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            yield from _leaves(value, path + ".")
+        else:
+            yield path, value
