@@ -1,0 +1,377 @@
+"""`grpoctl compare`: the runs of a sweep side by side, in one table.
+
+One row per variant: only the config keys that differ between the runs, then the
+headline numbers (final and best eval accuracy with the step of the best, final response
+length, token entropy and gradient norm, seconds per step, peak memory), the status and
+the health flags. Runs of the same variant with different seeds fold into one row
+(mean ± sd); a single run's accuracy carries its binomial standard error
+sqrt(p(1-p)/n), about ±1.4 points at n = 1024, so a 1-point "win" reads as the noise it is.
+
+It has to be quick on a registry of hundreds of runs (it runs while sweeps train, and
+benchmarks/bench_compare.py holds it to a second for 100 runs x 200 steps x 30
+metrics, start-up included): rows come through SQLAlchemy Core, not the ORM, and only
+for the handful of metrics it shows; no pandas, no matplotlib, no torch, no omegaconf.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from statistics import mean, stdev
+from typing import Any
+
+from sqlalchemy import func, select
+
+from grpoctl.analysis.health import HEALTH_METRICS, Flag, Series, run_flags
+from grpoctl.errors import UserError
+from grpoctl.registry import EvalResult, Metric, Registry, Run, effective_status
+
+# The only metrics fetched whole (everything else is aggregated in SQL).
+SERIES_METRICS = HEALTH_METRICS
+# Keys that name or display a run rather than define it; seeds fold instead of differing.
+NOT_COMPARED = {"name", "group", "variant", "seed", "logging.live"}
+# What makes two evals comparable, and the config keys that would explain a difference.
+EVAL_FIELDS = {
+    "decoding": "eval.",
+    "subset_hash": "eval.subset",
+    "data_hash": "data.",
+    "template_hash": "prompt.template",
+    "grader": None,
+}
+
+
+@dataclass
+class RunData:
+    """One run with what compare needs of it."""
+
+    run: Run
+    status: str  # effective: "stale" for a running run that stopped heartbeating
+    config: dict[str, Any]  # flattened, minus NOT_COMPARED
+    fold: str  # hash of the config minus the seed: runs that differ only by seed share it
+    series: dict[str, Series] = field(default_factory=dict)
+    evals: list[tuple[int, float, int | None]] = field(default_factory=list)  # (step, accuracy, n)
+    eval_meta: list[dict] = field(default_factory=list)
+    s_per_step: float | None = None  # median of time/step
+    peak_mem: float | None = None
+    flags: list[Flag] = field(default_factory=list)
+
+
+@dataclass
+class Stat:
+    """A number for a row: one run's value, or the mean over its seeds."""
+
+    mean: float
+    sd: float | None = None  # across seeds (2+ runs)
+    se: float | None = None  # standard error: binomial for one run, of the mean for seeds
+    k: int = 1  # how many runs it summarizes
+
+
+@dataclass
+class Row:
+    label: str
+    runs: list[RunData]
+    config: dict[str, Any]  # short key -> value, only the keys that differ
+    values: dict[str, Stat]  # column key -> stat
+    status: str
+    flags: list[str]
+    best: bool = False
+
+
+@dataclass
+class CompareTable:
+    title: str
+    rows: list[Row]
+    keys: dict[str, str]  # full dotted key -> short name, the keys that differ
+    columns: list[tuple[str, str]]  # (column key, header) for the numbers
+    rank_by: str  # the column key that picks the best row
+    warnings: list[str] = field(default_factory=list)
+    at_step: int | None = None
+
+
+# --------------------------------------------------------------------------- which runs
+
+
+def resolve_runs(registry: Registry, refs: list[str]) -> tuple[str, list[Run], list[str]]:
+    """A sweep or group name, or run refs, to runs; also notes on what is missing."""
+    if not refs:
+        raise UserError("name a sweep, an ablation, a group or some runs to compare")
+    notes: list[str] = []
+    if len(refs) == 1:
+        try:
+            members = registry.sweep_members(refs[0])
+        except UserError:
+            members = None
+        if members is not None:
+            missing = [m.variant for m, run in members if run is None]
+            if missing:
+                notes.append(f"{len(missing)} of {len(members)} variants have no run yet: "
+                             + ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else ""))
+            return refs[0], [run for _, run in members if run is not None], notes
+    runs: dict[int, Run] = {}
+    for ref in refs:
+        group = registry.runs_in_group(ref)
+        if not group:
+            try:
+                group = [registry.get_run(ref)]
+            except UserError as exc:
+                if str(exc).startswith("no run named"):
+                    raise UserError(f"no sweep, group or run named '{ref}'") from None
+                raise
+        runs.update((r.id, r) for r in group)
+    return ", ".join(refs), list(runs.values()), notes
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+    # Same as grpoctl.config.flatten, repeated so compare does not import omegaconf.
+    out: dict[str, Any] = {}
+    for key, value in d.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _fetch(conn, query) -> list[tuple]:
+    """Rows of a Core query straight from the DBAPI cursor, as plain tuples.
+
+    SQLAlchemy's Row objects cost about a microsecond each, more than SQLite takes to
+    read the row: on 100 runs x 200 steps x 6 series that was most of compare's second.
+    """
+    compiled = query.compile(dialect=conn.dialect, compile_kwargs={"render_postcompile": True})
+    params = compiled.params
+    if compiled.positional:
+        params = [params[name] for name in compiled.positiontup]
+    cursor = conn.connection.dbapi_connection.cursor()
+    try:
+        cursor.execute(str(compiled), params)
+        return cursor.fetchall()
+    finally:
+        cursor.close()
+
+
+def _medians(ids: list[int], name: str):
+    """Median of a metric per run, in SQL (SQLite has no MEDIAN: rank the values with
+    window functions and average the middle one or two)."""
+    ranked = select(
+        Metric.run_id, Metric.value,
+        func.row_number().over(partition_by=Metric.run_id, order_by=Metric.value).label("rank"),
+        func.count().over(partition_by=Metric.run_id).label("n"),
+    ).where(Metric.run_id.in_(ids), Metric.name == name, Metric.opt_step.is_(None),
+            Metric.value.is_not(None)).subquery()
+    middle = ranked.c.rank.in_([(ranked.c.n + 1) // 2, (ranked.c.n + 2) // 2])
+    return select(ranked.c.run_id, func.avg(ranked.c.value)).where(middle).group_by(ranked.c.run_id)
+
+
+def load_run_data(registry: Registry, runs: list[Run], extra_metric: str | None = None) -> list[RunData]:
+    """Configs, the health series, evals, s/step and peak memory of `runs`."""
+    data = {}
+    for run in runs:
+        config = {k: v for k, v in flatten(json.loads(run.config)).items() if k not in NOT_COMPARED}
+        fold = hashlib.sha1(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
+        data[run.id] = RunData(run, effective_status(run), config, fold)
+    ids = list(data)
+    if not ids:
+        return []
+    names = list(SERIES_METRICS) + ([extra_metric] if extra_metric not in (None, *SERIES_METRICS) else [])
+    series_q = select(Metric.run_id, Metric.name, Metric.step, Metric.value).where(
+        Metric.run_id.in_(ids), Metric.name.in_(names), Metric.opt_step.is_(None))
+    peak_q = select(Metric.run_id, func.max(Metric.value)).where(
+        Metric.run_id.in_(ids), Metric.name == "mem/peak", Metric.opt_step.is_(None)
+    ).group_by(Metric.run_id)
+    evals_q = select(EvalResult.run_id, EvalResult.step, EvalResult.accuracy, EvalResult.n,
+                     *(getattr(EvalResult, f) for f in EVAL_FIELDS)).where(EvalResult.run_id.in_(ids))
+    # One read transaction: the queries see the same snapshot while trainers keep writing.
+    with registry.engine.connect() as conn, conn.begin():
+        for run_id, name, step, value in _fetch(conn, series_q):
+            data[run_id].series.setdefault(name, []).append((step, math.nan if value is None else value))
+        for run_id, seconds in conn.execute(_medians(ids, "time/step")):
+            data[run_id].s_per_step = seconds
+        for run_id, peak in conn.execute(peak_q):
+            data[run_id].peak_mem = peak
+        for run_id, step, accuracy, n, *meta in conn.execute(evals_q):
+            data[run_id].eval_meta.append(dict(zip(EVAL_FIELDS, meta)))
+            if step is not None:
+                data[run_id].evals.append((step, accuracy, n))
+    for rd in data.values():
+        for points in rd.series.values():
+            points.sort()  # usually sorted already: cheaper than an ORDER BY
+        rd.evals.sort()
+        if not rd.evals:  # no EvalResult rows (an older trainer): the metric, without n
+            rd.evals = [(s, v, None) for s, v in rd.series.get("eval/accuracy", [])]
+        # Health reads eval accuracy from the same eval results the table shows.
+        series = {**rd.series, "eval/accuracy": [(s, a) for s, a, _ in rd.evals]}
+        rd.flags = run_flags(series, rd.status, rd.run.last_step, rd.run.error)
+    return [data[r.id] for r in runs]
+
+
+# --------------------------------------------------------------------------- the numbers
+
+
+def _lower_is_better(metric: str) -> bool:
+    return metric.startswith(("time/", "mem/")) or "loss" in metric or "grad_norm" in metric
+
+
+def _at(points: list, step: int | None):
+    """The last point at or before `step` (the last point when step is None)."""
+    eligible = [p for p in points if step is None or p[0] <= step]
+    return eligible[-1] if eligible else None
+
+
+def _binomial_se(p: float, n: int | None) -> float | None:
+    return math.sqrt(max(p * (1 - p), 0.0) / n) if n else None
+
+
+def run_values(rd: RunData, at_step: int | None, metric: str) -> dict[str, tuple[float, float | None]]:
+    """{column: (value, standard error or None)} for one run."""
+    out: dict[str, tuple[float, float | None]] = {}
+    final = _at(rd.evals, at_step)
+    if final:
+        out["final_acc"] = (final[1], _binomial_se(final[1], final[2]))
+    if rd.evals and at_step is None:
+        step, acc, n = max(rd.evals, key=lambda e: (e[1], -e[0]))
+        out["best_acc"] = (acc, _binomial_se(acc, n))
+        out["best_step"] = (step, None)
+    for column, name in (("length", "train/response_length"), ("entropy", "train/token_entropy"),
+                         ("grad_norm", "train/grad_norm")):
+        point = _at(rd.series.get(name, []), at_step)
+        if point:
+            out[column] = (point[1], None)
+    if rd.s_per_step is not None:
+        out["s_per_step"] = (rd.s_per_step, None)
+    if rd.peak_mem is not None:
+        out["peak_mem"] = (rd.peak_mem, None)
+    if metric != "eval/accuracy":
+        points = [p for p in rd.series.get(metric, []) if math.isfinite(p[1])]
+        point = _at(points, at_step)
+        if point:
+            out["metric"] = (point[1], None)
+        if points and at_step is None:
+            pick = min if _lower_is_better(metric) else max
+            step, value = pick(points, key=lambda p: (p[1], -p[0]) if pick is max else (p[1], p[0]))
+            out["metric_best"], out["metric_step"] = (value, None), (step, None)
+    return out
+
+
+def _fold(values: list[tuple[float, float | None]]) -> Stat:
+    if len(values) == 1:
+        return Stat(values[0][0], se=values[0][1])
+    xs = [v for v, _ in values]
+    sd = stdev(xs)
+    # The mean's standard error from the spread across seeds, but never below what the
+    # evals' own sampling noise allows (two seeds can agree by luck).
+    ses = [se for _, se in values if se is not None]
+    floor = math.sqrt(mean(se * se for se in ses) / len(ses)) if ses else 0.0
+    return Stat(mean(xs), sd=sd, se=max(sd / math.sqrt(len(xs)), floor), k=len(xs))
+
+
+def _status(runs: list[RunData]) -> str:
+    counts: dict[str, int] = defaultdict(int)
+    for rd in runs:
+        counts[rd.status] += 1
+    if len(counts) == 1:
+        return next(iter(counts))
+    return ", ".join(f"{n} {s}" for s, n in counts.items())
+
+
+def _row_flags(members: list[RunData]) -> list[str]:
+    """`entropy collapse@12` for one run; `entropy collapse@12 (2/3 seeds)` for a fold,
+    with the earliest step among the seeds that show it."""
+    if len(members) == 1:
+        return [f.short for f in members[0].flags]
+    first: dict[str, int] = {}
+    count: dict[str, int] = defaultdict(int)
+    for rd in members:
+        for kind in {f.kind for f in rd.flags}:
+            count[kind] += 1
+        for f in rd.flags:
+            first[f.kind] = min(first.get(f.kind, f.step), f.step)
+    return [f"{kind}@{step} ({count[kind]}/{len(members)} seeds)"
+            for kind, step in sorted(first.items(), key=lambda kv: kv[1])]
+
+
+def _short_names(keys: list[str]) -> dict[str, str]:
+    """optimizer.lr -> lr, unless another differing key also ends in .lr."""
+    out = {}
+    for key in keys:
+        parts = key.split(".")
+        for n in range(1, len(parts) + 1):
+            tail = ".".join(parts[-n:])
+            if sum(1 for k in keys if k == tail or k.endswith("." + tail)) == 1:
+                out[key] = tail
+                break
+    return out
+
+
+def _eval_warnings(runs: list[RunData], differing: list[str]) -> list[str]:
+    """One line per eval setting that is not the same for every run."""
+    lines = []
+    for name, config_prefix in EVAL_FIELDS.items():
+        groups: dict[str, list[str]] = defaultdict(list)
+        for rd in runs:
+            for value in {m[name] for m in rd.eval_meta if m[name]}:
+                groups[value].append(rd.run.name)
+        if len(groups) < 2:
+            continue
+        parts = [f"{value[:40]} ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
+                 for value, names in groups.items()]
+        why = ""
+        if config_prefix and any(k.startswith(config_prefix) for k in differing):
+            why = f" [expected: {config_prefix.rstrip('.')} varies]"
+        lines.append(f"runs were evaluated with different {name.replace('_', ' ')}{why}: " + " vs ".join(parts))
+    return lines
+
+
+def build_compare_table(registry: Registry, refs: list[str], metric: str | None = None,
+                        at_step: int | None = None) -> CompareTable:
+    """Everything `grpoctl compare` shows, as data (render it with compare_render)."""
+    metric = metric or "eval/accuracy"
+    title, runs, notes = resolve_runs(registry, refs)
+    if not runs:
+        raise UserError(f"'{title}' has no runs yet")
+    data = load_run_data(registry, runs, metric)
+
+    differing = sorted(
+        k for k in set().union(*(rd.config for rd in data))
+        if len({json.dumps(rd.config.get(k), sort_keys=True, default=str) for rd in data}) > 1
+    )
+    short = _short_names(differing)
+
+    folds: dict[str, list[RunData]] = {}
+    for rd in data:
+        folds.setdefault(rd.fold, []).append(rd)
+    rows = []
+    for members in folds.values():
+        per_run = [run_values(rd, at_step, metric) for rd in members]
+        columns = {c for values in per_run for c in values}
+        stats = {c: _fold([v[c] for v in per_run if c in v]) for c in columns}
+        labels = {rd.run.variant for rd in members}
+        label = labels.pop() if len(labels) == 1 and None not in labels else members[0].run.name
+        flags = _row_flags(members)
+        config = {short[k]: members[0].config.get(k) for k in differing}
+        rows.append(Row(label, members, config, stats, _status(members), flags))
+
+    rank_by = "final_acc" if metric == "eval/accuracy" else "metric"
+    ranked = [r for r in rows if rank_by in r.values and math.isfinite(r.values[rank_by].mean)]
+    if len(rows) > 1 and ranked:
+        pick = min if _lower_is_better(metric) else max
+        pick(ranked, key=lambda r: r.values[rank_by].mean).best = True
+
+    acc = f"acc@{at_step}" if at_step is not None else "final acc"
+    columns = [("final_acc", acc)]
+    if at_step is None:
+        columns += [("best_acc", "best acc"), ("best_step", "best step")]
+    if metric != "eval/accuracy":
+        columns += [("metric", metric if at_step is None else f"{metric}@{at_step}")]
+        if at_step is None:
+            columns += [("metric_best", f"best {metric}"), ("metric_step", "step")]
+    columns += [("length", "length"), ("entropy", "entropy"), ("grad_norm", "grad norm"),
+                ("s_per_step", "s/step"), ("peak_mem", "peak mem")]
+    warnings = notes + _eval_warnings(data, differing)
+    return CompareTable(title, rows, short, columns, rank_by, warnings, at_step)

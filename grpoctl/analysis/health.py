@@ -1,0 +1,215 @@
+"""Early warnings of a GRPO run going wrong, read off its metric curves.
+
+The seed's lesson: eval accuracy is the north star, but gradient norm, mean response
+length and token entropy are the early warnings of collapse. A collapsed policy shows a
+recognisable pattern (lr=1e-4 on Qwen, lr=1e-3 on the tiny model): token entropy falls
+to near zero, responses shrink to a few tokens or run into the token limit, the reward
+goes flat (usually at 0), and the gradient norm spikes.
+
+Every check here is a pure function of a series, a list of (step, value) pairs in step
+order, and returns `Flag`s that say which step the trouble began at. A flag needs the
+condition to hold for `PERSIST` consecutive points, so one noisy step never fires one;
+the exceptions are a non-finite gradient norm (never noise: the update is garbage) and
+the run's own "diverged" status.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from statistics import median
+
+Series = list[tuple[int, float]]
+
+PERSIST = 3  # consecutive points a condition must hold for
+
+# The metrics the checks read; `compare` fetches these series whole and nothing else.
+HEALTH_METRICS = (
+    "train/token_entropy",
+    "train/response_length",
+    "train/response_clip_fraction",
+    "train/grad_norm",
+    "train/reward",
+    "eval/accuracy",
+)
+
+
+@dataclass(frozen=True)
+class Flag:
+    kind: str  # "entropy collapse", "length collapse", "length blow-up", ...
+    step: int  # the GRPO step where the condition began
+    detail: str  # the numbers behind it
+
+    def __str__(self) -> str:
+        when = "at" if self.kind == "diverged" else "from"  # a status has no duration
+        return f"{self.kind} {when} step {self.step} ({self.detail})"
+
+    @property
+    def short(self) -> str:
+        return f"{self.kind}@{self.step}"
+
+
+def _finite(series: Series) -> Series:
+    return [(s, v) for s, v in series if v is not None and math.isfinite(v)]
+
+
+def _first_stretch(series: Series, holds: Callable[[int, float], bool],
+                   persist: int = PERSIST) -> int | None:
+    """The index where the first run of `persist` consecutive points that hold begins."""
+    count = 0
+    for i, (_, value) in enumerate(series):
+        count = count + 1 if holds(i, value) else 0
+        if count >= persist:
+            return i - persist + 1
+    return None
+
+
+def _early(values: list[float], higher: bool) -> float:
+    """The run's early level: the median of its first three points, or the first point
+    alone when it is higher (for collapse checks) or lower (for blow-up checks). A run
+    can collapse in its very first updates, before a median of early points sees it:
+    the first point is the model as it was before any update."""
+    level = median(values[:3])
+    return max(level, values[0]) if higher else min(level, values[0])
+
+
+# --------------------------------------------------------------------------- the checks
+
+
+def entropy_collapse(entropy: Series, fraction: float = 0.1, floor: float = 0.01) -> list[Flag]:
+    """Token entropy below `fraction` of its early level, or below `floor` nats."""
+    points = _finite(entropy)
+    if len(points) < PERSIST + 1:
+        return []
+    early = _early([v for _, v in points], higher=True)
+    if early <= floor:
+        return []  # it started there: nothing collapsed
+    limit = max(fraction * early, floor)
+    i = _first_stretch(points, lambda i, v: i > 0 and v < limit)
+    if i is None:
+        return []
+    step, value = points[i]
+    return [Flag("entropy collapse", step, f"{value:.3g} vs {early:.3g} early")]
+
+
+def length_flags(length: Series, clip_fraction: Series = (), collapse: float = 0.4,
+                 blowup: float = 3.0, clipped: float = 0.5) -> list[Flag]:
+    """Mean response length below `collapse` x or above `blowup` x its early level, or
+    more than `clipped` of the responses cut off at the token limit."""
+    flags, blowups = [], []
+    points = _finite(length)
+    if len(points) >= PERSIST + 1:
+        values = [v for _, v in points]
+        high, low = _early(values, higher=True), _early(values, higher=False)
+        i = _first_stretch(points, lambda i, v: i > 0 and v < collapse * high)
+        if i is not None:
+            flags.append(Flag("length collapse", points[i][0], f"{points[i][1]:.4g} vs {high:.4g} early"))
+        i = _first_stretch(points, lambda i, v: i > 0 and v > blowup * low)
+        if i is not None:
+            blowups.append((points[i][0], f"{points[i][1]:.4g} vs {low:.4g} early"))
+    clips = _finite(list(clip_fraction))
+    i = _first_stretch(clips, lambda i, v: v > clipped)
+    if i is not None:
+        blowups.append((clips[i][0], f"{clips[i][1]:.0%} of responses hit the token limit"))
+    if blowups:  # whichever sign came first
+        flags.append(Flag("length blow-up", *min(blowups)))
+    return flags
+
+
+def grad_explosion(grad_norm: Series, factor: float = 10.0, history: int = 5) -> list[Flag]:
+    """A non-finite gradient norm, or one above `factor` x the median of earlier steps
+    (after `history` steps) for PERSIST steps running."""
+    for step, value in grad_norm:
+        if value is None or not math.isfinite(value):
+            return [Flag("grad-norm explosion", step, f"non-finite gradient norm ({value})")]
+    seen: list[float] = []  # kept sorted: the running median costs O(n), not O(n log n)
+    above: list[bool] = []
+    refs: list[float] = []
+    for _, value in grad_norm:
+        ref = seen[len(seen) // 2] if len(seen) >= history else math.inf
+        above.append(value > factor * ref)
+        refs.append(ref)
+        bisect.insort(seen, value)
+    i = _first_stretch(grad_norm, lambda i, v: above[i])
+    if i is None:
+        return []
+    step, value = grad_norm[i]
+    return [Flag("grad-norm explosion", step, f"{value:.3g} vs median {refs[i]:.3g} before")]
+
+
+def flat_reward(reward: Series, eps: float = 0.01, min_points: int = 6) -> list[Flag]:
+    """The train reward moves less than `eps` over the run's last half: no signal left.
+
+    The flag starts where the flat stretch starts (often long before the last half)."""
+    points = _finite(reward)
+    half = points[len(points) // 2:]
+    if len(half) < min_points:
+        return []
+    values = [v for _, v in half]
+    if max(values) - min(values) >= eps:
+        return []
+    lo = hi = points[-1][1]
+    start = len(points) - 1
+    while start > 0:
+        value = points[start - 1][1]
+        if max(hi, value) - min(lo, value) >= eps:
+            break
+        lo, hi, start = min(lo, value), max(hi, value), start - 1
+    return [Flag("flat reward", points[start][0], f"train reward stuck at {median(values):.2f}")]
+
+
+def accuracy_stuck_at_zero(accuracy: Series, persist: int = PERSIST) -> list[Flag]:
+    """The last `persist` (or more) evaluations all scored 0."""
+    points = _finite(accuracy)
+    zeros = 0
+    while zeros < len(points) and points[-1 - zeros][1] == 0:
+        zeros += 1
+    if zeros < persist:
+        return []
+    return [Flag("eval accuracy at 0", points[-zeros][0], f"last {zeros} evals scored 0")]
+
+
+def accuracy_decline(accuracy: Series, drop: float = 0.1, fraction: float = 0.2,
+                     persist: int = PERSIST) -> list[Flag]:
+    """The last `persist` evaluations all sit more than `drop` (absolute) and `fraction`
+    (relative) below the run's best: it peaked and is unlearning (the seed's no_baseline
+    runs "peak early then decline"). Both margins, so eval noise (about ±5-10 points on a
+    few hundred problems) does not fire it."""
+    points = _finite(accuracy)
+    if len(points) < persist + 1:
+        return []
+    below = 0
+    while below < len(points) - 1:
+        earlier = max(v for _, v in points[: len(points) - 1 - below])
+        value = points[-1 - below][1]
+        if value < earlier - drop and value < earlier * (1 - fraction):
+            below += 1
+        else:
+            break
+    if below < persist:
+        return []
+    step, value = points[-below]
+    peak = max(v for _, v in points[:-below])
+    return [Flag("eval accuracy decline", step, f"{points[-1][1]:.3f} at the end vs {peak:.3f} at best")]
+
+
+# --------------------------------------------------------------------------- one run
+
+
+def run_flags(series: dict[str, Series], status: str | None = None,
+              last_step: int | None = None, error: str | None = None) -> list[Flag]:
+    """Every flag for one run, from its metric series and status, in step order."""
+    get = series.get
+    flags = (
+        entropy_collapse(get("train/token_entropy", []))
+        + length_flags(get("train/response_length", []), get("train/response_clip_fraction", []))
+        + grad_explosion(get("train/grad_norm", []))
+        + flat_reward(get("train/reward", []))
+    )
+    stuck = accuracy_stuck_at_zero(get("eval/accuracy", []))
+    flags += stuck or accuracy_decline(get("eval/accuracy", []))  # zeros are a decline too
+    if status == "diverged":
+        flags.append(Flag("diverged", max(last_step or 0, 0), error or "the trainer stopped it"))
+    return sorted(flags, key=lambda f: f.step)

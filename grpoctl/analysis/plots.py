@@ -1,0 +1,96 @@
+"""The report's PNG plots: one metric against GRPO step, one line per variant.
+
+Seeds of a variant are drawn as their mean with a shaded band of ± one sd, so a
+difference between variants can be read against the spread within one.
+
+matplotlib is imported here and only here, with the Agg backend (files, no display):
+`compare` never pays for it.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from statistics import mean, stdev
+
+from grpoctl.analysis.compare import Row, RunData
+
+# (metric, y label, file name): the seed's north star first, then its early warnings.
+PLOTS = (
+    ("eval/accuracy", "eval accuracy", "eval_accuracy.png"),
+    ("train/reward", "train reward (mean over rollouts)", "train_reward.png"),
+    ("train/response_length", "mean response length (tokens)", "response_length.png"),
+    ("train/token_entropy", "token entropy (nats)", "token_entropy.png"),
+    ("train/grad_norm", "gradient norm", "grad_norm.png"),
+)
+
+
+def run_series(rd: RunData, metric: str) -> list[tuple[int, float]]:
+    """A run's points for `metric`; eval accuracy from its eval results when it has them."""
+    if metric == "eval/accuracy" and rd.evals:
+        return [(step, acc) for step, acc, _ in rd.evals]
+    return [(s, v) for s, v in rd.series.get(metric, []) if math.isfinite(v)]
+
+
+def band(runs: list[list[tuple[int, float]]]) -> tuple[list[int], list[float], list[float]]:
+    """Steps, mean and sd across runs at each step any of them logged (sd 0 where one did)."""
+    by_step: dict[int, list[float]] = {}
+    for points in runs:
+        for step, value in points:
+            by_step.setdefault(step, []).append(value)
+    steps = sorted(by_step)
+    means = [mean(by_step[s]) for s in steps]
+    sds = [stdev(by_step[s]) if len(by_step[s]) > 1 else 0.0 for s in steps]
+    return steps, means, sds
+
+
+def plot_metric(rows: list[Row], metric: str, ylabel: str, path: Path, title: str = "") -> bool:
+    """Draw `metric` for every row into `path`; False (and no file) when no run logged it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    drawn = [(row, [run_series(rd, metric) for rd in row.runs]) for row in rows]
+    drawn = [(row, runs) for row, runs in drawn if any(runs)]
+    if not drawn:
+        return False
+    colors = plt.get_cmap("tab10" if len(drawn) <= 10 else "tab20").colors
+    fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=120)
+    sparse = metric.startswith("eval/")  # a handful of evals: show the points themselves
+    for i, (row, runs) in enumerate(drawn):
+        color = colors[i % len(colors)]
+        steps, means, sds = band([r for r in runs if r])
+        label = row.label + (f" ({len(runs)} seeds)" if len(runs) > 1 else "")
+        ax.plot(steps, means, color=color, label=label, linewidth=1.6,
+                marker="o" if sparse else None, markersize=3.5,
+                linestyle="--" if row.status in ("failed", "diverged") else "-")
+        if len(runs) > 1:
+            ax.fill_between(steps, [m - s for m, s in zip(means, sds)], [m + s for m, s in zip(means, sds)],
+                            color=color, alpha=0.18, linewidth=0)
+    values = [v for _, runs in drawn for r in runs for _, v in r]
+    positive = [v for v in values if v > 0]
+    if metric == "train/grad_norm" and positive and max(positive) / min(positive) > 100:
+        ax.set_yscale("log")  # an explosion would flatten every other line to zero
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
+    ax.set_xlabel("GRPO step")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title or ylabel, fontsize=11, loc="left")
+    ax.grid(alpha=0.3)
+    if len(drawn) <= 5:
+        ax.legend(fontsize=8, frameon=False, loc="best")
+    else:  # many variants: a legend inside would cover the curves
+        ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.savefig(path, bbox_inches="tight")
+    plt.close(fig)
+    return True
+
+
+def plot_all(rows: list[Row], folder: Path, name: str) -> list[tuple[str, str]]:
+    """Every plot in PLOTS that has data: [(file name, y label)]."""
+    made = []
+    for metric, ylabel, filename in PLOTS:
+        if plot_metric(rows, metric, ylabel, folder / filename, title=f"{name}: {ylabel}"):
+            made.append((filename, ylabel))
+    return made

@@ -1,0 +1,29 @@
+"""`grpoctl report NAME`: a markdown report with PNG plots (see analysis/report.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+
+def report(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="A sweep, ablation or group name.")],
+    out: Annotated[Optional[Path], typer.Option(
+        "--out", "-o", help="Folder for report.md and the plots (default: reports/NAME/).")] = None,
+    db: Annotated[Optional[str], typer.Option(
+        "--db", help="Registry: SQLAlchemy URL or SQLite path (default: $GRPOCTL_DB, else ./registry.db)",
+        show_default=False)] = None,
+) -> None:
+    """Write a markdown report of a sweep: what varied, results, curves, health, winner."""
+    from grpoctl.analysis.report import write_report
+    from grpoctl.registry import Registry
+
+    with Registry(db, must_exist=True) as registry:
+        path = write_report(registry, name, out)
+    typer.echo(f"wrote {path} (and its plots in {path.parent}/)")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("report")(report)
