@@ -26,7 +26,9 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import json
 import time
+from pathlib import Path
 
 from grpoctl.rollout.base import Rollouts, SamplingSettings
 
@@ -91,6 +93,17 @@ def _repeat_rows(r: Rollouts, n: int) -> Rollouts:
     return Rollouts(rep(r.prompt_ids), rep(r.response_ids), rep(r.response_texts), rep(r.truncated))
 
 
+def _fit_max_model_len(model_dir: str, wanted: int) -> int:
+    """vLLM refuses a max_model_len beyond the model's positions (the tiny model has 1024)."""
+    config = Path(model_dir) / "config.json"
+    if config.is_file():
+        limit = json.loads(config.read_text()).get("max_position_embeddings")
+        if limit and wanted > limit:
+            log.info("rollout.vllm.max_model_len %d exceeds the model's %d positions: using %d", wanted, limit, limit)
+            return int(limit)
+    return wanted
+
+
 class VLLMRolloutBackend:
     name = "vllm"
 
@@ -119,7 +132,7 @@ class VLLMRolloutBackend:
             dtype=_engine_dtype(cfg.model.dtype, self.on_gpu),
             seed=int(cfg.seed),
             enable_prefix_caching=bool(v.enable_prefix_caching),
-            max_model_len=int(v.max_model_len),
+            max_model_len=_fit_max_model_len(model_dir, int(v.max_model_len)),
         )
         if self.on_gpu:
             kwargs.update(gpu_memory_utilization=float(v.gpu_memory_utilization), enable_sleep_mode=self.sleep_mode)
@@ -129,6 +142,9 @@ class VLLMRolloutBackend:
             # fractions of a GiB; an explicitly exported VLLM_CPU_KVCACHE_SPACE wins).
             kwargs.update(kv_cache_memory_bytes=int(float(v.cpu_kvcache_space_gb) * 2**30))
 
+        # Every sync "fails" to load the tied LM head (it shares the embedding we did
+        # send) and the rotary embedding (no weights): expected, so not worth a line per step.
+        logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").setLevel(logging.ERROR)
         t0 = time.perf_counter()
         self.llm = LLM(**kwargs)
         self.start_seconds = time.perf_counter() - t0

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -231,27 +232,23 @@ def step_prompts(cfg, stream, template: str) -> tuple[list[str], list[str], list
     return prompts, truths, examples
 
 
+@contextmanager
 def timed(timings: dict, name: str):
-    """Context manager adding elapsed seconds to timings[name]."""
-
-    class _Timer:
-        def __enter__(self):
-            self.t0 = time.perf_counter()
-
-        def __exit__(self, *exc):
-            timings[name] = timings.get(name, 0.0) + time.perf_counter() - self.t0
-
-    return _Timer()
+    """Add the block's elapsed seconds to timings[name]."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[name] = timings.get(name, 0.0) + time.perf_counter() - t0
 
 
 def sample_rows(prompts: list[str], rollouts: Rollouts, truths: list[str], scores: list[dict], k: int) -> list[dict]:
-    """k completions to store: spread over groups so a reader sees different problems."""
-    n = rollouts.response_texts
-    group = len(n) // max(len(prompts), 1)
+    """k completions to store, one per group (rollout i of group i), so a reader sees k problems."""
+    group = len(rollouts.response_texts) // max(len(prompts), 1)
     rows = []
-    for i in range(min(k, len(n))):
-        j = (i * group + i) % len(n)
-        rows.append(dict(kind="train", prompt=prompts[j // group], response=n[j], ground_truth=truths[j],
+    for i in range(min(k, len(prompts))):
+        j = i * group + i % group
+        rows.append(dict(kind="train", prompt=prompts[i], response=rollouts.response_texts[j], ground_truth=truths[j],
                          reward=scores[j]["reward"], format_reward=scores[j]["format_reward"],
                          answer_reward=scores[j]["answer_reward"]))
     return rows
