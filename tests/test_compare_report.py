@@ -77,6 +77,11 @@ def db(tmp_path_factory) -> Path:
         ]
         for cfg, run in runs:
             registry.add_sweep_member(sweep.id, run.config_hash, run.variant, run.seed)
+        # A later `grpoctl eval` of a checkpoint on other data, linked to the run: not its curve.
+        good = runs[0][1]
+        registry.add_eval(run_id=good.id, step=19, checkpoint_path="/ckpt/step-19", n=200, accuracy=0.01,
+                          format_rate=0.0, mean_response_length=31.0, data_hash="gsm8k", subset_hash="s9",
+                          template_hash="t1", decoding=DECODING, grader="exact")
         # Another group, evaluated differently: sampled decoding, another subset.
         make_run(registry, "other-a", ["seed=5"], group="other", variant="a")
         make_run(registry, "other-b", ["seed=6", "optimizer.lr=1e-4"], group="other", variant="b",

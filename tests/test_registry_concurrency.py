@@ -17,6 +17,7 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 
+from grpoctl.analysis.compare import build_compare_table
 from grpoctl.registry import Metric, Registry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,6 +81,9 @@ def test_four_writers_and_a_reader_share_one_sqlite_file(tmp_path):
                 assert steps == list(range(len(steps)))  # whole steps, in order, no gaps
                 # a step is one transaction: its first and last metric arrive together
                 assert len(series.get(f"m{METRICS - 1}", [])) == len(steps)
+            # ... and the whole `compare` read path, in the same reader
+            table = build_compare_table(reader, ["concurrency"])
+            assert len(table.rows) == WRITERS
             reads += 1
         elapsed = time.perf_counter() - start
 

@@ -186,7 +186,10 @@ def load_run_data(registry: Registry, runs: list[Run], extra_metric: str | None 
         Metric.run_id.in_(ids), Metric.name == "mem/peak", Metric.opt_step.is_(None)
     ).group_by(Metric.run_id)
     evals_q = select(EvalResult.run_id, EvalResult.step, EvalResult.accuracy, EvalResult.n,
-                     *(getattr(EvalResult, f) for f in EVAL_FIELDS)).where(EvalResult.run_id.in_(ids))
+                     *(getattr(EvalResult, f) for f in EVAL_FIELDS)).where(
+        # The trainer's own evals; a later `grpoctl eval CKPT` (which records its checkpoint
+        # path) may use other data or decoding and is not part of the run's curve.
+        EvalResult.run_id.in_(ids), EvalResult.checkpoint_path.is_(None))
     # One read transaction: the queries see the same snapshot while trainers keep writing.
     with registry.engine.connect() as conn, conn.begin():
         for run_id, name, step, value in _fetch(conn, series_q):
