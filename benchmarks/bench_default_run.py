@@ -37,11 +37,14 @@ def run_seed(seed: int, threads: int, overrides: list[str], keep: Path | None) -
     with sqlite3.connect(workdir / "registry.db") as conn:
         acc = conn.execute("SELECT step, value FROM metric WHERE name='eval/accuracy' ORDER BY step").fetchall()
         steps = [v for (v,) in conn.execute("SELECT value FROM metric WHERE name='time/step' AND opt_step IS NULL")]
+        phases = {name: statistics.median(v for (v,) in conn.execute(
+            "SELECT value FROM metric WHERE name=? AND opt_step IS NULL", (name,)))
+            for name in ("time/rollout", "time/train", "time/weight_sync")}
         backend = conn.execute("SELECT config FROM run").fetchone()[0]
     return {
         "seed": seed, "wall_s": wall, "warmstart_s": warm["seconds"], "warmstart_steps": warm["steps"],
         "s_per_step": statistics.median(steps), "start": acc[0][1], "end": acc[-1][1],
-        "best": max(v for _, v in acc), "curve": acc, "backend": json.loads(backend)["rollout"]["backend"],
+        "best": max(v for _, v in acc), "curve": acc, "phases": phases, "backend": json.loads(backend)["rollout"]["backend"],
         "dir": str(workdir),
     }
 
@@ -65,6 +68,8 @@ def main() -> None:
     gains = [r["end"] - r["start"] for r in rows]
     print(f"mean gain {statistics.mean(gains):+.3f}; min gain {min(gains):+.3f}; "
           f"max wall {max(r['wall_s'] for r in rows):.1f} s")
+    for r in rows:
+        print(f"seed {r['seed']} median s: " + ", ".join(f"{k} {v:.3f}" for k, v in r["phases"].items()))
     for r in rows:
         print(f"seed {r['seed']} curve: " + " ".join(f"{s}:{v:.3f}" for s, v in r["curve"]))
 

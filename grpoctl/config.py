@@ -45,7 +45,7 @@ class TinyModelConfig:
 class WarmStartConfig:
     """Supervised warm-start of the tiny model on synthetic worked solutions (built once, cached)."""
 
-    steps: int = 800
+    steps: int = 1500  # at most: it stops at target_accuracy, usually after 500-900 steps
     batch_size: int = 32
     lr: float = 1e-3
     # Stop early once greedy accuracy on a held-out probe reaches this: GRPO needs a base
@@ -115,6 +115,8 @@ class RolloutConfig:
     min_tokens: int = 4
     max_tokens: int = 32
     stop: list[str] = field(default_factory=lambda: ["</answer>"])
+    # transformers backend: sequences per generate call (bounds its KV cache on a GPU)
+    generation_batch_size: int = 256
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
 
 
@@ -137,6 +139,8 @@ class OptimizerConfig:
     betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
     weight_decay: float = 0.0
     warmup_steps: int = 10  # linear warm-up, in optimizer steps
+    lr_schedule: str = "cosine"  # constant (the seed's GPU runs) | cosine (decay to min_lr_ratio)
+    min_lr_ratio: float = 0.1
     max_grad_norm: float = 1.0
 
 
@@ -234,6 +238,7 @@ CHOICES = {
     "loss.importance_level": ("token", "sequence"),
     "prompt.reward": ("r1_zero", "question_only"),
     "optimizer.name": ("adamw", "adamw8bit"),
+    "optimizer.lr_schedule": ("constant", "cosine"),
     "model.dtype": ("auto", "float32", "bfloat16"),
     "runtime.device": ("auto", "cpu", "cuda"),
     "data.source": ("synthetic", "math", "gsm8k", "jsonl", "hub"),
@@ -397,6 +402,16 @@ def validate(cfg: DictConfig) -> None:
         raise UserError(f"rollout.temperature must be > 0 (use eval.greedy for greedy decoding), got {r.temperature}")
     if r.min_tokens > r.max_tokens:
         raise UserError(f"rollout.min_tokens ({r.min_tokens}) exceeds rollout.max_tokens ({r.max_tokens})")
+    e = cfg.eval
+    if e.max_tokens <= 0 or (not e.greedy and (e.temperature <= 0 or not 0 < e.top_p <= 1)):
+        raise UserError("eval: max_tokens must be > 0, and sampled evals (eval.greedy=false) need "
+                        f"temperature > 0 and top_p in (0, 1]; got {e.max_tokens}, {e.temperature}, {e.top_p}")
+    if cfg.checkpoint.keep_last < 1 or cfg.checkpoint.keep_best < 0 or cfg.checkpoint.every < 0:
+        raise UserError("checkpoint: keep_last must be >= 1 (resume needs the newest), keep_best and every >= 0")
+    if loss.cliprange_high is not None and loss.cliprange_high <= 0:
+        raise UserError(f"loss.cliprange_high must be > 0 (or null for symmetric clipping), got {loss.cliprange_high}")
+    if r.generation_batch_size <= 0:
+        raise UserError(f"rollout.generation_batch_size must be > 0, got {r.generation_batch_size}")
     if cfg.optimizer.lr <= 0:
         raise UserError(f"optimizer.lr must be > 0, got {cfg.optimizer.lr}")
     if loss.cliprange <= 0:

@@ -187,3 +187,61 @@ def test_default_eval_set_is_held_out_from_training_and_warm_start():
         assert all(split_of(ex.question) == "eval" for ex in data.eval)
         again = load_run_data(load_config(None, [f"seed={seed}"]))
         assert [ex.id for ex in again.eval] == [ex.id for ex in data.eval]  # deterministic subset
+
+
+def test_ctrl_c_checkpoints_marks_interrupted_and_resumes(tiny_model_dir, tmp_path):
+    overrides = fast_overrides(tiny_model_dir, tmp_path, **{"loop.n_grpo_steps": 40, "checkpoint.every": 100})
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen(DIGIT_TRAIN + ["train", *overrides, "name=ctrlc"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    db = tmp_path / "registry.db"
+    _wait_for_step(db, "ctrlc", 2, proc)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=120) == 1
+    status, error = run_status(db, "ctrlc")
+    assert status == "interrupted" and "Ctrl-C" in error
+    with sqlite3.connect(db) as conn:
+        last_step = conn.execute("SELECT last_step FROM run WHERE name='ctrlc'").fetchone()[0]
+        ckpt = conn.execute("SELECT max(step) FROM checkpoint WHERE deleted = 0").fetchone()[0]
+    assert 2 <= last_step < 40 and ckpt == last_step  # the step in flight finished, then a checkpoint
+
+    resumed = run_cli(DIGIT_TRAIN + ["train", "--resume", "ctrlc", "steps=41"], tmp_path)
+    assert resumed.returncode == 2 and "takes no config file, overrides" in resumed.stderr
+    resumed = run_cli(DIGIT_TRAIN + ["train", "--resume", "ctrlc"], tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert run_status(db, "ctrlc") == ("finished", None)
+    steps = sorted({s for s, o, n, _ in metric_rows(db, "ctrlc") if n == "train/reward"})
+    assert steps == list(range(1, 41))
+
+
+def test_a_crash_marks_the_run_failed_with_its_error(tiny_model_dir, tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(REPO), GRPOCTL_TEST_CRASH="1")
+    out = subprocess.run(DIGIT_TRAIN + ["train", *fast_overrides(tiny_model_dir, tmp_path), "name=crash"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0
+    status, error = run_status(tmp_path / "registry.db", "crash")
+    assert status == "failed" and "reward function crashed (test)" in error
+
+
+def test_from_run_and_eval_of_its_checkpoint(tiny_model_dir, tmp_path):
+    first = run_cli(DIGIT_TRAIN + ["train", *fast_overrides(tiny_model_dir, tmp_path, **{"loop.n_grpo_steps": 1}),
+                                   "name=parent"], tmp_path)
+    assert first.returncode == 0, first.stderr[-2000:]
+    child = run_cli(DIGIT_TRAIN + ["train", "--from", "parent", "lr=2e-3", "name=child"], tmp_path)
+    assert child.returncode == 0, child.stderr[-2000:]
+    db = tmp_path / "registry.db"
+    with sqlite3.connect(db) as conn:
+        parent_of, config = conn.execute("SELECT parent, config FROM run WHERE name='child'").fetchone()
+        ckpt = conn.execute("SELECT c.path FROM checkpoint c JOIN run r ON r.id = c.run_id "
+                            "WHERE r.name='child' AND c.deleted = 0").fetchone()[0]
+    assert parent_of == "parent"
+    config = json.loads(config)
+    assert config["optimizer"]["lr"] == 2e-3 and config["rollout"]["group_size"] == 4  # parent's, overridden
+
+    evaluated = run_cli(grpoctl_cmd("eval", ckpt, "--subset", "8"), tmp_path)
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    assert "recorded for run child" in evaluated.stdout
+    with sqlite3.connect(db) as conn:
+        row = conn.execute("SELECT e.n, e.step, e.checkpoint_path FROM evalresult e JOIN run r ON r.id = e.run_id "
+                           "WHERE r.name='child' AND e.checkpoint_path IS NOT NULL").fetchone()
+    assert row[0] == 8 and row[1] == 1 and row[2].endswith("step-1")

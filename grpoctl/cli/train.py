@@ -145,11 +145,11 @@ def _process_gone(run) -> bool:
 
 def evaluate_checkpoint(
     ckpt_dir: Annotated[str, typer.Argument(metavar="CKPT_DIR", help="A Hugging Face model directory.")],
-    subset: Annotated[int, typer.Option(help="How many eval problems (deterministic by --seed).")] = 1024,
+    subset: Annotated[Optional[int], typer.Option(help="How many eval problems, deterministic by --seed [default: the run's eval.subset, else 1024].", show_default=False)] = None,
     data: Annotated[Optional[str], typer.Option(help="Eval jsonl (MATH or GSM8K shape); default: the run's eval data.")] = None,
     source: Annotated[Optional[str], typer.Option(help="math | gsm8k | jsonl | synthetic; default: guessed from --data.")] = None,
     prompt: Annotated[Optional[str], typer.Option(help="r1_zero | question_only | r1_zero_compact (or a template file).")] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the subset choice.")] = 0,
+    seed: Annotated[Optional[int], typer.Option(help="Seed of the subset choice [default: the run's, else 0].", show_default=False)] = None,
     greedy: Annotated[Optional[bool], typer.Option("--greedy/--sample", help="Decoding; default: the run's eval setting.")] = None,
     max_tokens: Annotated[Optional[int], typer.Option(help="Max new tokens; default: the run's.")] = None,
     db: DbOption = None,
@@ -171,7 +171,14 @@ def evaluate_checkpoint(
         except UserError:
             run = None
     base = json.loads(run.config) if run else {}
-    overrides = [f"model.path={path}", f"eval.subset={subset}", f"eval.subset_seed={seed}"]
+    if not run and not (prompt and max_tokens):
+        typer.echo(f"note: no grpoctl run wrote {ckpt_dir}; using the defaults for what is not given "
+                   "(--prompt r1_zero_compact, --max-tokens 32: the tiny model's)", err=True)
+    overrides = [f"model.path={path}"]
+    if subset is not None or not run:
+        overrides.append(f"eval.subset={subset or 1024}")
+    if seed is not None:
+        overrides.append(f"eval.subset_seed={seed}")
     if prompt:
         reward = "question_only" if prompt == "question_only" else "r1_zero"
         overrides += [f"prompt.template={prompt}", f"prompt.reward={reward}"]

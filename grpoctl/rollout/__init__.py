@@ -21,7 +21,7 @@ def make_backend(cfg, model, tokenizer, model_dir: str, say=print) -> RolloutBac
         say(f"rollout backend: hf (vllm unavailable: {why})")
     from grpoctl.rollout.hf import HFRolloutBackend
 
-    return HFRolloutBackend(model, tokenizer, batch_size=max(cfg.rollout.rollout_batch_size, cfg.eval.batch_size))
+    return HFRolloutBackend(model, tokenizer, batch_size=cfg.rollout.generation_batch_size)
 
 
 __all__ = ["RolloutBackend", "Rollouts", "SamplingSettings", "make_backend"]

@@ -93,6 +93,17 @@ def _repeat_rows(r: Rollouts, n: int) -> Rollouts:
     return Rollouts(rep(r.prompt_ids), rep(r.response_ids), rep(r.response_texts), rep(r.truncated))
 
 
+def _bind_cpu_threads(threads: int) -> None:
+    """Honour runtime.threads on CPU: vLLM binds its OpenMP threads to cores itself (all of
+    them by default) and then forbids torch.set_num_threads for the whole process, the
+    policy's training included. An explicit VLLM_CPU_OMP_THREADS_BIND wins."""
+    if threads <= 0 or "VLLM_CPU_OMP_THREADS_BIND" in os.environ:
+        return
+    cores = sorted(os.sched_getaffinity(0))[:threads]
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, cores))
+    log.info("vLLM on CPU: OpenMP threads bound to cores %s (runtime.threads=%d)", cores, threads)
+
+
 def _fit_max_model_len(model_dir: str, wanted: int) -> int:
     """vLLM refuses a max_model_len beyond the model's positions (the tiny model has 1024)."""
     config = Path(model_dir) / "config.json"
@@ -120,6 +131,7 @@ class VLLMRolloutBackend:
         if v.sleep_mode and not self.on_gpu:
             log.info("vLLM sleep mode is off: it needs CUDA, and this vLLM runs on %s", current_platform.device_type)
         if not self.on_gpu:
+            _bind_cpu_threads(int(cfg.runtime.threads))
             # vLLM's CPU runner rewinds a per-request generator with set_offset when it
             # drops the token sampled for a partly prefilled prompt, which CPU
             # generators do not support: seeded requests crash once prompts are

@@ -32,7 +32,7 @@ from grpoctl.grpo import collate_prompt_and_output_ids, get_response_log_probs, 
 from grpoctl.prompts import format_prompt, load_template
 from grpoctl.tiny.model import build_model, build_tokenizer, save_model_dir
 
-WARMSTART_VERSION = 2  # bump when the recipe changes, so caches are rebuilt
+WARMSTART_VERSION = 5  # bump when the recipe changes, so caches are rebuilt
 PROBE_SIZE = 256
 
 
@@ -113,7 +113,7 @@ def _build(spec: WarmStartSpec, root: Path, log) -> None:
     probe = rng.sample(train, min(PROBE_SIZE, len(train)))
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr, betas=(0.9, 0.95), weight_decay=0.0)
     model.train()
-    accuracy, step = 0.0, 0
+    accuracy, step, curve, previous = 0.0, 0, [], None
     for step in range(1, spec.steps + 1):
         batch = rng.sample(train, spec.batch_size)
         prompts, targets = _prompts_and_targets(batch, spec.template)
@@ -130,12 +130,24 @@ def _build(spec: WarmStartSpec, root: Path, log) -> None:
         optimizer.zero_grad(set_to_none=True)
         if step in spec.save_steps:
             save_model_dir(model, tokenizer, tmp / f"step-{step}")
-        if step % spec.check_every == 0:
+        # Accuracy jumps once the model starts to add (0.17 -> 0.44 within 25 steps, and
+        # 0.3 -> 0.49 within 5, were seen): probe every 5 steps once it is on its way and
+        # every other step near the target, and stop at whichever of the last two probes
+        # came closer to the target.
+        every = (spec.check_every if accuracy < spec.target_accuracy / 6
+                 else 5 if accuracy < spec.target_accuracy / 2 else 2)
+        if step % every == 0:
             accuracy = greedy_accuracy(model, tokenizer, probe, spec.template)
+            curve.append((step, accuracy))
             if accuracy >= spec.target_accuracy:
+                if previous and abs(previous[0] - spec.target_accuracy) < abs(accuracy - spec.target_accuracy):
+                    accuracy, weights = previous
+                    model.load_state_dict(weights)
                 break
+            previous = (accuracy, {k: v.detach().clone() for k, v in model.state_dict().items()})
     save_model_dir(model, tokenizer, tmp / "final")
-    meta = {"steps": step, "probe_accuracy": accuracy, "seconds": round(time.perf_counter() - started, 1)}
+    meta = {"steps": step, "probe_accuracy": accuracy, "seconds": round(time.perf_counter() - started, 1),
+            "probe_curve": curve}
     (tmp / "warmstart.json").write_text(json.dumps(asdict(spec) | meta, indent=2))
     shutil.rmtree(root, ignore_errors=True)
     tmp.rename(root)

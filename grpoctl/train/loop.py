@@ -56,13 +56,21 @@ class RolloutBatch:
     ref_log_probs: torch.Tensor | None = None
     stats: dict = field(default_factory=dict)
 
+    @property
+    def seq_lengths(self) -> torch.Tensor:
+        """(batch,) positions up to and including each row's last response token."""
+        positions = torch.arange(self.response_mask.shape[1]).expand_as(self.response_mask)
+        return torch.where(self.response_mask, positions + 1, 0).amax(dim=1).clamp(min=1)
+
 
 def generate_rollouts(backend, prompts: list[str], cfg, step: int) -> Rollouts:
     """group_size completions per prompt; a blown-up policy shows here first, as nan probabilities."""
     try:
         return backend.generate(prompts, cfg.rollout.group_size, rollout_sampling(cfg), seed=cfg.seed * 1_000_003 + step)
     except RuntimeError as exc:
-        if "inf" in str(exc) or "nan" in str(exc):
+        # torch's sampler refuses nan/inf probabilities with this message; anything else
+        # (a CUDA fault, an OOM) is a crash, not a divergence.
+        if "probability tensor contains" in str(exc):
             raise Diverged(f"non-finite probabilities while sampling at step {step}: {str(exc).splitlines()[0]}") from exc
         raise
 
@@ -127,9 +135,13 @@ def train_on_rollouts(cfg, model, optimizer, scheduler, batch: RolloutBatch, ste
             micro_stats: list[dict] = []
             for m in range(start, start + loop.train_batch_size, sizes.microbatch_size):
                 idx = order[m : m + sizes.microbatch_size]
-                mask = batch.response_mask[idx].to(device)
-                out = get_response_log_probs(model, batch.input_ids[idx].to(device), batch.labels[idx].to(device),
-                                             return_token_entropy=True)
+                # Rows are right-padded to the longest sequence of the whole rollout batch;
+                # cut this microbatch to its own longest, so one long rollout does not make
+                # every forward pass (and its vocabulary-sized logits) pay for it.
+                width = int(batch.seq_lengths[idx].max())
+                mask = batch.response_mask[idx, :width].to(device)
+                out = get_response_log_probs(model, batch.input_ids[idx, :width].to(device),
+                                             batch.labels[idx, :width].to(device), return_token_entropy=True)
                 entropy_sum += float((out["token_entropy"].float() * mask).sum())
                 entropy_tokens += float(mask.sum())
                 _, meta = grpo_microbatch_train_step(
@@ -141,13 +153,13 @@ def train_on_rollouts(cfg, model, optimizer, scheduler, batch: RolloutBatch, ste
                     advantages=batch.advantages[idx].unsqueeze(-1).to(device),
                     # on-policy, the rollout policy is this very forward pass
                     old_log_probs=(out["log_probs"].detach() if batch.old_log_probs is None
-                                   else batch.old_log_probs[idx].to(device)),
+                                   else batch.old_log_probs[idx, :width].to(device)),
                     cliprange=loss_cfg.cliprange,
                     length_normalization=loss_cfg.length_normalization,
                     normalize_constant=float(cfg.rollout.max_tokens),
                     cliprange_high=loss_cfg.cliprange_high,
                     importance_level=loss_cfg.importance_level,
-                    ref_log_probs=None if batch.ref_log_probs is None else batch.ref_log_probs[idx].to(device),
+                    ref_log_probs=None if batch.ref_log_probs is None else batch.ref_log_probs[idx, :width].to(device),
                     kl_beta=loss_cfg.kl_beta,
                 )
                 if not math.isfinite(meta["loss"]):
@@ -198,18 +210,24 @@ def _mean_over(per_opt: list[tuple[int, dict]]) -> dict:
     return out
 
 
-def make_rollout_batch(cfg, model, ref_model, rollouts: Rollouts, truths: list[str], pad_token_id: int) -> RolloutBatch:
-    """Rollouts -> training tensors, rewards and advantages (+ old/ref log-probs when needed)."""
-    advantages, raw, summary, scores = score_rollouts(cfg, rollouts, truths)
-    ids = collate_prompt_and_output_ids(rollouts.prompt_ids, rollouts.response_ids, pad_token_id)
-    batch = RolloutBatch(ids["input_ids"], ids["labels"], ids["response_mask"], advantages, raw)
+def add_old_and_ref_log_probs(cfg, model, ref_model, batch: RolloutBatch) -> None:
+    """Log-probs of the rollouts under the rollout policy (off-policy only) and the reference.
+
+    On-policy the old policy *is* the current one: its log-probs are the detached ones of
+    the training forward pass, so this extra pass is skipped.
+    """
     microbatch = derived_sizes(cfg).microbatch_size
-    # On-policy the old policy *is* the current one: its log-probs are the detached ones,
-    # so the extra forward pass is skipped.
     if derived_sizes(cfg).off_policy:
         batch.old_log_probs = log_probs_in_batches(model, batch, microbatch)
     if ref_model is not None:
         batch.ref_log_probs = log_probs_in_batches(ref_model, batch, microbatch)
+
+
+def make_rollout_batch(cfg, rollouts: Rollouts, truths: list[str], pad_token_id: int) -> RolloutBatch:
+    """Rollouts -> training tensors, rewards and advantages."""
+    advantages, raw, summary, scores = score_rollouts(cfg, rollouts, truths)
+    ids = collate_prompt_and_output_ids(rollouts.prompt_ids, rollouts.response_ids, pad_token_id)
+    batch = RolloutBatch(ids["input_ids"], ids["labels"], ids["response_mask"], advantages, raw)
     lengths = [len(r) for r in rollouts.response_ids]
     batch.stats = {
         "train/reward": summary["reward_mean"],

@@ -105,8 +105,9 @@ def load_run_data(cfg, need_train: bool = True) -> RunData:
     except DataError as exc:
         raise UserError(str(exc)) from None
     evals = eval_subset(pool, cfg.eval.subset, cfg.eval.subset_seed)
-    # Eval problems must never be trained on, even when a user's files overlap.
-    held_out = {ex.question.strip() for ex in evals}
+    # No eval problem is ever trained on, even when a user's files overlap: the whole pool
+    # is held out, so another --subset or seed later never scores trained-on problems.
+    held_out = {ex.question.strip() for ex in pool}
     train = [ex for ex in train if ex.question.strip() not in held_out]
     if need_train and not train:
         raise UserError("no training examples left after removing the eval problems")

@@ -22,6 +22,7 @@ import torch
 
 from grpoctl.config import config_diff, config_hash, derived_sizes, to_dict
 from grpoctl.data import PromptStream
+from grpoctl.errors import UserError
 from grpoctl.rollout import make_backend
 from grpoctl.train import loop
 from grpoctl.train.checkpoint import (
@@ -62,6 +63,7 @@ class RunContext:
     best_accuracy: float | None = None
     last_accuracy: float | None = None
     last_checkpoint_step: int | None = None
+    step_accuracy: float | None = None  # eval accuracy of the last step, if it evaluated
 
 
 def default_run_name(cfg) -> str:
@@ -88,30 +90,24 @@ def resume(cfg, registry, run, say=print) -> str:
     """Continue `run` from its newest checkpoint."""
     ckpts = registry.checkpoints(run.id)
     if not ckpts:
-        raise_user(f"run '{run.name}' has no checkpoint to resume from (checkpoint.every={cfg.checkpoint.every})")
+        raise UserError(f"run '{run.name}' has no checkpoint to resume from (checkpoint.every={cfg.checkpoint.every})")
     last = max(ckpts, key=lambda c: c.step)
     state = load_trainer_state(Path(last.path))
-    cfg.model.path = last.path  # weights come from the checkpoint...
-    ctx = _prepare(cfg, registry, say, model_dir=last.path)  # ...and the tiny warm-start is not rebuilt
-    deleted = registry.truncate_after(run.id, state.step)
-    for path in deleted:
-        shutil.rmtree(path, ignore_errors=True)
-    registry.set_status(run.id, "running", pid=os.getpid())
+    # Weights come from the checkpoint; the KL reference stays the run's initial policy.
+    ctx = _prepare(cfg, registry, say, model_dir=last.path)
     ctx.run = run
     ctx.optimizer.load_state_dict(state.optimizer)
     ctx.scheduler.load_state_dict(state.scheduler)
     restore_rng(state.rng)
     ctx.stream.seek(state.data_position)
-    ctx.step, ctx.best_accuracy = state.step, state.best_accuracy
-    ctx.opt_step = state.opt_step
+    ctx.step, ctx.opt_step, ctx.best_accuracy = state.step, state.opt_step, state.best_accuracy
+    ctx.last_checkpoint_step = state.step
+    # Only now that everything is restored: forget what the run wrote after the checkpoint.
+    for path in registry.truncate_after(run.id, state.step):
+        shutil.rmtree(path, ignore_errors=True)
+    registry.set_status(run.id, "running", pid=os.getpid())
     say(f"resuming run {run.name} from step {state.step} ({last.path})")
     return _run(ctx, fresh=False)
-
-
-def raise_user(message: str):
-    from grpoctl.errors import UserError
-
-    raise UserError(message)
 
 
 def _prepare(cfg, registry, say, model_dir: str | None = None) -> RunContext:
@@ -120,14 +116,16 @@ def _prepare(cfg, registry, say, model_dir: str | None = None) -> RunContext:
     torch.manual_seed(cfg.seed)
     device = pick_device(cfg)
     data = load_run_data(cfg)
-    model_dir = model_dir or resolve_model_dir(cfg, say=say)
+    initial_dir = resolve_model_dir(cfg, say=say) if (model_dir is None or cfg.loss.kl_beta > 0) else None
+    model_dir = model_dir or initial_dir
     model, tokenizer = load_policy(model_dir, device, pick_dtype(cfg, device), cfg.model.gradient_checkpointing)
     ref_model = None
     if cfg.loss.kl_beta > 0:
-        ref_model, _ = load_policy(model_dir, device, pick_dtype(cfg, device), False)
+        ref_model, _ = load_policy(initial_dir, device, pick_dtype(cfg, device), False)
         ref_model.eval().requires_grad_(False)
     optimizer = build_optimizer(model.parameters(), cfg.optimizer)
-    scheduler = build_scheduler(optimizer, cfg.optimizer)
+    total_opt_steps = cfg.loop.n_grpo_steps * derived_sizes(cfg).optimizer_steps_per_grpo_step
+    scheduler = build_scheduler(optimizer, cfg.optimizer, total_opt_steps)
     backend = make_backend(cfg, model, tokenizer, model_dir, say=say)
     return RunContext(
         cfg=cfg, registry=registry, run=None, model=model, tokenizer=tokenizer, optimizer=optimizer,
@@ -148,9 +146,9 @@ def _run(ctx: RunContext, fresh: bool) -> str:
                 registry.log_step(run.id, 0, metrics, samples=samples)
             while ctx.step < cfg.loop.n_grpo_steps:
                 _one_step(ctx, ctx.step + 1)
-                if stop.requested:
+                if stop.requested and ctx.step < cfg.loop.n_grpo_steps:
                     if ctx.last_checkpoint_step != ctx.step:
-                        _checkpoint(ctx, ctx.step, None)  # so --resume continues from here
+                        _checkpoint(ctx, ctx.step, ctx.step_accuracy)  # so --resume continues from here
                     raise KeyboardInterrupt
     except loop.Diverged as exc:
         status, error = "diverged", str(exc)
@@ -177,7 +175,9 @@ def _one_step(ctx: RunContext, step: int) -> None:
     ctx.backend.before_training()
     timeouts_before = loop.grading_timeouts()
     with loop.timed(t, "time/reward"):
-        batch = loop.make_rollout_batch(cfg, ctx.model, ctx.ref_model, rollouts, truths, ctx.tokenizer.pad_token_id)
+        batch = loop.make_rollout_batch(cfg, rollouts, truths, ctx.tokenizer.pad_token_id)
+    with loop.timed(t, "time/old_log_probs"):
+        loop.add_old_and_ref_log_probs(cfg, ctx.model, ctx.ref_model, batch)
     scores = batch.stats.pop("_scores")
     with loop.timed(t, "time/train"):
         per_opt, summary, ctx.opt_step = loop.train_on_rollouts(
@@ -197,6 +197,7 @@ def _one_step(ctx: RunContext, step: int) -> None:
     metrics["time/step"] = time.perf_counter() - t0
     ctx.registry.log_step(ctx.run.id, step, metrics, opt_metrics=per_opt, samples=samples)
     ctx.step = step
+    ctx.step_accuracy = metrics.get("eval/accuracy")
     if last or (cfg.checkpoint.every and step % cfg.checkpoint.every == 0):
         _checkpoint(ctx, step, metrics.get("eval/accuracy"))
     ctx.progress.update(step, metrics, ctx.last_accuracy)
