@@ -7,7 +7,7 @@ import math
 import random
 
 from grpoctl.analysis.health import (
-    accuracy_decline,
+    accuracy_drop,
     accuracy_stuck_at_zero,
     entropy_collapse,
     flat_reward,
@@ -141,17 +141,24 @@ def test_short_or_empty_series_and_status():
     assert str(flags[0]) == "diverged at step 17 (non-finite loss at step 18)"
 
 
-def test_accuracy_that_peaks_then_declines():
-    # The real tiny lr=1e-3 run at 25 steps: 0.455 before training, then ~0.31 for good.
+def test_accuracy_that_collapses_or_declines_is_flagged():
+    # A tiny lr=1e-3 run at 25 steps: 0.455 before training, then ~0.31 for good.
     decline = series([0.455, 0.314, 0.307, 0.312], every=10)
-    assert kinds(accuracy_decline(decline)) == {"eval accuracy decline": 10}
-    assert kinds(run_flags({"eval/accuracy": decline})) == {"eval accuracy decline": 10}
+    assert kinds(accuracy_drop(decline)) == {"eval accuracy drop": 10}
+    assert kinds(run_flags({"eval/accuracy": decline})) == {"eval accuracy drop": 10}
     late = series([0.3, 0.5, 0.7, 0.72, 0.5, 0.45, 0.48], every=10)
-    assert kinds(accuracy_decline(late)) == {"eval accuracy decline": 40}
-    # Greedy evals swing by up to 10 points: a dip of that size is not a decline...
-    assert accuracy_decline(series([0.3, 0.6, 0.75, 0.66, 0.67, 0.68], every=10)) == []
-    # ...nor two bad evals, nor a run that recovers.
-    assert accuracy_decline(series([0.3, 0.7, 0.4, 0.4], every=10)) == []
-    assert accuracy_decline(series([0.3, 0.7, 0.4, 0.4, 0.4, 0.7], every=10)) == []
+    assert kinds(accuracy_drop(late)) == {"eval accuracy drop": 40}
+    # The real tiny lr=1e-3 run with cosine decay: collapses, then recovers as lr decays.
+    dip = series([0.400, 0.221, 0.064, 0.156, 0.232, 0.318, 0.371], every=10)
+    (flag,) = accuracy_drop(dip)
+    assert (flag.kind, flag.step) == ("eval accuracy drop", 10)
+    assert "0.064 at step 20" in flag.detail and "recovered by step 50" in flag.detail
+    assert kinds(accuracy_drop(series([0.3, 0.7, 0.4, 0.4, 0.4, 0.7], every=10))) == {"eval accuracy drop": 20}
+    # Greedy evals swing by up to 10 points: a dip of that size is not a drop...
+    assert accuracy_drop(series([0.3, 0.6, 0.75, 0.66, 0.67, 0.68], every=10)) == []
+    # ...nor two bad evals, nor healthy learning curves (the real 3e-4 runs).
+    assert accuracy_drop(series([0.3, 0.7, 0.4, 0.4], every=10)) == []
+    assert accuracy_drop(series([0.438, 0.396, 0.363, 0.473, 0.49, 0.609, 0.615, 0.699], every=10)) == []
+    assert accuracy_drop(series([0.4, 0.439, 0.461, 0.445, 0.492, 0.598, 0.645], every=10)) == []
     # All zeros is said once, as "stuck at 0".
     assert kinds(run_flags({"eval/accuracy": series([0.4, 0, 0, 0], every=10)})) == {"eval accuracy at 0": 10}

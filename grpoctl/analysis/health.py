@@ -171,28 +171,28 @@ def accuracy_stuck_at_zero(accuracy: Series, persist: int = PERSIST) -> list[Fla
     return [Flag("eval accuracy at 0", points[-zeros][0], f"last {zeros} evals scored 0")]
 
 
-def accuracy_decline(accuracy: Series, drop: float = 0.1, fraction: float = 0.2,
-                     persist: int = PERSIST) -> list[Flag]:
-    """The last `persist` evaluations all sit more than `drop` (absolute) and `fraction`
-    (relative) below the run's best: it peaked and is unlearning (the seed's no_baseline
-    runs "peak early then decline"). Both margins, so eval noise (about ±5-10 points on a
-    few hundred problems) does not fire it."""
+def accuracy_drop(accuracy: Series, drop: float = 0.1, fraction: float = 0.2,
+                  persist: int = PERSIST) -> list[Flag]:
+    """`persist` evaluations running that sit more than `drop` (absolute) and `fraction`
+    (relative) below the best before them: the policy collapsed, whether or not it came
+    back later (the tiny lr=1e-3 run falls from 0.40 to 0.06 and recovers only as its lr
+    decays), or it peaked and is unlearning (the seed's no_baseline runs "peak early then
+    decline"). Both margins, so eval noise (about ±5-10 points on a few hundred
+    problems) does not fire it."""
     points = _finite(accuracy)
-    if len(points) < persist + 1:
+    best = [max(v for _, v in points[: i + 1]) for i in range(len(points))]
+    below = [i > 0 and v < best[i - 1] - drop and v < best[i - 1] * (1 - fraction)
+             for i, (_, v) in enumerate(points)]
+    start = _first_stretch(points, lambda i, v: below[i], persist)
+    if start is None:
         return []
-    below = 0
-    while below < len(points) - 1:
-        earlier = max(v for _, v in points[: len(points) - 1 - below])
-        value = points[-1 - below][1]
-        if value < earlier - drop and value < earlier * (1 - fraction):
-            below += 1
-        else:
-            break
-    if below < persist:
-        return []
-    step, value = points[-below]
-    peak = max(v for _, v in points[:-below])
-    return [Flag("eval accuracy decline", step, f"{points[-1][1]:.3f} at the end vs {peak:.3f} at best")]
+    end = start
+    while end + 1 < len(points) and below[end + 1]:
+        end += 1
+    low_step, low = min(points[start : end + 1], key=lambda p: p[1])
+    recovered = "" if end == len(points) - 1 else f", recovered by step {points[end + 1][0]}"
+    return [Flag("eval accuracy drop", points[start][0],
+                 f"{low:.3f} at step {low_step} vs {best[start - 1]:.3f} before{recovered}")]
 
 
 # --------------------------------------------------------------------------- one run
@@ -209,7 +209,7 @@ def run_flags(series: dict[str, Series], status: str | None = None,
         + flat_reward(get("train/reward", []))
     )
     stuck = accuracy_stuck_at_zero(get("eval/accuracy", []))
-    flags += stuck or accuracy_decline(get("eval/accuracy", []))  # zeros are a decline too
+    flags += stuck or accuracy_drop(get("eval/accuracy", []))  # zeros are a drop too
     if status == "diverged":
         flags.append(Flag("diverged", max(last_step or 0, 0), error or "the trainer stopped it"))
     return sorted(flags, key=lambda f: f.step)
