@@ -107,3 +107,17 @@ def test_bf16_logits_are_upcast():
     assert log_probs.dtype == torch.float32
     naive = torch.log_softmax(logits.float(), -1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
     assert torch.allclose(log_probs, naive, atol=1e-6)
+
+
+def test_token_entropy_in_chunks_matches_whole_rows():
+    # Longer than one entropy chunk, so the chunked path is the one exercised.
+    logits = torch.randn(2, 600, 17, dtype=torch.float64) * 3
+
+    class FixedLogits(torch.nn.Module):
+        def forward(self, input_ids):
+            return SimpleNamespace(logits=logits)
+
+    ids = torch.zeros(2, 600, dtype=torch.long)
+    out = get_response_log_probs(FixedLogits(), ids, ids, return_token_entropy=True)
+    assert out["token_entropy"].shape == (2, 600)
+    torch.testing.assert_close(out["token_entropy"], compute_entropy(logits))

@@ -9,6 +9,10 @@ over 150k entries loses the small differences policy ratios depend on.
 
 import torch
 
+# Positions per entropy chunk: its temporaries are a few (chunk, vocab) float32 tensors,
+# ~150 MB each at Qwen's 151,936-entry vocabulary, instead of (seq, vocab) per sequence.
+ENTROPY_CHUNK = 256
+
 
 def _as_float32(logits: torch.Tensor) -> torch.Tensor:
     # float64 stays (tests use it for reference values); half types are upcast.
@@ -42,7 +46,7 @@ def get_response_log_probs(
     Returns {"log_probs": (batch, seq) float32} and, only when asked,
     {"token_entropy": (batch, seq) float32}. The entropy is a diagnostic, so it is
     computed without gradient and one sequence at a time, which keeps its
-    vocabulary-sized temporaries to a single row.
+    vocabulary-sized temporaries to one chunk of one row.
     """
     if attention_mask is None:
         logits = model(input_ids).logits
@@ -55,5 +59,8 @@ def get_response_log_probs(
 
     if return_token_entropy:
         with torch.no_grad():
-            out["token_entropy"] = torch.stack([compute_entropy(row) for row in logits])
+            out["token_entropy"] = torch.stack([
+                torch.cat([compute_entropy(row[i : i + ENTROPY_CHUNK]) for i in range(0, row.shape[0], ENTROPY_CHUNK)])
+                for row in logits
+            ])
     return out
