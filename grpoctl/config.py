@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import MISSING, DictConfig, OmegaConf  # noqa: F401  (MISSING kept for users)
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from grpoctl.errors import UserError
@@ -431,9 +431,6 @@ def validate(cfg: DictConfig) -> None:
         raise UserError(f"prompt.template={cfg.prompt.template} answers in <answer> tags: set prompt.reward=r1_zero")
     if cfg.data.source != "synthetic" and cfg.data.train_path is None:
         raise UserError(f"data.source={cfg.data.source} needs data.train_path (a jsonl file or hub dataset name)")
-    if cfg.model.path == "tiny" and cfg.data.source != "synthetic":
-        # Not impossible, but the character tokenizer cannot spell LaTeX well: say so early.
-        pass
 
 
 # --------------------------------------------------------------------------- derived

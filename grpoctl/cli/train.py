@@ -27,7 +27,6 @@ DbOption = Annotated[
 def register(app: typer.Typer) -> None:
     app.command(
         "train",
-        context_settings={"allow_extra_args": False},
         help="Run GRPO. CONFIG is a yaml diff from the defaults; key=value overrides follow "
         "(dotted paths or short aliases: lr, loss, group_size, steps, ...). "
         "With no arguments: the embedded default (tiny model, synthetic arithmetic, CPU).",

@@ -54,7 +54,8 @@ class RolloutBatch:
     raw_rewards: torch.Tensor
     old_log_probs: torch.Tensor | None = None
     ref_log_probs: torch.Tensor | None = None
-    stats: dict = field(default_factory=dict)
+    stats: dict = field(default_factory=dict)  # train/* figures of the rollouts
+    scores: list[dict] = field(default_factory=list)  # each rollout's reward dict
 
     @property
     def seq_lengths(self) -> torch.Tensor:
@@ -238,7 +239,7 @@ def make_rollout_batch(cfg, rollouts: Rollouts, truths: list[str], pad_token_id:
         "train/response_length": sum(lengths) / len(lengths),
         "train/response_clip_fraction": sum(rollouts.truncated) / len(rollouts.truncated),
     }
-    batch.stats["_scores"] = scores
+    batch.scores = scores
     return batch
 
 

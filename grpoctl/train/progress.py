@@ -6,7 +6,6 @@ token entropy, response length and gradient norm, which move before a collapse s
 
 from __future__ import annotations
 
-import sys
 import time
 
 from rich.console import Console

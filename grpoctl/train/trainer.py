@@ -178,14 +178,13 @@ def _one_step(ctx: RunContext, step: int) -> None:
         batch = loop.make_rollout_batch(cfg, rollouts, truths, ctx.tokenizer.pad_token_id)
     with loop.timed(t, "time/old_log_probs"):
         loop.add_old_and_ref_log_probs(cfg, ctx.model, ctx.ref_model, batch)
-    scores = batch.stats.pop("_scores")
     with loop.timed(t, "time/train"):
         per_opt, summary, ctx.opt_step = loop.train_on_rollouts(
             cfg, ctx.model, ctx.optimizer, ctx.scheduler, batch, step, ctx.opt_step, memory=ctx.memory)
     loop.check_finite_weights(ctx.model, step)
     t["time/weight_sync"] = ctx.backend.sync_weights(ctx.model)
     metrics = {**batch.stats, **summary, **t, "train/grading_timeouts": loop.grading_timeouts() - timeouts_before}
-    samples = loop.sample_rows(prompts, rollouts, truths, scores, cfg.logging.samples_per_step)
+    samples = loop.sample_rows(prompts, rollouts, truths, batch.scores, cfg.logging.samples_per_step)
     last = step == cfg.loop.n_grpo_steps
     if (cfg.eval.every and step % cfg.eval.every == 0) or last:
         eval_metrics, eval_samples = _evaluate(ctx, step)
@@ -199,7 +198,7 @@ def _one_step(ctx: RunContext, step: int) -> None:
     ctx.step = step
     ctx.step_accuracy = metrics.get("eval/accuracy")
     if last or (cfg.checkpoint.every and step % cfg.checkpoint.every == 0):
-        _checkpoint(ctx, step, metrics.get("eval/accuracy"))
+        _checkpoint(ctx, step, ctx.step_accuracy)
     ctx.progress.update(step, metrics, ctx.last_accuracy)
 
 
@@ -223,8 +222,9 @@ def _evaluate(ctx: RunContext, step: int) -> tuple[dict, list[dict]]:
 
 def _checkpoint(ctx: RunContext, step: int, accuracy: float | None) -> None:
     cfg = ctx.cfg
-    state = TrainerState(step=step, opt_step=ctx.opt_step, data_position=ctx.stream.position, optimizer=ctx.optimizer.state_dict(),
-                         scheduler=ctx.scheduler.state_dict(), best_accuracy=ctx.best_accuracy, rng=capture_rng())
+    state = TrainerState(step=step, opt_step=ctx.opt_step, data_position=ctx.stream.position,
+                         optimizer=ctx.optimizer.state_dict(), scheduler=ctx.scheduler.state_dict(),
+                         best_accuracy=ctx.best_accuracy, rng=capture_rng())
     path = save_checkpoint(Path(ctx.run.output_dir) / f"step-{step}", ctx.model, ctx.tokenizer, state, ctx.run.name)
     ctx.registry.add_checkpoint(ctx.run.id, step, str(path), eval_accuracy=accuracy)
     ctx.last_checkpoint_step = step
