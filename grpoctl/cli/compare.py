@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from grpoctl.cli.options import DbOption
 from grpoctl.errors import UserError
 
 FORMATS = ("table", "markdown", "csv", "json")
@@ -23,9 +24,7 @@ def compare(
     at_step: Annotated[Optional[int], typer.Option(
         "--at-step", help="Values at this GRPO step instead of the end.")] = None,
     fmt: Annotated[str, typer.Option("--format", "-f", help="table, markdown, csv or json.")] = "table",
-    db: Annotated[Optional[str], typer.Option(
-        "--db", help="Registry: SQLAlchemy URL or SQLite path (default: $GRPOCTL_DB, else ./registry.db)",
-        show_default=False)] = None,
+    db: DbOption = None,
 ) -> None:
     """Compare runs: the config keys that differ, eval accuracy, speed, health flags."""
     if fmt not in FORMATS:

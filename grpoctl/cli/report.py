@@ -7,14 +7,14 @@ from typing import Annotated, Optional
 
 import typer
 
+from grpoctl.cli.options import DbOption
+
 
 def report(
     name: Annotated[str, typer.Argument(metavar="NAME", help="A sweep, ablation or group name.")],
     out: Annotated[Optional[Path], typer.Option(
         "--out", "-o", help="Folder for report.md and the plots (default: reports/NAME/).")] = None,
-    db: Annotated[Optional[str], typer.Option(
-        "--db", help="Registry: SQLAlchemy URL or SQLite path (default: $GRPOCTL_DB, else ./registry.db)",
-        show_default=False)] = None,
+    db: DbOption = None,
 ) -> None:
     """Write a markdown report of a sweep: what varied, results, curves, health, winner."""
     from grpoctl.analysis.report import write_report

@@ -22,6 +22,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from grpoctl.cli.options import DbOption
 from grpoctl.errors import UserError
 from grpoctl.registry import Registry, Run, effective_status
 from grpoctl.registry.models import utcnow
@@ -31,11 +32,6 @@ runs_app = typer.Typer(
 )
 console = Console()
 
-DbOption = Annotated[
-    Optional[str],
-    typer.Option("--db", help="Registry: SQLAlchemy URL or SQLite path "
-                 "[default: $GRPOCTL_DB, else ./registry.db]", show_default=False),
-]
 RunArgument = Annotated[
     str, typer.Argument(metavar="RUN", help="Run id, name, or a unique prefix of its name.")
 ]

@@ -16,6 +16,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from grpoctl.cli.options import DbOption
 from grpoctl.errors import UserError
 
 
@@ -37,9 +38,7 @@ def sweep(
     retry_failed: Annotated[bool, typer.Option(
         "--retry-failed", help="Run failed and diverged variants again (as new runs).")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would run, and how; run nothing.")] = False,
-    db: Annotated[Optional[str], typer.Option(
-        "--db", help="Registry: SQLAlchemy URL or SQLite path (default: $GRPOCTL_DB, else ./registry.db)",
-        show_default=False)] = None,
+    db: DbOption = None,
 ) -> None:
     """Run a sweep or an ablation: every variant a run in the registry, grouped by name."""
     from grpoctl.sweep import spec

@@ -15,13 +15,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from grpoctl.cli.options import DbOption
 from grpoctl.errors import UserError
-
-DbOption = Annotated[
-    Optional[str],
-    typer.Option("--db", help="Registry: SQLAlchemy URL or SQLite path [default: $GRPOCTL_DB, else ./registry.db]",
-                 show_default=False),
-]
 
 
 def register(app: typer.Typer) -> None:

@@ -32,6 +32,11 @@ class TrainerState:
     rng: dict
 
 
+def checkpoint_dir(cfg, run_name: str) -> Path:
+    """Where a run's checkpoints go: one folder per run under checkpoint.dir."""
+    return Path(cfg.checkpoint.dir) / run_name.replace("/", "_")
+
+
 def capture_rng() -> dict:
     return {"torch": torch.get_rng_state(), "python": random.getstate()}
 

@@ -22,7 +22,6 @@ import math
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
@@ -276,6 +275,3 @@ def sample_rows(prompts: list[str], rollouts: Rollouts, truths: list[str], score
 def grading_timeouts() -> int:
     return grading_stats()["timeouts"]
 
-
-def checkpoint_dir(cfg, run_name: str) -> Path:
-    return Path(cfg.checkpoint.dir) / run_name.replace("/", "_")

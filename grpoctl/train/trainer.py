@@ -28,6 +28,7 @@ from grpoctl.train import loop
 from grpoctl.train.checkpoint import (
     TrainerState,
     capture_rng,
+    checkpoint_dir,
     load_trainer_state,
     restore_rng,
     save_checkpoint,
@@ -79,7 +80,7 @@ def start(cfg, registry, parent: str | None = None, say=print) -> str:
     ctx.run = registry.create_run(
         name=name, config=to_dict(cfg), config_diff=config_diff(cfg), config_hash=config_hash(cfg),
         seed=cfg.seed, total_steps=cfg.loop.n_grpo_steps, group=cfg.group, variant=cfg.variant,
-        output_dir=str(loop.checkpoint_dir(cfg, name)), parent=parent, device=device_name(ctx.memory.device),
+        output_dir=str(checkpoint_dir(cfg, name)), parent=parent, device=device_name(ctx.memory.device),
     )
     registry.set_status(ctx.run.id, "running", pid=os.getpid())
     say(f"run {name} (id {ctx.run.id}) → {registry.url.render_as_string(hide_password=True)}")
