@@ -6,9 +6,11 @@
     # {'format_reward': 1.0, 'answer_reward': 1.0, 'reward': 1.0}
 
 Files, in reading order: extract.py (where the answer is), normalize.py (cheap
-string clean-up), guards.py (hostile inputs), equivalence.py (math-verify),
-pool.py (time-bounded grading in worker processes), default.py (the grader the
-reward functions use), formats.py (the reward functions), stats.py (counters).
+string clean-up), equations.py (which sides of `x = 529` must equal the truth),
+decimals.py (when `0.333333` answers `\\frac{1}{3}`), guards.py (hostile inputs),
+equivalence.py (math-verify), pool.py (time-bounded grading in worker processes),
+default.py (the grader the reward functions use), formats.py (the reward
+functions), stats.py (counters: timeouts and errors).
 """
 
 from __future__ import annotations

@@ -2,10 +2,12 @@
 
 Two stages:
 
-1. `quick_verdict`: normalize both strings (normalize.py), then decide whatever
-   can be decided without parsing: identical strings, equal plain numbers,
-   different integers, empty or hostile predictions (guards.py). This settles
-   nearly all GSM8K and arithmetic answers and most right MATH answers.
+1. `prepare`: normalize both strings (normalize.py), read an equation for the
+   sides that must equal the truth (equations.py), then decide whatever can be
+   decided without parsing: identical strings, plain numbers (exactly, or by the
+   decimal rule of decimals.py), different integers, empty or hostile
+   predictions (guards.py). This settles nearly all GSM8K and arithmetic
+   answers and most right MATH answers.
 2. `math_verify_equal`: Hugging Face's math-verify (LaTeX -> sympy, then a
    battery of comparisons: numeric, symbolic, sets, intervals, matrices).
 
@@ -23,14 +25,15 @@ import functools
 import importlib.metadata
 import itertools
 import threading
+from fractions import Fraction
 from typing import NamedTuple
 
+import sympy
 from math_verify import LatexExtractionConfig, parse, verify
 from math_verify.errors import TimeoutException
 
-from grpoctl.rewards import guards
+from grpoctl.rewards import decimals, equations, guards
 from grpoctl.rewards.normalize import (
-    has_equation,
     is_number_literal,
     normalize_answer,
     number_base,
@@ -40,81 +43,135 @@ from grpoctl.rewards.normalize import (
 
 PARSE_TIMEOUT_S = 1
 VERIFY_TIMEOUT_S = 1
+# math-verify's own numeric rule, for the decimals inside a tuple, interval, set
+# or matrix: both sides rounded to this many decimal places, then compared. (Its
+# default; passed explicitly so that what we record is what ran.) A decimal on
+# its own follows decimals.py instead.
+FLOAT_ROUNDING = 6
 # Bump when a normalization or guard rule changes what counts as right: it is
 # recorded with every evaluation, next to math-verify's version.
-NORMALIZATION_VERSION = "grpoctl-1"
+NORMALIZATION_VERSION = "grpoctl-2"
 
 # Answers are wrapped in \boxed{} before parsing: the box is math-verify's
 # highest-priority anchor, its content is taken with balanced braces, and it
 # tolerates newlines and `$` that a `$...$` wrapper would not.
 _EXTRACTION = (LatexExtractionConfig(boxed_match_priority=0),)
+# Digits to which a symbolic truth (pi, sqrt 2) is evaluated for the decimal
+# rule: far beyond decimals.MAX_DECIMAL_PLACES.
+_VALUE_DIGITS = 50
 
 
 class Verdict(NamedTuple):
     equal: bool
     timed_out: bool = False
+    # The comparison raised, or the truth could not be parsed: the answer counts
+    # as wrong and the error is counted, so that a broken grader does not pass
+    # for a policy that gets everything wrong.
+    error: bool = False
 
 
 class Prepared(NamedTuple):
-    """Both answers normalized, and the verdict if it needed no parsing."""
+    """What the cheap checks decided, and what is left for math-verify."""
 
-    pred: str
-    truth: str
-    verdict: bool | None
+    verdict: bool | None  # None: decided by whether every pending pair is equal
     how: str  # "fast", "rejected" or "parse"
+    pending: tuple[tuple[str, str], ...] = ()  # normalized (prediction part, truth part)
 
 
 def prepare(pred: str, truth: str) -> Prepared:
-    """Normalize and try to decide without math-verify. Never raises."""
+    """Normalize, read equations, and decide what needs no parsing.
+
+    An answer written as an equation can give several values that must each
+    equal the truth (`\\frac{1058}{2}=529`); the answer is right only if all are.
+    """
     if len(pred) > guards.MAX_ANSWER_CHARS:
-        return Prepared("", "", False, "rejected")
+        return Prepared(False, "rejected")
     truth_norm = normalize_answer(truth)
-    # `x = 3` answers "find x" when the truth is just `3`.
-    pred_norm = normalize_answer(pred, keep_equation=has_equation(truth_norm))
+    pred_norm = normalize_answer(pred)
     if not pred_norm:
-        return Prepared(pred_norm, truth_norm, False, "fast")
+        return Prepared(False, "fast")
     if pred_norm == truth_norm:
-        return Prepared(pred_norm, truth_norm, True, "fast")
-    truth_value = plain_number(truth_norm)
+        return Prepared(True, "fast")
+    pairs = equations.pairs_to_compare(pred_norm, truth_norm)
+    if pairs is None:
+        return Prepared(False, "fast")
+    if pairs != [(pred_norm, truth_norm)]:
+        pairs = [(normalize_answer(part), normalize_answer(target)) for part, target in pairs]
+    pending = []
+    for part, target in pairs:
+        verdict, how, part = _quick_verdict(part, target)
+        if verdict is False:
+            return Prepared(False, how)
+        if verdict is None:
+            pending.append((part, target))
+    if not pending:
+        return Prepared(True, "fast")
+    return Prepared(None, "parse", tuple(pending))
+
+
+def _quick_verdict(pred: str, truth: str) -> tuple[bool | None, str, str]:
+    """(verdict or None, how, the prediction as it should be parsed) for one
+    normalized value against one normalized truth."""
+    if not pred:
+        return False, "fast", pred
+    if pred == truth:
+        return True, "fast", pred
+    truth_value = plain_number(truth)
     if truth_value is not None:
         # `18 dollars` answers "how many dollars" when the truth is `18`.
-        pred_norm = number_before_words(pred_norm) or pred_norm
-    pred_value = plain_number(pred_norm)
+        pred = number_before_words(pred) or pred
+    pred_value = plain_number(pred)
     if pred_value is not None and truth_value is not None:
-        if pred_value == truth_value:
-            return Prepared(pred_norm, truth_norm, True, "fast")
-        if is_number_literal(pred_norm) and is_number_literal(truth_norm):
-            # Exact values that differ. (math-verify would round to 6 decimals
-            # and call 0.0000672 and 0.0000673 equal.)
-            return Prepared(pred_norm, truth_norm, False, "fast")
-        # A decimal against a fraction (0.333333 vs 1/3) goes to math-verify,
-        # which accepts a close enough rounding.
-    truth_base, pred_base = number_base(truth_norm), number_base(pred_norm)
+        return _numbers_verdict(pred, pred_value, truth, truth_value), "fast", pred
+    truth_base, pred_base = number_base(truth), number_base(pred)
     if truth_base is not None and pred_base is not None:
         # math-verify drops subscripts, which would make 52_8 equal 52_9.
-        return Prepared(pred_norm, truth_norm, truth_base == pred_base, "fast")
-    if guards.hostile_reason(pred_norm) is not None:
-        return Prepared(pred_norm, truth_norm, False, "rejected")
-    return Prepared(pred_norm, truth_norm, None, "parse")
+        return truth_base == pred_base, "fast", pred
+    if guards.hostile_reason(pred) is not None:
+        return False, "rejected", pred
+    return None, "parse", pred
 
 
-def _parse(text: str) -> list:
-    """math-verify's parse with our timeout; TimeoutException propagates."""
+def _numbers_verdict(pred: str, pred_value: Fraction, truth: str, truth_value: Fraction) -> bool:
+    """Two plain numbers, compared exactly (math-verify would round to 6 decimals
+    and call 0.0000672 and 0.0000673 equal); except that a decimal may stand for
+    a fraction written as one (`0.333333` for `\\frac{1}{3}`): decimals.py says when."""
+    if pred_value == truth_value:
+        return True
+    return decimals.is_decimal(pred) and not is_number_literal(truth) and decimals.stands_for(pred, truth_value)
+
+
+def _parse(text: str) -> tuple[list, bool]:
+    """(math-verify's parse with our timeout, whether it raised). An answer that
+    is not math parses to [] without raising; TimeoutException propagates."""
     try:
         return parse(
             "\\boxed{" + text + "}",
             extraction_config=_EXTRACTION,
             parsing_timeout=PARSE_TIMEOUT_S,
             raise_on_error=True,
-        )
+        ), False
     except Exception:
-        return []  # unparseable counts as wrong; TimeoutException is a BaseException
+        return [], True  # TimeoutException is a BaseException, so it is not caught here
 
 
 @functools.lru_cache(maxsize=4096)
-def _parse_truth(truth: str) -> list:
+def _parse_truth(truth: str) -> tuple[list, bool]:
     # Every rollout of a group shares its truth: parse it once.
     return _parse(truth)
+
+
+def _decimal_verdict(pred: str, truth: str, gold: list) -> bool | None:
+    """decimals.py's rule for a plain decimal against a truth that is a real
+    number (`\\frac{1}{3}`, `\\pi`, `\\frac{\\sqrt{2}}{2}`); None for any other truth."""
+    truth_value = plain_number(truth)
+    if truth_value is not None:
+        return _numbers_verdict(pred, plain_number(pred), truth, truth_value)
+    for expr in gold:
+        if isinstance(expr, sympy.Expr) and expr.is_number:
+            value = expr.evalf(_VALUE_DIGITS)
+            return decimals.stands_for(pred, Fraction(str(value))) if value.is_Float else None
+    return None
 
 
 @functools.lru_cache(maxsize=65536)
@@ -128,18 +185,26 @@ def math_verify_equal(pred: str, truth: str) -> Verdict:
         # failure would look like (and be cached as) a wrong answer.
         raise RuntimeError("math_verify_equal must run in a main thread; use rewards.Grader off it")
     try:
-        gold = _parse_truth(truth)
-        target = _parse(pred)
+        gold, _ = _parse_truth(truth)
+        if not gold:
+            # A truth math-verify cannot read: only an identical string (settled
+            # before this) could have scored, which is a grading failure.
+            return Verdict(False, error=True)
+        if decimals.is_decimal(pred):
+            verdict = _decimal_verdict(pred, truth, gold)
+            if verdict is not None:
+                return Verdict(verdict)
+        target, raised = _parse(pred)
         # verify() over the lists would stop at the first pair that raises, and
         # with raise_on_error=False it would hide timeouts from us; so one pair
         # at a time. The lists are [sympy object, string] at most.
         for g, t in itertools.product(gold, target):
             try:
-                if verify(g, t, timeout_seconds=VERIFY_TIMEOUT_S, raise_on_error=True):
+                if verify(g, t, float_rounding=FLOAT_ROUNDING, timeout_seconds=VERIFY_TIMEOUT_S, raise_on_error=True):
                     return Verdict(True)
             except Exception:
-                continue  # this pair is not comparable; try the next
-        return Verdict(False)
+                raised = True  # this pair could not be compared; try the next
+        return Verdict(False, error=raised)
     except TimeoutException:
         return Verdict(False, timed_out=True)
 
@@ -161,6 +226,8 @@ def grader_info() -> dict:
         "latex2sympy2_extended": version("latex2sympy2_extended"),
         "sympy": version("sympy"),
         "normalization": NORMALIZATION_VERSION,
+        "float_rounding": FLOAT_ROUNDING,
+        "decimal_significant_digits": decimals.MIN_SIGNIFICANT_DIGITS,
         "parse_timeout_s": PARSE_TIMEOUT_S,
         "verify_timeout_s": VERIFY_TIMEOUT_S,
         "max_answer_chars": guards.MAX_ANSWER_CHARS,

@@ -3,7 +3,7 @@
 The point is twofold: most right answers are then byte-identical to the truth (or
 the same plain number), so grading is a string compare instead of a parse; and
 the surface variants that a parser would trip on (`$...$`, `\\text{ cm}`,
-`1,450,000`, `x = 3`) are gone before math-verify sees the answer.
+`1,450,000`) are gone before math-verify sees the answer.
 
 Every rule here is meant to be safe in both directions: it never turns a wrong
 answer into a right one. Anything subtler is math-verify's job.
@@ -49,8 +49,6 @@ _WHOLE_TEXT = re.compile(r"^\\(?:text|textbf|mbox|mathrm)\{([^{}]*)\}$")
 _CHOICE_LETTER = re.compile(r"^\(([A-Z])\)$")
 # `1,450,000` or `-3,000.25`: a plain number with thousands separators.
 _THOUSANDS = re.compile(r"^-?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
-# An `=` that is not part of `\le`, `<=`, `\neq`, `!=`, `>=`.
-_EQUALS = re.compile(r"(?<![<>!\\])=")
 
 # `18 dollars`, `5 apples per box`: a number followed only by words.
 _NUMBER_THEN_WORDS = re.compile(r"^(-?\d[\d,]*(?:\.\d+)?)\s+[A-Za-z]{2,}(?:\s+[A-Za-z]+)*$")
@@ -86,12 +84,9 @@ def _squeeze_spaces(text: str) -> str:
     return re.sub(r"(?<!\w) | (?!\w)", "", text)
 
 
-def normalize_answer(text: str, keep_equation: bool = True) -> str:
-    """A canonical spelling of an answer string.
-
-    keep_equation=False turns `x = 3` into `3`; use it for a prediction when the
-    truth has no `=` (a model that writes `x=3` for "find x" is right).
-    """
+def normalize_answer(text: str) -> str:
+    """A canonical spelling of an answer string. An equation stays an equation:
+    which of its sides is the answer is equations.py's question."""
     text = text.strip()
     text = _strip_delimiters(text)
     if text.startswith(("\\boxed", "\\fbox")):
@@ -109,12 +104,6 @@ def normalize_answer(text: str, keep_equation: bool = True) -> str:
     whole = _WHOLE_TEXT.match(text)
     if whole:
         text = whole.group(1).strip()
-    if not keep_equation:
-        sides = _EQUALS.split(text)
-        # Only a top-level `=`: the one in `\sum_{k=1}^{n}` is not an assignment.
-        top_level = sides[0].count("{") == sides[0].count("}")
-        if len(sides) == 2 and top_level and sides[0].strip() and sides[1].strip():
-            text = sides[1].strip()
     text = _squeeze_spaces(text)
     choice = _CHOICE_LETTER.match(text)
     if choice:
@@ -122,11 +111,6 @@ def normalize_answer(text: str, keep_equation: bool = True) -> str:
     if _THOUSANDS.match(text):
         text = text.replace(",", "")
     return text
-
-
-def has_equation(text: str) -> bool:
-    """Whether an answer is (or contains) an equation, e.g. `y = 2x + 3`."""
-    return _EQUALS.search(text) is not None
 
 
 def plain_number(text: str) -> Fraction | None:

@@ -46,7 +46,7 @@ def _serve(conn: multiprocessing.connection.Connection, check: Callable) -> None
         try:
             verdict = Verdict(*check(*job))
         except Exception:
-            verdict = Verdict(False)
+            verdict = Verdict(False, error=True)
         conn.send(tuple(verdict))
 
 
@@ -75,12 +75,14 @@ class Grader:
     """Decides whether predicted answers equal their ground truths, in bounded time.
 
     grade(pred, truth) -> bool and grade_many(pairs) -> list[bool] never raise on
-    any input; a timeout counts as wrong and is counted in `timeouts` (and in
-    the module-wide `grading_stats()`). Use as a context manager, or call close().
+    any input. A timeout counts as wrong and is counted in `timeouts`; so does an
+    error (the grading raised, its worker died, or the truth does not parse), in
+    `errors`. Both are also counted in the module-wide `grading_stats()`. Use as
+    a context manager, or call close().
 
     check is the comparison run on the normalized answers (math-verify by
     default); it must be a picklable module-level function returning
-    (equal, timed_out). Tests pass one that hangs.
+    (equal, timed_out[, error]). Tests pass one that hangs and one that raises.
     """
 
     def __init__(self, workers: int = 0, timeout_s: float = 5.0, check: Callable = math_verify_equal):
@@ -92,6 +94,7 @@ class Grader:
         self.timeout_s = timeout_s
         self.check = check
         self.timeouts = 0
+        self.errors = 0
         self.restarts = 0
         self._lock = threading.Lock()
         self._context = multiprocessing.get_context("spawn")
@@ -106,18 +109,30 @@ class Grader:
 
     def grade_many(self, pairs: Iterable[tuple[str, str]]) -> list[bool]:
         verdicts: list[bool] = []
-        pending: list[tuple[int, str, str]] = []
+        # One job per (prediction part, truth part) left for math-verify; an
+        # answer is right when all of its jobs are (see equivalence.prepare).
+        jobs: list[tuple[int, str, str]] = []
+        owner: list[int] = []  # jobs[j] belongs to verdicts[owner[j]]
         for index, (pred, truth) in enumerate(pairs):
             stats.count("calls")
-            prepared = prepare(str(pred), str(truth))
+            try:
+                prepared = prepare(str(pred), str(truth))
+            except Exception:
+                # A bug in the cheap checks must not stop training: score 0, count it.
+                self._count(Verdict(False, error=True))
+                verdicts.append(False)
+                continue
             if prepared.verdict is None:
-                pending.append((index, prepared.pred, prepared.truth))
+                for part, target in prepared.pending:
+                    jobs.append((len(jobs), part, target))
+                    owner.append(index)
+                verdicts.append(True)
             else:
                 stats.count(prepared.how)
-            verdicts.append(bool(prepared.verdict))
-        if pending:
-            for index, equal in self._check_all(pending).items():
-                verdicts[index] = equal
+                verdicts.append(prepared.verdict)
+        if jobs:
+            for job, equal in self._check_all(jobs).items():
+                verdicts[owner[job]] = verdicts[owner[job]] and equal
         return verdicts
 
     def close(self) -> None:
@@ -150,22 +165,27 @@ class Grader:
                 try:
                     verdict = Verdict(*self.check(pred, truth))
                 except Exception:
-                    verdict = Verdict(False)
-                self._count_timeout(verdict.timed_out)
+                    verdict = Verdict(False, error=True)
+                self._count(verdict)
                 results[index] = verdict.equal
             return results
         with self._lock:
             if self._fallback is None:
                 self._fallback = Grader(workers=1, timeout_s=self.timeout_s, check=self.check)
-        before = self._fallback.timeouts
+        before = self._fallback.timeouts, self._fallback.errors
         results = self._fallback._check_all(pending)
-        self.timeouts += self._fallback.timeouts - before
+        self.timeouts += self._fallback.timeouts - before[0]
+        self.errors += self._fallback.errors - before[1]
         return results
 
-    def _count_timeout(self, timed_out: bool) -> None:
-        if timed_out:
+    def _count(self, verdict: Verdict) -> None:
+        """Count a grading cut short by a timeout or an error (it scores 0 either way)."""
+        if verdict.timed_out:
             self.timeouts += 1
             stats.count("timeouts")
+        if verdict.error:
+            self.errors += 1
+            stats.count("errors")
 
     def _replace(self, worker: _Worker) -> _Worker:
         worker.stop(kill=True)
@@ -219,13 +239,14 @@ class Grader:
                     if index is None:
                         raise RuntimeError("a grading worker exited while starting") from None
                     # The worker died (out of memory, say): its pair is wrong.
+                    self._count(Verdict(False, error=True))
                     self._after_failure(worker, index, results, busy)
                     continue
                 if index is None:
                     worker.ready = True
                 else:
                     verdict = Verdict(*message)
-                    self._count_timeout(verdict.timed_out)
+                    self._count(verdict)
                     results[index] = verdict.equal
                 idle.append(worker)
             now = time.monotonic()
@@ -233,7 +254,7 @@ class Grader:
                 index, _ = busy.pop(worker)
                 if index is None:
                     raise RuntimeError(f"a grading worker did not start within {START_TIMEOUT_S:.0f} s")
-                self._count_timeout(True)
+                self._count(Verdict(False, timed_out=True))
                 self._after_failure(worker, index, results, busy)
         return results
 

@@ -1,8 +1,9 @@
 """Process-wide grading counters, so the trainer can log how grading went.
 
-Timeouts are the number to watch: a policy that starts emitting junk shows up
-here before it shows up anywhere else, and every timeout cost up to a second or
-two of reward time.
+Timeouts and errors are the numbers to watch. A policy that starts emitting junk
+shows up in timeouts before it shows up anywhere else, and every timeout cost up
+to a second or two of reward time. Errors should stay at zero: each is an answer
+scored 0 because grading failed, not because the answer was wrong.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import threading
 
 _lock = threading.Lock()
-_counts = {"calls": 0, "timeouts": 0, "fast": 0, "rejected": 0}
+_counts = {"calls": 0, "timeouts": 0, "errors": 0, "fast": 0, "rejected": 0}
 
 
 def count(key: str, n: int = 1) -> None:
@@ -23,6 +24,10 @@ def grading_stats(reset: bool = False) -> dict[str, int]:
 
     - calls: answers graded,
     - timeouts: gradings cut short by a timeout (counted as wrong),
+    - errors: gradings that failed (counted as wrong): the comparison raised,
+      a grading worker died, or math-verify could not parse the truth. Any
+      non-zero count is worth a look: a broken grader looks like a flat reward.
+      It is for the trainer to log per step as `train/grading_errors`,
     - fast: decided by string/number comparison alone, without math-verify,
     - rejected: turned away as hostile before parsing (counted as wrong).
 

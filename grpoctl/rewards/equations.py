@@ -1,0 +1,167 @@
+"""How an answer written as an equation is read, so that `528=529` cannot pass for 529.
+
+An answer `A = B = ...` is cut at its top-level `=` (not the one in
+`\\sum_{k=1}^{n}`) into sides. A side is a *label* when it names what was asked
+(`x`, `AB`, `f(2)`, `a_1`, `x+y`, `\\angle ABC`): it has a letter and no digit
+outside subscripts, superscripts and a function's arguments, and no constant
+(`\\pi`, `\\infty`). Every other side is a *value*.
+
+Against a truth with no `=` (`529`):
+
+- labels at either end are dropped and every value that is left must equal the
+  truth: `x=529`, `529=x`, `a=b=529` and `\\frac{1058}{2}=529` are right;
+  `528=529` and `x=528=529` are wrong (528 is a value, and it is not 529);
+- an unsolved equation is wrong: `2x=1058` has the values `2x` and `1058`;
+- when every side is a label, the last one is the value (`x = p - q`).
+
+Against a truth that assigns a value to a name (`x=529`): the same, except that
+every label the answer gives must be the truth's name (`y = 529` is wrong, `529`
+is right). Against any other equation (`y = 2x + 3`): math-verify compares the
+two relations (`y-2x=3` is right), and a chain `A = B = C` is wrong.
+
+A list of assignments (`x=-2, x=1`, `x=1 \\text{ or } x=2`) reads as the list of
+their values. Inequalities have no `=` and are left to math-verify, which
+compares them as relations (`3<x` is `x>3`, and an interval may answer one).
+"""
+
+from __future__ import annotations
+
+import re
+
+# An `=` that is not part of `<=`, `>=`, `!=` or `\=`.
+EQUALS = re.compile(r"(?<![<>!\\])=")
+# Between the items of a list: `-2, 1`, `x=1 \text{ or } x=2`, `x=1 and x=2`.
+_ITEM_SEPARATOR = re.compile(r",|\\text\{\s*(?:or|and)\s*\}|\s(?:or|and)\s")
+# Longer chains than `a = b = c = 5` are not answers; each value side may cost a parse.
+MAX_SIDES = 4
+
+_OPENERS, _CLOSERS = "([{", ")]}"
+_CONSTANT = re.compile(r"\\(?:pi|infty)(?![A-Za-z])")
+# Subscripts and superscripts (`a_1`, `x_{10}`, `x^2`), innermost braces first.
+_SCRIPT = re.compile(r"[_^](?:\{[^{}]*\}|\\[A-Za-z]+|.)")
+# A function's arguments: `f(2)`, `P(1, 3)`, innermost first.
+_ARGUMENTS = re.compile(r"(?<=[A-Za-z])\([^()]*\)")
+_COMMAND = re.compile(r"\\([A-Za-z]+)")
+_GREEK = frozenset(
+    "alpha beta gamma delta epsilon varepsilon zeta eta theta vartheta iota kappa lambda mu nu xi "
+    "rho varrho sigma varsigma tau upsilon phi varphi chi psi omega "
+    "Gamma Delta Theta Lambda Xi Pi Sigma Upsilon Phi Psi Omega".split()
+)
+
+
+def split_top_level(text: str, at: re.Pattern) -> list[str]:
+    """text cut at the matches of `at` that lie outside all brackets, stripped.
+
+    `(`, `[`, `{` and the set braces `\\{` open; any closer closes, so a
+    half-open interval `[2, 5)` counts as one group.
+    """
+    depth_at = []
+    depth = i = 0
+    while i < len(text):
+        char = text[i]
+        step = 2 if char == "\\" and text[i + 1 : i + 2] in ("{", "}") else 1
+        if step == 2:
+            char = text[i + 1]
+        depth_at.extend([depth] * step)
+        if char in _OPENERS:
+            depth += 1
+        elif char in _CLOSERS:
+            depth = max(depth - 1, 0)
+        i += step
+    pieces, start = [], 0
+    for match in at.finditer(text):
+        if depth_at[match.start()] == 0:
+            pieces.append(text[start : match.start()].strip())
+            start = match.end()
+    pieces.append(text[start:].strip())
+    return pieces
+
+
+def _without_scripts_and_arguments(text: str) -> str:
+    previous = None
+    while previous != text:
+        previous = text
+        text = _ARGUMENTS.sub("", _SCRIPT.sub("", text))
+    return text
+
+
+def _has_letter(text: str) -> bool:
+    """A Latin letter outside command names, or a Greek letter other than pi."""
+    names = _COMMAND.sub(lambda m: " v " if m.group(1) in _GREEK else " ", text)
+    return re.search(r"[A-Za-z]", names) is not None
+
+
+def is_label(side: str) -> bool:
+    """Whether one side of an equation names a quantity rather than giving a value."""
+    if not side or _CONSTANT.search(side):
+        return False
+    bare = _without_scripts_and_arguments(side)
+    return not re.search(r"\d", bare) and _has_letter(bare)
+
+
+def _squeeze(text: str) -> str:
+    return re.sub(r"\s+", "", text)
+
+
+def _values(sides: list[str], name: str | None) -> list[str] | None:
+    """The value sides of one equation, or None if its labels disqualify it."""
+    start, end = 0, len(sides)
+    while start < end and is_label(sides[start]):
+        start += 1
+    while end > start and is_label(sides[end - 1]):
+        end -= 1
+    labels = sides[:start] + sides[end:]
+    if name is not None and any(_squeeze(label) != name for label in labels):
+        return None
+    if start == end:
+        # Nothing but labels: `x = p - q` gives `p - q`; against a named truth
+        # (`x = x`) there is no value at all.
+        return None if name is not None else [sides[-1]]
+    return sides[start:end]
+
+
+def _list_of_assignments(items: list[str], name: str | None) -> str | None:
+    """`x=-2, x=1` -> `-2,1`; None if an item is not `label = value`."""
+    values = []
+    for item in items:
+        sides = split_top_level(item, EQUALS)
+        if len(sides) == 1:
+            values.append(item)
+            continue
+        read = _values(sides, name)
+        if read is None or len(read) != 1 or len(sides) != 2:
+            return None
+        values.append(read[0])
+    return ",".join(values)
+
+
+def pairs_to_compare(pred: str, truth: str) -> list[tuple[str, str]] | None:
+    """What must equal what for pred to answer truth (both normalized strings).
+
+    Returns (prediction part, truth part) pairs that must all be equal, or None
+    when the way pred is written already makes it wrong (see the module doc).
+    """
+    truth_sides = split_top_level(truth, EQUALS)
+    pred_sides = split_top_level(pred, EQUALS)
+    if any(not side for side in truth_sides):
+        return [(pred, truth)]  # a truth that is not a readable equation: math-verify decides
+    name = None
+    if len(truth_sides) == 2 and is_label(truth_sides[0]) and not _has_letter(truth_sides[1]):
+        name, truth = _squeeze(truth_sides[0]), truth_sides[1]  # `x = 529`
+    elif len(truth_sides) > 1:
+        # A relation (`y = 2x + 3`): math-verify compares relations; chains are wrong.
+        items = split_top_level(pred, _ITEM_SEPARATOR)
+        return None if any(len(split_top_level(item, EQUALS)) > 2 for item in items) else [(pred, truth)]
+    if len(pred_sides) == 1:
+        return [(pred, truth)]
+    if any(not side for side in pred_sides):
+        return None
+    if len(pred_sides) > 2:
+        items = split_top_level(pred, _ITEM_SEPARATOR)
+        if len(items) > 1 and all(len(split_top_level(item, EQUALS)) <= 2 for item in items):
+            joined = _list_of_assignments(items, name)
+            return None if joined is None else [(joined, truth)]
+    if len(pred_sides) > MAX_SIDES:
+        return None
+    values = _values(pred_sides, name)
+    return None if values is None else [(value, truth) for value in values]
