@@ -24,9 +24,6 @@ from grpoctl.rewards.formats import question_only_reward, r1_zero_reward
 from grpoctl.rewards.pool import Grader
 from grpoctl.rewards.stats import grading_stats, reset_grading_stats
 
-# What grades, recorded with every evaluation (see grader_info).
-GRADER = grader_info()
-
 RewardFn = Callable[[str, str], dict[str, float]]
 
 # The compact r1_zero template changes the prompt, not the response format.
@@ -46,7 +43,6 @@ def get_reward_fn(name: str) -> RewardFn:
 
 
 __all__ = [
-    "GRADER",
     "REWARD_FNS",
     "Grader",
     "RewardFn",
