@@ -13,7 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from fractions import Fraction
+
 from grpoctl.rewards import question_only_reward, r1_zero_reward
+from grpoctl.rewards.decimals import significant_digits, stands_for
+from grpoctl.rewards.equations import EQUALS, is_label, pairs_to_compare, split_top_level
 from grpoctl.rewards.equivalence import math_verify_equal
 from grpoctl.rewards.normalize import normalize_answer
 
@@ -46,10 +50,52 @@ RIGHT = [
     (r"76^\circ", r1("76"), True),
     ("18", r1(r"\$18"), True),
     ("18", r1("18 dollars"), True),
-    # equations where the truth is a value
+    # equations where the truth is a value: labels are dropped, every value must be the truth
     ("3", r1("x=3"), True),
     ("3", r1("x = 3"), True),
+    ("529", r1("x=529"), True),
+    ("529", r1("529=x"), True),
+    ("529", r1("a=b=529"), True),
+    ("529", r1(r"\frac{1058}{2}=529"), True),
+    ("529", r1(r"x=\frac{1058}{2}=529"), True),
+    ("5", r1("AB = 5"), True),
+    ("5", r1(r"\overline{AB}=5"), True),
+    ("5", r1("f(2)=5"), True),
+    ("5", r1("a_1=5"), True),
+    ("x^2+1", r1("f(x)=x^2+1"), True),
+    ("p - q", r1("x = p - q"), True),
+    ("1450000", r1("x = 1,450,000"), True),
+    ("-2,1", r1("x=-2, x=1"), True),
+    ("-2,1", r1(r"x=-2 \text{ or } x=1"), True),
+    ("-2,1", r1("x = -2, 1"), True),
+    ("(1,2)", r1("(x, y) = (1, 2)"), True),
+    # a truth that names its unknown may be answered with or without the name
+    ("x=5", r1("x = 5"), True),
+    ("x=5", r1("5"), True),
+    ("x=5", r1(r"x=\frac{10}{2}=5"), True),
+    # a truth that is a relation: equivalent relations are right
     ("y = 2x + 3", r1("y=2x+3"), True),
+    ("y = 2x + 3", r1("y-2x=3"), True),
+    ("y = 2x + 3", r1("2x+3"), True),
+    ("y = -2x", r1("2x+y=0"), True),
+    ("5x - 7y + 11z + 4 = 0", r1("5x-7y+11z=-4"), True),
+    # inequalities are relations; an interval may answer one
+    ("x>3", r1("3<x"), True),
+    ("x>3", r1(r"(3,\infty)"), True),
+    (r"-2 \le x \le 3", r1("[-2,3]"), True),
+    # a lone decimal for an exact value: correctly rounded, 6 significant digits
+    (r"\frac{1}{3}", r1("0.333333"), True),
+    (r"\frac{1}{3}", r1("0.33333333"), True),
+    (r"\frac{2}{3}", r1("0.666667"), True),
+    (r"\pi", r1("3.141593"), True),
+    (r"\pi", r1("3.14159"), True),
+    (r"-\pi", r1("-3.1415927"), True),
+    (r"\frac{\sqrt{2}}{2}", r1("0.707107"), True),
+    (r"2\sqrt{5}", r1("4.472136"), True),
+    (r"\frac{1}{3000000}", r1("0.000000333333"), True),
+    (r"\frac{1}{1024}", r1("0.000976563"), True),
+    # inside a tuple, math-verify's rule: both rounded to 6 decimal places
+    (r"(\frac{1}{3}, 1)", r1("(0.333333, 1)"), True),
     # GSM8K thousands separators, both directions
     ("1450000", r1("1,450,000"), True),
     ("1,450,000", r1("1450000"), True),
@@ -109,6 +155,41 @@ WRONG = [
     ("1450000", r1("145000"), False),
     ("12", r1("21"), False),
     ("3", r1("x=4"), False),
+    # equations that state a wrong value, or none: every value side must be the truth
+    ("529", r1("528=529"), False),
+    ("529", r1("529=528"), False),
+    ("529", r1("x=528=529"), False),
+    ("529", r1("2x=1058"), False),
+    ("529", r1("x+1=530"), False),
+    ("529", r1("x=528, y=529"), False),
+    ("529", r1("x=y=z=w=529"), False),
+    ("529", r1("x=529=="), False),
+    ("529", r1("=529"), False),
+    ("23", r1("x^2=529"), False),
+    ("x=529", r1("y = 529"), False),
+    ("x=529", r1("x=528=529"), False),
+    ("x=529", r1("528=529"), False),
+    ("x=529", r1("2x=1058"), False),
+    ("y = 2x + 3", r1("y=528=2x+3"), False),
+    ("y = -2x", r1("y=2x"), False),
+    # inequalities are not values, and an inequality does not answer an interval
+    ("529", r1("x>529"), False),
+    ("529", r1(r"x \ge 529"), False),
+    ("x>3", r1(r"x \ge 3"), False),
+    (r"(3,\infty)", r1("x>3"), False),
+    # decimals that are not the value correctly rounded to 6 significant digits
+    (r"\frac{1}{3}", r1("0.33"), False),
+    (r"\frac{1}{3}", r1("0.33333"), False),
+    (r"\frac{1}{3}", r1("0.3333334"), False),
+    (r"\frac{2}{3}", r1("0.666666"), False),
+    (r"\pi", r1("3.1416"), False),
+    (r"\pi", r1("3.141592"), False),
+    (r"2\sqrt{5}", r1("4.47"), False),
+    (r"\frac{1}{3000000}", r1("0.0"), False),
+    (r"\frac{1}{3000000}", r1("0.0000003"), False),
+    (r"\frac{1}{8}", r1("0.13"), False),
+    ("0.15", r1("0.150001"), False),
+    ("7", r1("7.000001"), False),
     ("x^2+1", r1("x^2-1"), False),
     ("6+9i", r1("6-9i"), False),
     (r"\pi", r1("3.14"), False),
@@ -155,6 +236,49 @@ def test_enough_labelled_triples():
 @pytest.mark.parametrize(("truth", "response", "right"), TRIPLES)
 def test_labelled_triple(truth, response, right):
     assert _reward(truth, response) == float(right), (truth, response)
+
+
+@pytest.mark.parametrize(
+    "side", ["x", "AB", r"\overline{AB}", r"m\angle ABC", "f(2)", "P(1,3)", "a_1", "x_{10}", "x^2", "x+y", r"\theta", r"\text{Area}"]
+)
+def test_labels_name_what_was_asked(side):
+    assert is_label(side)
+
+
+@pytest.mark.parametrize("side", ["529", "2x", r"\frac{1058}{2}", r"\pi", r"2\pi", r"\infty", "x+1", r"\sqrt{2}", "", r"\sin(30)"])
+def test_values_are_not_labels(side):
+    assert not is_label(side)
+
+
+def test_only_top_level_equals_signs_cut_an_answer():
+    assert split_top_level("x = 528 = 529", EQUALS) == ["x", "528", "529"]
+    assert split_top_level(r"\sum_{k=1}^{n} k", EQUALS) == [r"\sum_{k=1}^{n} k"]
+    assert split_top_level(r"f(x=1) = \{y=2\}", EQUALS) == ["f(x=1)", r"\{y=2\}"]
+    assert split_top_level("x <= 3", EQUALS) == ["x <= 3"]
+
+
+def test_what_an_equation_must_equal():
+    assert pairs_to_compare("x=529", "529") == [("529", "529")]
+    assert pairs_to_compare("528=529", "529") == [("528", "529"), ("529", "529")]
+    assert pairs_to_compare("2x=1058", "529") == [("2x", "529"), ("1058", "529")]
+    assert pairs_to_compare("y=529", "x=529") is None
+    assert pairs_to_compare("x=528=529", "y=2x+3") is None
+    assert pairs_to_compare("y-2x=3", "y=2x+3") == [("y-2x=3", "y=2x+3")]
+    assert pairs_to_compare("x=-2,x=1", "-2,1") == [("-2,1", "-2,1")]
+
+
+def test_a_decimal_must_be_the_value_correctly_rounded():
+    third = Fraction(1, 3)
+    assert significant_digits("0.003330") == 4 and significant_digits("-12.5") == 3
+    assert stands_for("0.333333", third) and stands_for("0.3333333333", third)
+    assert not stands_for("0.33333", third)  # 5 significant digits
+    assert not stands_for("0.333334", third)  # rounded the wrong way
+    assert stands_for("0.25", Fraction(1, 4)) and not stands_for("0.250001", Fraction(1, 4))
+    # Exactly halfway (1/1024 = 0.0009765625): either neighbour is a correct rounding.
+    assert stands_for("0.000976562", Fraction(1, 1024)) and stands_for("0.000976563", Fraction(1, 1024))
+    assert not stands_for("0.000976561", Fraction(1, 1024))
+    with pytest.raises(ValueError):
+        stands_for("1/3", third)
 
 
 def test_plain_text_scores_nothing_under_either_format():

@@ -3,6 +3,7 @@ grading (in-process and in the worker pool)."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -10,6 +11,7 @@ import psutil
 import pytest
 
 from grpoctl.prompts import available_templates, format_prompt, load_template, template_hash
+from grpoctl.rewards import equivalence, pool
 from grpoctl.rewards import (
     Grader,
     close_default_grader,
@@ -162,6 +164,79 @@ def test_timeouts_are_counted():
     assert r1_zero_reward(" </think> <answer>(10^{10})^{10^{10}} + 1</answer>", "5")["reward"] == 0.0
     stats = grading_stats()
     assert stats["calls"] == 1 and stats["timeouts"] == 1
+
+
+# ------------------------------------------------------------- grader errors
+
+
+def boom(pred: str, truth: str):
+    """A comparison with a bug in it."""
+    raise RuntimeError("a bug in the grader")
+
+
+def die(pred: str, truth: str):
+    """A comparison that takes its worker down (as running out of memory would)."""
+    os._exit(3)
+
+
+def test_a_grader_exception_scores_zero_and_is_counted():
+    grading_stats(reset=True)
+    with Grader(workers=0, check=boom) as grader:
+        # The first pair needs parsing and reaches the broken check; the second does not.
+        assert grader.grade_many([("x + 1", "1 + x"), ("4", "4")]) == [False, True]
+        assert grader.errors == 1 and grader.timeouts == 0
+    stats = grading_stats()
+    assert stats["errors"] == 1 and stats["calls"] == 2
+
+
+def test_a_failing_cheap_check_is_counted_too(monkeypatch):
+    def broken_prepare(pred, truth):
+        raise ValueError("a bug in normalization")
+
+    monkeypatch.setattr(pool, "prepare", broken_prepare)
+    grading_stats(reset=True)
+    with Grader(workers=0) as grader:
+        assert grader.grade_many([("4", "4"), ("5", "4")]) == [False, False]
+        assert grader.errors == 2
+    assert grading_stats()["errors"] == 2
+
+
+def test_a_broken_math_verify_is_counted_not_taken_for_wrong_answers(monkeypatch):
+    def broken_verify(*args, **kwargs):
+        raise TypeError("math-verify and sympy disagree")
+
+    monkeypatch.setattr(equivalence, "verify", broken_verify)
+    equivalence.math_verify_equal.cache_clear()  # a cached verdict would hide the breakage
+    grading_stats(reset=True)
+    try:
+        right = r1_zero_reward(r" </think> <answer>\sqrt{2}/2</answer>", r"\frac{\sqrt{2}}{2}")
+        fast = r1_zero_reward(" </think> <answer>4</answer>", "4")
+    finally:
+        equivalence.math_verify_equal.cache_clear()
+    assert right["reward"] == 0.0 and fast["reward"] == 1.0
+    assert grading_stats()["errors"] == 1
+
+
+def test_a_truth_that_is_not_math_is_counted():
+    # An empty answer field (a misconfigured data set): nothing but an empty
+    # prediction could equal it, and an empty prediction scores nothing.
+    grading_stats(reset=True)
+    assert r1_zero_reward(" </think> <answer>7</answer>", "")["reward"] == 0.0
+    assert r1_zero_reward(" </think> <answer>7</answer>", r"\text{}")["reward"] == 0.0
+    assert grading_stats()["errors"] == 2
+
+
+def test_errors_in_a_worker_are_counted_and_a_dead_worker_is_replaced():
+    grading_stats(reset=True)
+    with Grader(workers=1, timeout_s=30.0, check=boom) as grader:
+        assert grader.grade("x + 1", "1 + x") is False
+        assert grader.errors == 1 and grader.restarts == 0 and grader.timeouts == 0
+    with Grader(workers=1, timeout_s=30.0, check=die) as grader:
+        first_pid = grader._pool[0].process.pid
+        assert grader.grade("x + 1", "1 + x") is False
+        assert grader.errors == 1 and grader.restarts == 1 and grader.timeouts == 0
+        assert grader._pool[0].process.pid != first_pid
+    assert grading_stats()["errors"] == 2
 
 
 # ---------------------------------------------------------------- worker pool

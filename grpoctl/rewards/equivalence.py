@@ -142,8 +142,9 @@ def _numbers_verdict(pred: str, pred_value: Fraction, truth: str, truth_value: F
 
 
 def _parse(text: str) -> tuple[list, bool]:
-    """(math-verify's parse with our timeout, whether it raised). An answer that
-    is not math parses to [] without raising; TimeoutException propagates."""
+    """(math-verify's parse with our timeout, whether it raised). Text that is not
+    math parses, without raising, to [] or to just the text; TimeoutException
+    propagates."""
     try:
         return parse(
             "\\boxed{" + text + "}",
@@ -186,9 +187,10 @@ def math_verify_equal(pred: str, truth: str) -> Verdict:
         raise RuntimeError("math_verify_equal must run in a main thread; use rewards.Grader off it")
     try:
         gold, _ = _parse_truth(truth)
-        if not gold:
-            # A truth math-verify cannot read: only an identical string (settled
-            # before this) could have scored, which is a grading failure.
+        if all(isinstance(g, str) for g in gold):
+            # A truth math-verify cannot turn into math (it hands back the text,
+            # or nothing): only an identical string, settled before this, could
+            # have scored. That is a grading failure, not a wrong answer.
             return Verdict(False, error=True)
         if decimals.is_decimal(pred):
             verdict = _decimal_verdict(pred, truth, gold)

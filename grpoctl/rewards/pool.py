@@ -76,7 +76,7 @@ class Grader:
 
     grade(pred, truth) -> bool and grade_many(pairs) -> list[bool] never raise on
     any input. A timeout counts as wrong and is counted in `timeouts`; so does an
-    error (the grading raised, its worker died, or the truth does not parse), in
+    error (the grading raised, its worker died, or the truth is not math), in
     `errors`. Both are also counted in the module-wide `grading_stats()`. Use as
     a context manager, or call close().
 

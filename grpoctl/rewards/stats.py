@@ -25,7 +25,7 @@ def grading_stats(reset: bool = False) -> dict[str, int]:
     - calls: answers graded,
     - timeouts: gradings cut short by a timeout (counted as wrong),
     - errors: gradings that failed (counted as wrong): the comparison raised,
-      a grading worker died, or math-verify could not parse the truth. Any
+      a grading worker died, or math-verify could not read the truth as math. Any
       non-zero count is worth a look: a broken grader looks like a flat reward.
       It is for the trainer to log per step as `train/grading_errors`,
     - fast: decided by string/number comparison alone, without math-verify,
