@@ -69,6 +69,9 @@ RIGHT = [
     ("-2,1", r1(r"x=-2 \text{ or } x=1"), True),
     ("-2,1", r1("x = -2, 1"), True),
     ("(1,2)", r1("(x, y) = (1, 2)"), True),
+    ("(1,529)", r1("(x=1, y=529)"), True),
+    ("529", r1(r"x \equiv 529"), True),
+    (r"\frac{1}{3}", r1(r"x \approx 0.333333"), True),
     # a truth that names its unknown may be answered with or without the name
     ("x=5", r1("x = 5"), True),
     ("x=5", r1("5"), True),
@@ -162,6 +165,14 @@ WRONG = [
     ("529", r1("2x=1058"), False),
     ("529", r1("x+1=530"), False),
     ("529", r1("x=528, y=529"), False),
+    ("1450", r1("x=1, y=450"), False),
+    # the same inside brackets, or with a sign that reads as `=`
+    ("529", r1("(528=529)"), False),
+    ("529", r1(r"\{528=529\}"), False),
+    ("(1,529)", r1("(1, 528=529)"), False),
+    ("529", r1(r"528 \equiv 529"), False),
+    (r"\frac{1}{3}", r1(r"x \approx 0.33"), False),
+    ("900", r1("x=000, y=900"), False),
     ("529", r1("x=y=z=w=529"), False),
     ("529", r1("x=529=="), False),
     ("529", r1("=529"), False),
@@ -264,7 +275,8 @@ def test_what_an_equation_must_equal():
     assert pairs_to_compare("y=529", "x=529") is None
     assert pairs_to_compare("x=528=529", "y=2x+3") is None
     assert pairs_to_compare("y-2x=3", "y=2x+3") == [("y-2x=3", "y=2x+3")]
-    assert pairs_to_compare("x=-2,x=1", "-2,1") == [("-2,1", "-2,1")]
+    assert pairs_to_compare("x=-2,x=1", "-2,1") == [("-2;1", "-2,1")]
+    assert pairs_to_compare("x=1,y=450", "1450") == [("1;450", "1450")]  # a list, not 1,450
 
 
 def test_a_decimal_must_be_the_value_correctly_rounded():

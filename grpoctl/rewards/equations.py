@@ -19,17 +19,21 @@ every label the answer gives must be the truth's name (`y = 529` is wrong, `529`
 is right). Against any other equation (`y = 2x + 3`): math-verify compares the
 two relations (`y-2x=3` is right), and a chain `A = B = C` is wrong.
 
-A list of assignments (`x=-2, x=1`, `x=1 \\text{ or } x=2`) reads as the list of
-their values. Inequalities have no `=` and are left to math-verify, which
-compares them as relations (`3<x` is `x>3`, and an interval may answer one).
+`\\equiv` and `\\approx` read as `=` (`528 \\equiv 529` is wrong; after `\\approx`
+a decimal must still pass decimals.py). A list of assignments (`x=-2, x=1`,
+`x=1 \\text{ or } x=2`, `(x=1, y=2)`) reads as the list of their values; any
+other `=` inside brackets (`(528=529)`, `(1, 528=529)`) makes the answer wrong,
+since math-verify would read it as its right-hand side. Inequalities have no `=`
+and are left to math-verify, which compares them as relations (`3<x` is `x>3`,
+and an interval may answer one).
 """
 
 from __future__ import annotations
 
 import re
 
-# An `=` that is not part of `<=`, `>=`, `!=` or `\=`.
-EQUALS = re.compile(r"(?<![<>!\\])=")
+# `=`, except in `<=`, `>=`, `!=` and `\=`; and the signs that read like it.
+EQUALS = re.compile(r"(?<![<>!\\])=|\\(?:equiv|approx)(?![A-Za-z])")
 # Between the items of a list: `-2, 1`, `x=1 \text{ or } x=2`, `x=1 and x=2`.
 _ITEM_SEPARATOR = re.compile(r",|\\text\{\s*(?:or|and)\s*\}|\s(?:or|and)\s")
 # Longer chains than `a = b = c = 5` are not answers; each value side may cost a parse.
@@ -39,6 +43,7 @@ _OPENERS, _CLOSERS = "([{", ")]}"
 _CONSTANT = re.compile(r"\\(?:pi|infty)(?![A-Za-z])")
 # Subscripts and superscripts (`a_1`, `x_{10}`, `x^2`), innermost braces first.
 _SCRIPT = re.compile(r"[_^](?:\{[^{}]*\}|\\[A-Za-z]+|.)")
+_SCRIPT_GROUP = re.compile(r"[_^]\{[^{}]*\}")
 # A function's arguments: `f(2)`, `P(1, 3)`, innermost first.
 _ARGUMENTS = re.compile(r"(?<=[A-Za-z])\([^()]*\)")
 _COMMAND = re.compile(r"\\([A-Za-z]+)")
@@ -49,32 +54,60 @@ _GREEK = frozenset(
 )
 
 
-def split_top_level(text: str, at: re.Pattern) -> list[str]:
-    """text cut at the matches of `at` that lie outside all brackets, stripped.
+def _depths(text: str) -> list[int]:
+    """For each character, how many brackets are open before it.
 
     `(`, `[`, `{` and the set braces `\\{` open; any closer closes, so a
     half-open interval `[2, 5)` counts as one group.
     """
-    depth_at = []
+    depths = []
     depth = i = 0
     while i < len(text):
         char = text[i]
         step = 2 if char == "\\" and text[i + 1 : i + 2] in ("{", "}") else 1
         if step == 2:
             char = text[i + 1]
-        depth_at.extend([depth] * step)
+        depths.extend([depth] * step)
         if char in _OPENERS:
             depth += 1
         elif char in _CLOSERS:
             depth = max(depth - 1, 0)
         i += step
+    return depths
+
+
+def split_top_level(text: str, at: re.Pattern) -> list[str]:
+    """text cut at the matches of `at` that lie outside all brackets, stripped."""
+    depths = _depths(text)
     pieces, start = [], 0
     for match in at.finditer(text):
-        if depth_at[match.start()] == 0:
+        if depths[match.start()] == 0:
             pieces.append(text[start : match.start()].strip())
             start = match.end()
     pieces.append(text[start:].strip())
     return pieces
+
+
+def _nested_equation(text: str) -> bool:
+    """Whether an `=` sits inside brackets, as in `(528=529)`; the one in a
+    subscript such as `\\sum_{k=1}` does not count."""
+    previous = None
+    while previous != text:
+        previous, text = text, _SCRIPT_GROUP.sub("", text)
+    depths = _depths(text)
+    return any(depths[match.start()] > 0 for match in EQUALS.finditer(text))
+
+
+def _one_group(text: str) -> tuple[str, str, str] | None:
+    """(opener, content, closer) when text is a single bracket group, `(x=1, y=2)`."""
+    opener = "\\{" if text.startswith("\\{") else text[:1]
+    closer = "\\}" if text.endswith("\\}") else text[-1:]
+    if opener not in ("(", "[", "\\{") or closer not in (")", "]", "\\}") or len(text) < len(opener) + len(closer):
+        return None
+    # Still open everywhere between the opener and the closer: `(1)+(2)` is not one group.
+    if any(depth == 0 for depth in _depths(text)[len(opener) : len(text) - len(closer) + 1]):
+        return None
+    return opener, text[len(opener) : len(text) - len(closer)], closer
 
 
 def _without_scripts_and_arguments(text: str) -> str:
@@ -120,8 +153,13 @@ def _values(sides: list[str], name: str | None) -> list[str] | None:
     return sides[start:end]
 
 
-def _list_of_assignments(items: list[str], name: str | None) -> str | None:
-    """`x=-2, x=1` -> `-2,1`; None if an item is not `label = value`."""
+def _list_of_assignments(items: list[str], name: str | None, join: str = ";") -> str | None:
+    """`x=-2, x=1` -> `-2;1`; None if an item is not `label = value`.
+
+    Joined with `;`, which math-verify reads as a list like `,`, because `1,450`
+    would read as one thousand four hundred and fifty: `x=1, y=450` is a list.
+    Inside brackets, `(x=1, y=450)` -> `(1,450)`, `,` is kept.
+    """
     values = []
     for item in items:
         sides = split_top_level(item, EQUALS)
@@ -132,7 +170,7 @@ def _list_of_assignments(items: list[str], name: str | None) -> str | None:
         if read is None or len(read) != 1 or len(sides) != 2:
             return None
         values.append(read[0])
-    return ",".join(values)
+    return join.join(values)
 
 
 def pairs_to_compare(pred: str, truth: str) -> list[tuple[str, str]] | None:
@@ -151,17 +189,28 @@ def pairs_to_compare(pred: str, truth: str) -> list[tuple[str, str]] | None:
     elif len(truth_sides) > 1:
         # A relation (`y = 2x + 3`): math-verify compares relations; chains are wrong.
         items = split_top_level(pred, _ITEM_SEPARATOR)
-        return None if any(len(split_top_level(item, EQUALS)) > 2 for item in items) else [(pred, truth)]
+        return None if any(len(split_top_level(item, EQUALS)) > 2 for item in items) else _checked([(pred, truth)])
     if len(pred_sides) == 1:
-        return [(pred, truth)]
+        group = _one_group(pred)
+        if group is not None and len(split_top_level(group[1], EQUALS)) > 1:
+            opener, content, closer = group
+            joined = _list_of_assignments(split_top_level(content, _ITEM_SEPARATOR), name, join=",")
+            return None if joined is None else _checked([(opener + joined + closer, truth)])
+        return _checked([(pred, truth)])
     if any(not side for side in pred_sides):
         return None
     if len(pred_sides) > 2:
         items = split_top_level(pred, _ITEM_SEPARATOR)
         if len(items) > 1 and all(len(split_top_level(item, EQUALS)) <= 2 for item in items):
             joined = _list_of_assignments(items, name)
-            return None if joined is None else [(joined, truth)]
+            return None if joined is None else _checked([(joined, truth)])
     if len(pred_sides) > MAX_SIDES:
         return None
     values = _values(pred_sides, name)
-    return None if values is None else [(value, truth) for value in values]
+    return None if values is None else _checked([(value, truth) for value in values])
+
+
+def _checked(pairs: list[tuple[str, str]]) -> list[tuple[str, str]] | None:
+    """None if a value still holds an equation inside brackets (`(1, 528=529)`):
+    math-verify would read it as its right-hand side."""
+    return None if any(_nested_equation(part) for part, _ in pairs) else pairs
