@@ -30,6 +30,7 @@ and an interval may answer one).
 
 from __future__ import annotations
 
+import bisect
 import re
 
 # `=`, except in `<=`, `>=`, `!=` and `\=`; and the signs that read like it.
@@ -39,7 +40,8 @@ _ITEM_SEPARATOR = re.compile(r",|\\text\{\s*(?:or|and)\s*\}|\s(?:or|and)\s")
 # Longer chains than `a = b = c = 5` are not answers; each value side may cost a parse.
 MAX_SIDES = 4
 
-_OPENERS, _CLOSERS = "([{", ")]}"
+_OPENERS = "([{"
+_BRACKET = re.compile(r"\\[{}]|[(\[{)\]}]")
 _CONSTANT = re.compile(r"\\(?:pi|infty)(?![A-Za-z])")
 # Subscripts and superscripts (`a_1`, `x_{10}`, `x^2`), innermost braces first.
 _SCRIPT = re.compile(r"[_^](?:\{[^{}]*\}|\\[A-Za-z]+|.)")
@@ -54,34 +56,34 @@ _GREEK = frozenset(
 )
 
 
-def _depths(text: str) -> list[int]:
-    """For each character, how many brackets are open before it.
+def _brackets(text: str) -> tuple[list[int], list[int]]:
+    """(where each bracket starts, how many are open just after it).
 
     `(`, `[`, `{` and the set braces `\\{` open; any closer closes, so a
-    half-open interval `[2, 5)` counts as one group.
+    half-open interval `[2, 5)` counts as one group. Only the brackets are
+    visited: answers can be a thousand characters of anything.
     """
-    depths = []
-    depth = i = 0
-    while i < len(text):
-        char = text[i]
-        step = 2 if char == "\\" and text[i + 1 : i + 2] in ("{", "}") else 1
-        if step == 2:
-            char = text[i + 1]
-        depths.extend([depth] * step)
-        if char in _OPENERS:
-            depth += 1
-        elif char in _CLOSERS:
-            depth = max(depth - 1, 0)
-        i += step
-    return depths
+    starts, depths, depth = [], [], 0
+    for match in _BRACKET.finditer(text):
+        depth = depth + 1 if match.group()[-1] in _OPENERS else max(depth - 1, 0)
+        starts.append(match.start())
+        depths.append(depth)
+    return starts, depths
+
+
+def _depth_at(brackets: tuple[list[int], list[int]], index: int) -> int:
+    """How many brackets are open at text[index] (which is not a bracket)."""
+    starts, depths = brackets
+    before = bisect.bisect_left(starts, index)
+    return depths[before - 1] if before else 0
 
 
 def split_top_level(text: str, at: re.Pattern) -> list[str]:
     """text cut at the matches of `at` that lie outside all brackets, stripped."""
-    depths = _depths(text)
+    brackets = _brackets(text)
     pieces, start = [], 0
     for match in at.finditer(text):
-        if depths[match.start()] == 0:
+        if _depth_at(brackets, match.start()) == 0:
             pieces.append(text[start : match.start()].strip())
             start = match.end()
     pieces.append(text[start:].strip())
@@ -91,11 +93,13 @@ def split_top_level(text: str, at: re.Pattern) -> list[str]:
 def _nested_equation(text: str) -> bool:
     """Whether an `=` sits inside brackets, as in `(528=529)`; the one in a
     subscript such as `\\sum_{k=1}` does not count."""
+    if EQUALS.search(text) is None:
+        return False
     previous = None
     while previous != text:
         previous, text = text, _SCRIPT_GROUP.sub("", text)
-    depths = _depths(text)
-    return any(depths[match.start()] > 0 for match in EQUALS.finditer(text))
+    brackets = _brackets(text)
+    return any(_depth_at(brackets, match.start()) > 0 for match in EQUALS.finditer(text))
 
 
 def _one_group(text: str) -> tuple[str, str, str] | None:
@@ -104,8 +108,10 @@ def _one_group(text: str) -> tuple[str, str, str] | None:
     closer = "\\}" if text.endswith("\\}") else text[-1:]
     if opener not in ("(", "[", "\\{") or closer not in (")", "]", "\\}") or len(text) < len(opener) + len(closer):
         return None
-    # Still open everywhere between the opener and the closer: `(1)+(2)` is not one group.
-    if any(depth == 0 for depth in _depths(text)[len(opener) : len(text) - len(closer) + 1]):
+    # The first bracket is the only one that closes at depth 0, and it closes
+    # at the end: `(1)+(2)` is not one group.
+    starts, depths = _brackets(text)
+    if not starts or starts[0] != 0 or depths[:-1].count(0) or starts[-1] != len(text) - len(closer):
         return None
     return opener, text[len(opener) : len(text) - len(closer)], closer
 
@@ -179,6 +185,8 @@ def pairs_to_compare(pred: str, truth: str) -> list[tuple[str, str]] | None:
     Returns (prediction part, truth part) pairs that must all be equal, or None
     when the way pred is written already makes it wrong (see the module doc).
     """
+    if EQUALS.search(pred) is None and EQUALS.search(truth) is None:
+        return [(pred, truth)]  # most answers
     truth_sides = split_top_level(truth, EQUALS)
     pred_sides = split_top_level(pred, EQUALS)
     if any(not side for side in truth_sides):

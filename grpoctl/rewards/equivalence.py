@@ -2,11 +2,11 @@
 
 Two stages:
 
-1. `prepare`: normalize both strings (normalize.py), read an equation for the
-   sides that must equal the truth (equations.py), then decide whatever can be
-   decided without parsing: identical strings, plain numbers (exactly, or by the
-   decimal rule of decimals.py), different integers, empty or hostile
-   predictions (guards.py). This settles nearly all GSM8K and arithmetic
+1. `prepare`: normalize both strings (normalize.py), turn away hostile
+   predictions (guards.py), read an equation for the sides that must equal the
+   truth (equations.py), then decide whatever can be decided without parsing:
+   identical strings, empty answers, plain numbers (exactly, or by the decimal
+   rule of decimals.py). This settles nearly all GSM8K and arithmetic
    answers and most right MATH answers.
 2. `math_verify_equal`: Hugging Face's math-verify (LaTeX -> sympy, then a
    battery of comparisons: numeric, symbolic, sets, intervals, matrices).
@@ -92,6 +92,9 @@ def prepare(pred: str, truth: str) -> Prepared:
         return Prepared(False, "fast")
     if pred_norm == truth_norm:
         return Prepared(True, "fast")
+    if guards.hostile_reason(pred_norm) is not None:
+        # Before anything else reads it; its parts are substrings, so need no screening.
+        return Prepared(False, "rejected")
     pairs = equations.pairs_to_compare(pred_norm, truth_norm)
     if pairs is None:
         return Prepared(False, "fast")
@@ -127,8 +130,6 @@ def _quick_verdict(pred: str, truth: str) -> tuple[bool | None, str, str]:
     if truth_base is not None and pred_base is not None:
         # math-verify drops subscripts, which would make 52_8 equal 52_9.
         return truth_base == pred_base, "fast", pred
-    if guards.hostile_reason(pred) is not None:
-        return False, "rejected", pred
     return None, "parse", pred
 
 
