@@ -13,8 +13,15 @@ Workloads, each as r1_zero responses graded by `r1_zero_reward` in this thread
   the prediction and comparing;
 - math500/wrong: the answer with its first digit changed (or `+1` appended): a
   plausible wrong answer, mostly through math-verify;
+- math500/gamed: answers that try to game the grader with the truth in them:
+  `WRONG=TRUTH`, `x=WRONG=TRUTH`, `TRUTH=WRONG`, `x=WRONG, y=TRUTH`, `TRUTH or
+  WRONG` (WRONG as in math500/wrong). None of them should score;
 - hostile: generated junk (nested braces, towers of powers, unbalanced LaTeX,
   long garbage, huge factorials and binomials) against MATH500 truths.
+
+math500/gamed and hostile stand in for the 2,000 adversarial completions of the
+bad-input campaign (issue 10): none may crash or hang, and `worst ms` is the
+slowest single call.
 
 With --workers N the same pairs are also graded by a `Grader(workers=N)` pool
 with grade_many, to show the pool's overhead and parallel throughput.
@@ -46,6 +53,13 @@ def perturb(answer: str) -> str:
         if answer[i].isdigit():
             return answer[:i] + str((int(answer[i]) + 1) % 10) + answer[i + 1 :]
     return answer + "+1"
+
+
+def gamed(truth: str) -> list[str]:
+    """Answers that carry the truth next to a wrong value, hoping to be read as it."""
+    wrong = perturb(truth)
+    return [f"{wrong}={truth}", f"x={wrong}={truth}", f"{truth}={wrong}", f"x={wrong}, y={truth}",
+            rf"{truth} \text{{ or }} {wrong}"]
 
 
 def hostile_strings(n: int, seed: int = 0) -> list[str]:
@@ -122,7 +136,7 @@ def run_pool(name: str, pairs: list[tuple[str, str]], workers: int) -> dict:
 def print_table(rows: list[dict]) -> None:
     header = (
         f"{'workload':<24} {'n':>5} {'right':>6} {'sec':>7} {'resp/s':>8} "
-        f"{'worst ms':>9} {'fast':>5} {'rejected':>8} {'timeouts':>8}"
+        f"{'worst ms':>9} {'fast':>5} {'rejected':>8} {'timeouts':>8} {'errors':>6}"
     )
     print(header)
     print("-" * len(header))
@@ -130,7 +144,7 @@ def print_table(rows: list[dict]) -> None:
         rate = r["n"] / r["seconds"] if r["seconds"] else float("inf")
         print(
             f"{r['name']:<24} {r['n']:>5} {r['right']:>6} {r['seconds']:>7.2f} {rate:>8.0f} "
-            f"{r['worst'] * 1000:>9.0f} {r['fast']:>5} {r['rejected']:>8} {r['timeouts']:>8}"
+            f"{r['worst'] * 1000:>9.0f} {r['fast']:>5} {r['rejected']:>8} {r['timeouts']:>8} {r['errors']:>6}"
         )
 
 
@@ -146,6 +160,7 @@ def main() -> None:
     workloads = {
         "math500/self": [(r1(t), t) for t in truths],
         "math500/wrong": [(r1(perturb(t)), t) for t in truths],
+        "math500/gamed": [(r1(answer), t) for t in truths for answer in gamed(t)],
         "hostile": [(r1(h), truths[i % len(truths)]) for i, h in enumerate(hostile_strings(args.hostile))],
     }
     rows = [run(name, pairs) for name, pairs in workloads.items()]
