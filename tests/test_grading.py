@@ -9,11 +9,10 @@ prompt (which ends in `<think>`); `Q(...)` marks a question_only response.
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
-
-from fractions import Fraction
 
 from grpoctl.rewards import question_only_reward, r1_zero_reward
 from grpoctl.rewards.decimals import significant_digits, stands_for
@@ -241,7 +240,7 @@ def _reward(truth: str, response: str) -> float:
 
 
 def test_enough_labelled_triples():
-    assert len(TRIPLES) >= 60 and len(WRONG) >= 20
+    assert len(TRIPLES) >= 150 and len(WRONG) >= 60
 
 
 @pytest.mark.parametrize(("truth", "response", "right"), TRIPLES)
@@ -250,13 +249,17 @@ def test_labelled_triple(truth, response, right):
 
 
 @pytest.mark.parametrize(
-    "side", ["x", "AB", r"\overline{AB}", r"m\angle ABC", "f(2)", "P(1,3)", "a_1", "x_{10}", "x^2", "x+y", r"\theta", r"\text{Area}"]
+    "side",
+    ["x", "AB", r"\overline{AB}", r"m\angle ABC", "f(2)", "P(1,3)", "a_1", "x_{10}", "x^2", "x+y", r"\theta"]
+    + [r"\text{Area}", r"\sin x"],
 )
 def test_labels_name_what_was_asked(side):
     assert is_label(side)
 
 
-@pytest.mark.parametrize("side", ["529", "2x", r"\frac{1058}{2}", r"\pi", r"2\pi", r"\infty", "x+1", r"\sqrt{2}", "", r"\sin(30)"])
+@pytest.mark.parametrize(
+    "side", ["529", "2x", r"\frac{1058}{2}", r"\pi", r"2\pi", r"\infty", "x+1", r"\sqrt{2}", "", r"\sin(30)"]
+)
 def test_values_are_not_labels(side):
     assert not is_label(side)
 

@@ -11,14 +11,15 @@ import psutil
 import pytest
 
 from grpoctl.prompts import available_templates, format_prompt, load_template, template_hash
-from grpoctl.rewards import equivalence, pool
 from grpoctl.rewards import (
     Grader,
     close_default_grader,
+    equivalence,
     get_reward_fn,
     grader_info,
     grading_stats,
     last_boxed,
+    pool,
     question_only_reward,
     r1_zero_answer,
     r1_zero_reward,
