@@ -87,6 +87,8 @@ def eval_record(outcome: EvalOutcome, *, examples: list[Example], data_source: s
         template=template_name,
         template_hash=template_hash(template),
         decoding=json.dumps(sampling.as_dict(), sort_keys=True),
-        grader=f"{grader['name']} {grader['version']}",
+        # The normalization version changes what counts as right (grpoctl-2: equations and
+        # decimals), so two evals graded under different rules are told apart.
+        grader=f"{grader['name']} {grader['version']} ({grader['normalization']})",
         grading_timeouts=outcome.timeouts,
     )
