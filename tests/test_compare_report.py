@@ -150,9 +150,10 @@ def test_markdown_table_matches_the_data(registry):
         cells[row["variant"]] = row
     assert head[:5] == ["best", "variant", "loss_type", "lr", "seeds"]
     assert cells["good"]["best"] == "★" and cells["hot"]["best"] == ""
-    assert cells["good"]["final acc"] == "0.680 ± 0.028" and cells["good"]["seeds"] == "2"
+    # Every ± says what it is: the sd over a row's seeds, or one eval's standard error.
+    assert cells["good"]["final acc"] == "0.680 ± 0.028 sd" and cells["good"]["seeds"] == "2"
     se = math.sqrt(0.35 * 0.65 / N_EVAL)
-    assert cells["hot"]["best acc"] == f"0.350 ± {se:.3f}" and cells["hot"]["lr"] == "1e-3"
+    assert cells["hot"]["best acc"] == f"0.350 ± {se:.3f} SE" and cells["hot"]["lr"] == "1e-3"
     assert cells["broken"]["loss_type"] == "no_baseline" and cells["broken"]["status"] == "failed"
     assert "entropy collapse@4" in cells["hot"]["health"]
 
@@ -223,7 +224,9 @@ def test_report_writes_markdown_and_readable_plots(registry, tmp_path):
     assert "- seeds: 0, 1 (folded into mean ± sd per variant)" in text
     assert "## What was shared\n\n- `loop.n_grpo_steps` = 20\n" in text
     assert "| ★ | good |" in text
-    assert "**Winner by final eval accuracy:** good with 0.680" in text and "more than the noise" in text
+    # Who leads, by how much; whether that is noise is for a comparison against a baseline.
+    assert "**Winner by final eval accuracy:** good with 0.680, 29.3 points ahead of broken (0.387)." in text
+    assert "## Against the baseline\n\nno baseline to compare against: name one with --baseline VARIANT.\n" in text
     assert "**abl-hot-s0** (hot): entropy collapse from step 4" in text
     assert "**abl-broken-s0**: failed at step 2 of 20: `RuntimeError: CUDA out of memory`" in text
     assert "non-finite loss at step 20" in text
@@ -245,6 +248,7 @@ def test_report_calls_a_close_race_within_noise(tmp_path):
     with Registry(str(tmp_path / "r.db")) as registry:
         make_run(registry, "a", ["seed=0"], group="close", variant="a", reward_top=0.70)
         make_run(registry, "b", ["optimizer.lr=1e-4"], group="close", variant="b", reward_top=0.69)
-        text = write_report(registry, "close", tmp_path / "rep").read_text()
+        text = write_report(registry, "close", tmp_path / "rep", baseline="a", last_k=1).read_text()
     assert "**Winner by final eval accuracy:** a with 0.700, 1.0 points ahead of b (0.690)" in text
-    assert "within noise" in text
+    assert "- **b** against **a** (final acc, one seed each): 0.690 (Wilson 95% CI " in text
+    assert ": **within noise**. With one seed per arm this rests on eval noise alone" in text
