@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from statistics import mean, stdev
+from statistics import mean
 
 ALPHA = 0.05
 POWER = 0.8
@@ -141,8 +141,13 @@ def verdict(diff: float, p_corrected: float, alpha: float = ALPHA) -> str:
 
 
 def spread(values: list[float]) -> float:
-    """Sample standard deviation (0 for one value)."""
-    return stdev(values) if len(values) > 1 else 0.0
+    """Sample standard deviation (0 for one value). In floats: statistics.stdev computes
+    in exact fractions, a millisecond a call, and a sweep of 20 variants makes 130 calls."""
+    n = len(values)
+    if n < 2:
+        return 0.0
+    m = math.fsum(values) / n
+    return math.sqrt(math.fsum((x - m) ** 2 for x in values) / (n - 1))
 
 
 def pooled_sd(variant: list[float], baseline: list[float]) -> float:
