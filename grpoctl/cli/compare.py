@@ -1,7 +1,8 @@
 """`grpoctl compare NAME|RUN...`: a sweep's runs side by side (see analysis/compare.py).
 
-Reads only: no torch, no matplotlib, not even omegaconf, so it answers in well under a
-second on a registry of a hundred runs.
+Reads only: no torch, no matplotlib, not even omegaconf, so it answers in under a second
+on a registry of a hundred runs. Testing each variant against a baseline imports
+scipy.stats, which costs about as much again (benchmarks/bench_compare.py times both).
 """
 
 from __future__ import annotations
