@@ -150,9 +150,10 @@ def test_markdown_table_matches_the_data(registry):
         cells[row["variant"]] = row
     assert head[:5] == ["best", "variant", "loss_type", "lr", "seeds"]
     assert cells["good"]["best"] == "★" and cells["hot"]["best"] == ""
-    assert cells["good"]["final acc"] == "0.680 ± 0.028" and cells["good"]["seeds"] == "2"
+    # Every ± says what it is: the sd over a row's seeds, or one eval's standard error.
+    assert cells["good"]["final acc"] == "0.680 ± 0.028 sd" and cells["good"]["seeds"] == "2"
     se = math.sqrt(0.35 * 0.65 / N_EVAL)
-    assert cells["hot"]["best acc"] == f"0.350 ± {se:.3f}" and cells["hot"]["lr"] == "1e-3"
+    assert cells["hot"]["best acc"] == f"0.350 ± {se:.3f} SE" and cells["hot"]["lr"] == "1e-3"
     assert cells["broken"]["loss_type"] == "no_baseline" and cells["broken"]["status"] == "failed"
     assert "entropy collapse@4" in cells["hot"]["health"]
 
@@ -223,7 +224,9 @@ def test_report_writes_markdown_and_readable_plots(registry, tmp_path):
     assert "- seeds: 0, 1 (folded into mean ± sd per variant)" in text
     assert "## What was shared\n\n- `loop.n_grpo_steps` = 20\n" in text
     assert "| ★ | good |" in text
-    assert "**Winner by final eval accuracy:** good with 0.680" in text and "more than the noise" in text
+    # Who leads, by how much; whether that is noise is for a comparison against a baseline.
+    assert "**Winner by final eval accuracy:** good with 0.680, 29.3 points ahead of broken (0.387)." in text
+    assert "## Against the baseline\n\nno baseline to compare against: name one with --baseline VARIANT.\n" in text
     assert "**abl-hot-s0** (hot): entropy collapse from step 4" in text
     assert "**abl-broken-s0**: failed at step 2 of 20: `RuntimeError: CUDA out of memory`" in text
     assert "non-finite loss at step 20" in text
@@ -245,6 +248,204 @@ def test_report_calls_a_close_race_within_noise(tmp_path):
     with Registry(str(tmp_path / "r.db")) as registry:
         make_run(registry, "a", ["seed=0"], group="close", variant="a", reward_top=0.70)
         make_run(registry, "b", ["optimizer.lr=1e-4"], group="close", variant="b", reward_top=0.69)
-        text = write_report(registry, "close", tmp_path / "rep").read_text()
+        text = write_report(registry, "close", tmp_path / "rep", baseline="a", last_k=1).read_text()
     assert "**Winner by final eval accuracy:** a with 0.700, 1.0 points ahead of b (0.690)" in text
-    assert "within noise" in text
+    assert "- **b** against **a** (final acc, one seed each): 0.690 (Wilson 95% CI " in text
+    assert ": **within noise**. With one seed per arm this rests on eval noise alone" in text
+
+
+# --------------------------------------------------------------------------- against a baseline
+
+
+def eval_run(registry, sweep, name, variant, overrides, evals, n=512, group="study"):
+    """A finished run with only evals: (step, accuracy) pairs of `n` problems each."""
+    cfg = load_config(None, overrides + ["loop.n_grpo_steps=30"])
+    run = registry.create_run(name=name, config=to_dict(cfg), config_diff=config_diff(cfg),
+                              config_hash=config_hash(cfg), seed=cfg.seed, total_steps=30, group=group,
+                              variant=variant)
+    for step, accuracy in evals:
+        registry.log_step(run.id, step, {"train/reward": accuracy})
+        registry.add_eval(run_id=run.id, step=step, n=n, accuracy=accuracy, format_rate=1.0,
+                          mean_response_length=10.0, data_hash="d1", subset_hash="s1", template_hash="t1",
+                          decoding=DECODING, grader="exact")
+    registry.set_status(run.id, "finished")
+    if sweep is not None:
+        registry.add_sweep_member(sweep.id, run.config_hash, variant, cfg.seed)
+    return run
+
+
+# Per seed, the mean of its last 3 evals; `peak` above it is its best-so-far.
+STUDY = {  # variant: (lr, per-seed means, peak)
+    "base": ("1e-4", [0.62, 0.65, 0.60], 0.01),
+    "better": ("3e-4", [0.70, 0.74, 0.66], 0.05),  # the issue's worked example against base
+    "close": ("2e-4", [0.63, 0.61, 0.66], 0.03),
+    "lonely": ("5e-4", [0.80], 0.0),  # one seed against three: no test
+}
+BASE8 = [0.60, 0.62, 0.58, 0.61, 0.63, 0.59, 0.60, 0.62]
+WIDE8 = [0.64, 0.66, 0.61, 0.65, 0.67, 0.63, 0.62, 0.66]
+
+
+@pytest.fixture(scope="module")
+def study_db(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("study") / "registry.db"
+    with Registry(str(path)) as registry:
+        sweep = registry.get_or_create_sweep("study", "ablation", {"file": "study.yaml", "baseline": "base"})
+        for variant, (lr, means, peak) in STUDY.items():
+            for seed, m in enumerate(means):
+                # The step-0 eval (before training) never joins the mean of the last evals.
+                evals = [(0, 0.3), (10, m + peak), (20, m - peak), (29, m)]
+                eval_run(registry, sweep, f"{variant}-s{seed}", variant, [f"seed={seed}", f"optimizer.lr={lr}"], evals)
+        wide = registry.get_or_create_sweep("wide", "ablation", {"file": "wide.yaml", "baseline": "base8"})
+        for variant, lr, finals in (("base8", "1e-4", BASE8), ("wide8", "3e-4", WIDE8)):
+            for seed, final in enumerate(finals):
+                eval_run(registry, wide, f"{variant}-s{seed}", variant, [f"seed={seed}", f"optimizer.lr={lr}"],
+                         [(0, 0.3), (29, final)], group="wide")
+        # One seed each, 1000 problems: 700 and 660 right at the end.
+        eval_run(registry, None, "solo-a", "a", ["seed=0"], [(0, 0.3), (20, 0.5), (29, 0.700)], n=1000, group="solo")
+        eval_run(registry, None, "solo-b", "b", ["seed=0", "optimizer.lr=1e-4"], [(0, 0.3), (20, 0.8), (29, 0.660)],
+                 n=1000, group="solo")
+    return path
+
+
+def compare_json(db: Path, *args: str) -> tuple[dict, dict]:
+    out = grpoctl("compare", *args, "--db", str(db), "--format", "json")
+    assert out.returncode == 0, out.stderr
+    payload = json.loads(out.stdout)
+    return payload, {r["variant"]: r for r in payload["rows"]}
+
+
+def test_compare_json_sets_each_variant_against_the_spec_baseline(study_db):
+    payload, rows = compare_json(study_db, "study")
+    summary = payload["baseline"]
+    assert summary["variant"] == "base" and summary["from"] == "the spec" and summary["last_k"] == 3
+    assert summary["correction"] == "holm" and summary["comparisons"] == 2  # lonely is not tested
+    base, better, close, lonely = rows["base"], rows["better"], rows["close"], rows["lonely"]
+    assert base["verdict"] == "baseline" and base["diff"] is None and base["acc_last_k"] == pytest.approx(0.6233333)
+    assert better["vs_baseline"] == "base" and better["diff_test"] == "welch"
+    # scipy.stats.ttest_ind([.70, .74, .66], [.62, .65, .60], equal_var=False): pvalue, confidence_interval()
+    assert better["diff"] == pytest.approx(0.07666666666666666, rel=1e-6)
+    assert better["p_value"] == pytest.approx(0.05886876404903681, rel=1e-6)
+    assert (better["diff_ci_low"], better["diff_ci_high"]) == pytest.approx(
+        (-0.005026512043801765, 0.1583598453771351), rel=1e-6)
+    # scipy.stats.ttest_ind([.63, .61, .66], [.62, .65, .60], equal_var=False)
+    assert close["diff"] == pytest.approx(0.01, abs=1e-9)
+    assert close["p_value"] == pytest.approx(0.6519586963751585, rel=1e-6)
+    assert (close["diff_ci_low"], close["diff_ci_high"]) == pytest.approx(
+        (-0.04705052361651999, 0.06705052361651978), rel=1e-6)
+    # Holm over the two: min(1, 2 x 0.0589) = 0.1177 for the smaller, max(that, 0.652) for the other.
+    assert better["p_holm"] == pytest.approx(0.11773752809807363, rel=1e-6)
+    assert close["p_holm"] == pytest.approx(0.6519586963751585, rel=1e-6)
+    assert better["verdict"] == "within noise" and close["verdict"] == "within noise"  # raw p 0.059 is no win
+    # Seeds needed: smallest n with 1 - nct.cdf(t, 2n-2, nc) + nct.cdf(-t, 2n-2, nc) >= 0.8, where
+    # t = t.ppf(0.975, 2n-2), nc = 0.0767 / sqrt((var(better) + var(base)) / 2) * sqrt(n/2): 0.887 at n = 5.
+    assert (better["seeds_needed"], better["seeds_needed_capped"]) == (5, False)
+    assert (close["seeds_needed"], close["seeds_needed_capped"]) == (100, True)  # 1 point: beyond reach
+    # Best-so-far: per seed mean + peak; ttest_ind([.75, .79, .71], [.63, .66, .61], equal_var=False)
+    assert better["best_diff"] == pytest.approx(0.1166666666666667, rel=1e-6)
+    assert (better["best_diff_ci_low"], better["best_diff_ci_high"]) == pytest.approx(
+        (0.03497348795619827, 0.19835984537713514), rel=1e-6)
+    assert better["diff_bca_low"] is None  # 3 seeds: no bootstrap interval
+    assert lonely["verdict"] == "untested" and lonely["p_value"] is None and lonely["p_holm"] is None
+    assert "1 seed(s) against the baseline's 3" in lonely["comparison_note"]
+    # Every existing key is still there.
+    assert {"final_acc", "final_acc_sd", "final_acc_se", "best_acc", "best_step", "runs", "seeds",
+            "status", "health", "best"} <= set(better)
+    assert better["final_acc"] == pytest.approx(0.70)
+
+
+def test_last_k_and_another_baseline(study_db):
+    payload, rows = compare_json(study_db, "study", "--baseline", "close", "--last-k", "1")
+    assert payload["baseline"]["from"] == "--baseline" and payload["baseline"]["measure"] == "final acc"
+    assert rows["close"]["verdict"] == "baseline" and rows["base"]["vs_baseline"] == "close"
+    # The final evals are the same numbers as the last-3 means here, so base vs close mirrors close vs base.
+    assert rows["base"]["diff"] == pytest.approx(-0.01, abs=1e-9)
+    assert rows["base"]["p_value"] == pytest.approx(0.6519586963751585, rel=1e-6)
+    _, rows = compare_json(study_db, "study", "--last-k", "2")  # steps 20 and 29: mean - peak / 2
+    assert rows["better"]["acc_last_k"] == pytest.approx(0.70 - 0.05 / 2)
+    _, rows = compare_json(study_db, "study", "--last-k", "4")  # the untrained step-0 eval stays out
+    assert rows["better"]["acc_last_k"] == pytest.approx(0.70)
+
+
+def test_bca_appears_from_eight_seeds_per_arm(study_db):
+    payload, rows = compare_json(study_db, "wide")
+    wide = rows["wide8"]
+    # ttest_ind(WIDE8, BASE8, equal_var=False); bootstrap((WIDE8, BASE8), diff of means, method="BCa", rng=0)
+    assert wide["p_value"] == pytest.approx(0.0021830535854393688, rel=1e-6)
+    assert (wide["diff_bca_low"], wide["diff_bca_high"]) == pytest.approx(
+        (0.018750000000000155, 0.053750000000000075), rel=1e-6)
+    assert wide["verdict"] == "better" and wide["p_holm"] == wide["p_value"]  # one comparison
+    assert (wide["seeds_needed"], wide["seeds_needed_capped"]) == (6, False)
+
+
+def test_one_seed_each_rests_on_eval_noise(study_db):
+    payload, rows = compare_json(study_db, "solo", "--baseline", "a", "--last-k", "1")
+    a, b = rows["a"], rows["b"]
+    # scipy.stats.binomtest(700, 1000).proportion_ci(method="wilson"); the same for 660
+    assert (a["acc_last_k_ci_low"], a["acc_last_k_ci_high"]) == pytest.approx(
+        (0.6708761390827828, 0.7275931575229951), rel=1e-6)
+    assert (b["acc_last_k_ci_low"], b["acc_last_k_ci_high"]) == pytest.approx(
+        (0.6300773195897642, 0.6886981176948581), rel=1e-6)
+    # chi2_contingency([[660, 340], [700, 300]], correction=False).pvalue; Newcombe from the Wilson limits
+    assert b["diff_test"] == "two-proportion" and b["diff"] == pytest.approx(-0.04)
+    assert b["p_value"] == pytest.approx(0.05518555099113409, rel=1e-6) and b["verdict"] == "within noise"
+    assert (b["diff_ci_low"], b["diff_ci_high"]) == pytest.approx((-0.08070318347527537, 0.0008874214637380126),
+                                                                  rel=1e-6)
+    assert b["comparison_note"] == "one seed per arm: this rests on eval noise alone, not on how much seeds differ"
+    assert b["seeds_needed"] is None and b["best_diff"] == pytest.approx(0.8 - 0.7)
+    out = grpoctl("compare", "solo", "--db", str(study_db), "--baseline", "a", "--last-k", "1", "--format", "markdown")
+    assert "| b | 1 | 0.660 [0.630, 0.689] Wilson CI | -0.040 [-0.081, +0.001] | 0.055 | 0.055 | within noise |" \
+        in out.stdout
+    assert "- b: one seed per arm: this rests on eval noise alone" in out.stdout
+    assert "Newcombe's score interval and a two-proportion test" in out.stdout
+
+
+def test_csv_carries_the_comparison_and_a_group_has_no_baseline_until_named(study_db):
+    out = grpoctl("compare", "study", "--db", str(study_db), "--format", "csv")
+    records = {r["variant"]: r for r in csv.DictReader(io.StringIO(out.stdout))}
+    assert float(records["better"]["p_holm"]) == pytest.approx(0.1177375, rel=1e-5)
+    assert records["better"]["verdict"] == "within noise" and records["close"]["seeds_needed_capped"] == "True"
+    payload, rows = compare_json(study_db, "solo")
+    assert payload["baseline"] is None and rows["b"]["verdict"] is None
+    assert payload["baseline_note"] == "no baseline to compare against: name one with --baseline VARIANT"
+    table = grpoctl("compare", "solo", "--db", str(study_db))
+    assert "no baseline to compare against" in table.stdout
+
+
+def test_scipy_only_when_there_is_something_to_test(study_db, db):
+    """scipy.stats costs most of a second to import: compare without a baseline skips it,
+    and with one still needs no torch."""
+    code = ("import sys, runpy, io, contextlib\n"
+            "sys.argv = ['grpoctl', 'compare', *sys.argv[1:], '--format', 'json']\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    try:\n        runpy.run_module('grpoctl', run_name='__main__')\n"
+            "    except SystemExit as exc:\n        assert not exc.code, exc.code\n"
+            "print([m for m in ('scipy.stats', 'torch') if m in sys.modules])\n")
+    for args, loaded in ((["abl", "--db", str(db)], "[]"), (["study", "--db", str(study_db)], "['scipy.stats']")):
+        out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60, cwd=ROOT)
+        assert out.stdout.strip() == loaded, out.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--baseline", "nope"], "--baseline 'nope' is not one of the variants: base, better, close, lonely"),
+    (["--last-k", "0"], "--last-k must be at least 1, got 0"),
+])
+def test_bad_comparison_options_are_one_line(study_db, args, message, tmp_path):
+    for command in (["compare", "study"], ["report", "study", "-o", str(tmp_path / "rep")]):
+        out = grpoctl(*command, *args, "--db", str(study_db))
+        assert out.returncode == 2 and out.stderr == f"error: {message}\n", out.stderr
+    assert not (tmp_path / "rep").exists()
+
+
+def test_report_has_the_comparison_table_and_a_sentence_per_variant(study_db, tmp_path):
+    with Registry(str(study_db)) as registry:
+        text = write_report(registry, "study", tmp_path / "rep").read_text()
+    section = text.split("## Against the baseline\n\n", 1)[1].split("## Curves", 1)[0]
+    assert section.startswith("| variant | seeds | acc, mean of last 3 evals | Δ vs base (95% CI) | p | p Holm |")
+    assert "| better | 3 | 0.700 ± 0.040 sd | +0.077 [-0.005, +0.158] | 0.059 | 0.118 | within noise | 5 |" in section
+    assert ("- **better** against **base** (acc, mean of last 3 evals, 3 vs 3 seeds): 0.700 against 0.623, "
+            "+7.7 points, 95% CI −0.5 to +15.8 (Welch's t), p = 0.059, 0.118 after Holm over 2: **within noise**. "
+            "Seeds needed to resolve a difference this size (α 0.05, power 0.8): about 5 per arm "
+            "(this study has 3).") in section
+    assert "A difference this close to zero would need more than 100 seeds per arm" in section
+    assert "- **lonely** against **base**: not tested: 1 seed(s) against the baseline's 3" in section
+    assert "(bands: ± 1 sd over seeds)" not in section  # a plot title, not text

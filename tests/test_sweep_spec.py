@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from grpoctl.config import config_hash, load_config
 from grpoctl.errors import UserError
@@ -179,3 +180,30 @@ def test_every_shipped_experiment_expands(tmp_path):
         assert plan.name == path.stem and len(plan.variants) >= 2
         if path.stem.startswith("tiny-"):  # minutes on a laptop, not hours
             assert all("loop.n_grpo_steps=60" in v.overrides for v in plan.variants), path
+
+
+def test_the_baseline_is_stated_or_the_variant_that_changes_nothing(tmp_path):
+    plain = write(tmp_path / "plain.yaml", "common: {lr: 1.0e-4}\nvariants:\n  hot: {lr: 1.0e-3}\n  plain: {}\n")
+    assert ablation(plain).baseline == "plain" and ablation(plain).spec["baseline"] == "plain"
+    # Setting a key to the value the shared config has already changes nothing either.
+    same = write(tmp_path / "same.yaml", "common: {lr: 1.0e-4}\nseeds: [3, 4]\n"
+                                         "variants:\n  hot: {lr: 1.0e-3}\n  cool: {lr: 1.0e-4}\n")
+    assert ablation(same).baseline == "cool"
+    stated = write(tmp_path / "stated.yaml", "baseline: hot\nvariants:\n  hot: {lr: 1.0e-3}\n  plain: {}\n")
+    assert ablation(stated).baseline == "hot"
+    none = write(tmp_path / "none.yaml", "variants:\n  a: {lr: 1.0e-3}\n  b: {lr: 2.0e-3}\n")
+    assert ablation(none).baseline is None and "baseline" not in ablation(none).spec
+    # A parameter sweep: the value the base config has, when it is one of the values.
+    assert param_sweep("lr", "1e-4..1e-3", overrides=["lr=3e-4"]).baseline == "lr=3e-4"
+    assert param_sweep("lr", "1e-6..1e-5").baseline is None
+    wrong = write(tmp_path / "wrong.yaml", "baseline: nope\nvariants:\n  a: {lr: 1.0e-3}\n  b: {}\n")
+    with pytest.raises(UserError, match="baseline 'nope' is not one of the variants: a, b"):
+        ablation(wrong)
+
+
+def test_every_shipped_study_states_its_baseline():
+    for path in sorted(EXPERIMENTS.glob("*.yaml")):
+        if path.stem in ("tiny", "h100", "rtx4090"):
+            continue
+        data = yaml.safe_load(path.read_text())
+        assert data.get("baseline") in data["variants"], path

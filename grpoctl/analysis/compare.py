@@ -6,6 +6,8 @@ length, token entropy and gradient norm, seconds per step, peak memory), the sta
 the health flags. Runs of the same variant with different seeds fold into one row
 (mean ± sd); a single run's accuracy carries its binomial standard error
 sqrt(p(1-p)/n), about ±1.4 points at n = 1024, so a 1-point "win" reads as the noise it is.
+With a baseline (the sweep spec's `baseline:`, or `--baseline VARIANT`) each variant is
+also set against it (analysis/baseline.py): difference, interval, p-value, verdict.
 
 It has to be quick on a registry of hundreds of runs (it runs while sweeps train, and
 benchmarks/bench_compare.py holds it to a second for 100 runs x 200 steps x 30
@@ -25,6 +27,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
+from grpoctl.analysis.baseline import LAST_K, BaselineComparison, compare_to_baseline
 from grpoctl.analysis.health import HEALTH_METRICS, Flag, Series, run_flags
 from grpoctl.errors import UserError
 from grpoctl.registry import EvalResult, Metric, Registry, Run, effective_status
@@ -89,6 +92,8 @@ class CompareTable:
     rank_by: str  # the column key that picks the best row
     warnings: list[str] = field(default_factory=list)
     at_step: int | None = None
+    versus: BaselineComparison | None = None  # each variant against the baseline
+    baseline_note: str = ""  # why there is no comparison against a baseline
 
 
 # --------------------------------------------------------------------------- which runs
@@ -331,9 +336,39 @@ def _eval_warnings(runs: list[RunData], differing: list[str]) -> list[str]:
     return lines
 
 
+def _spec_baseline(registry: Registry, refs: list[str]) -> str | None:
+    """The baseline variant a sweep's stored spec names, if `refs` is one sweep."""
+    if len(refs) != 1:
+        return None
+    try:
+        sweep = registry.get_sweep(refs[0])
+    except UserError:
+        return None
+    return json.loads(sweep.spec or "{}").get("baseline")
+
+
+def _baseline(registry: Registry, refs: list[str], rows: list[Row],
+              asked: str | None) -> tuple[str | None, str, str]:
+    """(baseline label, where it came from, why there is none)."""
+    labels = [r.label for r in rows]
+    if asked is not None:
+        if asked not in labels:
+            raise UserError(f"--baseline {asked!r} is not one of the variants: {', '.join(labels)}")
+        return asked, "--baseline", ""
+    named = _spec_baseline(registry, refs)
+    if named is None:
+        return None, "", "no baseline to compare against: name one with --baseline VARIANT"
+    if named not in labels:
+        return None, "", f"the spec's baseline '{named}' has no runs yet, so no variant is compared against it"
+    return named, "the spec", ""
+
+
 def build_compare_table(registry: Registry, refs: list[str], metric: str | None = None,
-                        at_step: int | None = None) -> CompareTable:
-    """Everything `grpoctl compare` shows, as data (render it with compare_render)."""
+                        at_step: int | None = None, baseline: str | None = None,
+                        last_k: int = LAST_K) -> CompareTable:
+    """Everything `grpoctl compare` shows, as data (render it with analysis/tables.py)."""
+    if last_k < 1:
+        raise UserError(f"--last-k must be at least 1, got {last_k}")
     metric = metric or "eval/accuracy"
     title, runs, notes = resolve_runs(registry, refs)
     if not runs:
@@ -377,4 +412,8 @@ def build_compare_table(registry: Registry, refs: list[str], metric: str | None 
     columns += [("length", "length"), ("entropy", "entropy"), ("grad_norm", "grad norm"),
                 ("s_per_step", "s/step"), ("peak_mem", "peak mem")]
     warnings = notes + _eval_warnings(data, differing)
-    return CompareTable(title, rows, short, columns, rank_by, warnings, at_step)
+    table = CompareTable(title, rows, short, columns, rank_by, warnings, at_step)
+    chosen, source, table.baseline_note = _baseline(registry, refs, rows, baseline)
+    if chosen is not None and len(rows) > 1:
+        table.versus = compare_to_baseline(rows, chosen, source, last_k, at_step)
+    return table

@@ -76,7 +76,8 @@ def plot_metric(rows: list[Row], metric: str, ylabel: str, path: Path, title: st
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
     ax.set_xlabel("GRPO step")
     ax.set_ylabel(ylabel)
-    ax.set_title(title or ylabel, fontsize=11, loc="left")
+    bands = any(len([r for r in runs if r]) > 1 for _, runs in drawn)
+    ax.set_title((title or ylabel) + (" (bands: ± 1 sd over seeds)" if bands else ""), fontsize=11, loc="left")
     ax.grid(alpha=0.3)
     if len(drawn) <= 5:
         ax.legend(fontsize=8, frameon=False, loc="best")

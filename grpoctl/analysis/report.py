@@ -2,33 +2,32 @@
 
 It answers the questions the seed's write-ups answer for each ablation: what varied and
 what was held fixed, the numbers side by side, the curves (eval accuracy, reward,
-response length, entropy, gradient norm), what went wrong and when, and who won, by
-how much, and whether that margin is more than the evals' own noise.
+response length, entropy, gradient norm), what went wrong and when, who won and by how
+much, and, for each variant against the baseline, whether the difference is more than
+the noise between seeds (or, with one seed, between evals), in a table and a sentence.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from datetime import datetime, timezone
 from pathlib import Path
 
-from grpoctl.analysis import tables
+from grpoctl.analysis import stats, tables
+from grpoctl.analysis.baseline import LAST_K, BaselineComparison, Versus
 from grpoctl.analysis.compare import NOT_COMPARED, CompareTable, Row, build_compare_table, flatten
 from grpoctl.errors import UserError
 from grpoctl.registry import Registry
-
-# A margin under this many standard errors of the difference is called noise.
-NOISE_SE = 2.0
 
 
 def default_folder(name: str) -> Path:
     return Path("reports") / "".join(c if c.isalnum() or c in "._=-" else "_" for c in name)
 
 
-def write_report(registry: Registry, name: str, folder: Path | None = None) -> Path:
+def write_report(registry: Registry, name: str, folder: Path | None = None, baseline: str | None = None,
+                 last_k: int = LAST_K) -> Path:
     """Write `report.md` and its plots into `folder` (default reports/NAME/); return its path."""
-    table = build_compare_table(registry, [name])
+    table = build_compare_table(registry, [name], baseline=baseline, last_k=last_k)
     folder = Path(folder) if folder is not None else default_folder(name)
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -80,6 +79,15 @@ def _sections(registry: Registry, name: str, table: CompareTable, plots: list[tu
         yield ""
     yield tables.markdown(table)
     yield from _winners(table)
+
+    yield "## Against the baseline"
+    yield ""
+    yield tables.versus_markdown(table, notes=False)  # the sentences below carry the caveats
+    if table.versus is not None:
+        for versus in table.versus.rows:
+            if versus.verdict != "baseline":
+                yield f"- {_sentence(table.versus, versus)}"
+        yield ""
 
     if plots:
         yield "## Curves"
@@ -135,15 +143,17 @@ def _shared(table: CompareTable) -> list[str]:
 
 
 def _winners(table: CompareTable):
-    for column, what in (("final_acc", "final"), ("best_acc", "best")):
+    """Who is ahead, by how much; whether that is more than noise is the baseline section's."""
+    upward = " Best-so-far is biased upward: the best of several noisy evals."
+    for column, what, caveat in (("final_acc", "final", ""), ("best_acc", "best", upward)):
         ranked = sorted((r for r in table.rows if column in r.values), key=lambda r: -r.values[column].mean)
         if not ranked:
             continue
-        yield f"**Winner by {what} eval accuracy:** {_verdict(ranked, column)}"
+        yield f"**Winner by {what} eval accuracy:** {_lead(ranked, column)}{caveat}"
         yield ""
 
 
-def _verdict(ranked: list[Row], column: str) -> str:
+def _lead(ranked: list[Row], column: str) -> str:
     top = ranked[0]
     stat = top.values[column]
     step = top.values.get("best_step") if column == "best_acc" else None
@@ -152,12 +162,45 @@ def _verdict(ranked: list[Row], column: str) -> str:
     if len(ranked) == 1:
         return text + " (the only variant with an eval)."
     second = ranked[1].values[column]
-    margin = stat.mean - second.mean
-    text += f", {margin * 100:.1f} points ahead of {ranked[1].label} ({second.mean:.3f})"
-    if stat.se is None or second.se is None:
-        return text + "; the evals' sizes are unknown, so no standard error."
-    se = math.sqrt(stat.se**2 + second.se**2)
-    ratio = margin / se if se > 0 else math.inf
-    noise = "within noise" if ratio < NOISE_SE else "more than the noise"
-    return (text + f": {ratio:.1f}x the standard error of the difference ({se * 100:.1f} points), "
-            f"{noise} (the bar is {NOISE_SE:g} SE).")
+    return text + f", {(stat.mean - second.mean) * 100:.1f} points ahead of {ranked[1].label} ({second.mean:.3f})."
+
+
+def _points(x: float) -> str:
+    return f"{x * 100:+.1f}".replace("-", "−")
+
+
+def _sentence(comparison: BaselineComparison, v: Versus) -> str:
+    """One variant against the baseline, in words."""
+    base = next(b for b in comparison.rows if b.label == comparison.baseline)
+    head = f"**{v.label}** against **{base.label}**"
+    if v.diff is None:
+        return f"{head}: not tested: {v.note}."
+    measure = tables.measure_name(comparison)
+    d = v.diff
+    if d.test == "welch":
+        text = (f"{head} ({measure}, {v.seeds} vs {base.seeds} seeds): {v.measure:.3f} against "
+                f"{base.measure:.3f}, {_points(d.diff)} points, 95% CI {_points(d.low)} to {_points(d.high)} (Welch's t"
+                + (f"; BCa bootstrap {_points(v.bca[0])} to {_points(v.bca[1])}" if v.bca else "")
+                + f"), p = {tables.pvalue(d.p)}, {tables.pvalue(v.p_holm)} after Holm over {comparison.tested}: "
+                f"**{v.verdict}**.")
+        if v.seeds_needed_capped:
+            text += f" A difference this close to zero would need more than {v.seeds_needed} seeds per arm to resolve"
+        else:
+            text += (f" Seeds needed to resolve a difference this size (α {stats.ALPHA:g}, power {stats.POWER:g}):"
+                     f" about {v.seeds_needed} per arm")
+        text += f" (this study has {min(v.seeds, base.seeds)})."
+        if v.best_diff is not None:
+            text += f" Best-so-far: {_points(v.best_diff)} points"
+            if v.best_ci:
+                text += f" (95% CI {_points(v.best_ci[0])} to {_points(v.best_ci[1])})"
+            text += ", biased upward and not the verdict's basis."
+        return text
+    def wilson(interval: tuple[float, float] | None) -> str:
+        return f"Wilson 95% CI {interval[0]:.3f} to {interval[1]:.3f}" if interval else "eval size unknown"
+
+    return (f"{head} ({measure}, one seed each): {v.measure:.3f} ({wilson(v.measure_ci)}) against "
+            f"{base.measure:.3f} ({wilson(base.measure_ci)}), "
+            f"{_points(d.diff)} points, 95% CI {_points(d.low)} to {_points(d.high)} (Newcombe), "
+            f"two-proportion p = {tables.pvalue(d.p)}, {tables.pvalue(v.p_holm)} after Holm over {comparison.tested}: "
+            f"**{v.verdict}**. With one seed per arm this rests on eval noise alone: another seed could land "
+            "further away than this interval allows, and the seeds needed cannot be estimated without a second.")

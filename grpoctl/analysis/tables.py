@@ -12,11 +12,14 @@ import json
 import math
 from typing import Any
 
+from grpoctl.analysis import stats
+from grpoctl.analysis.baseline import BaselineComparison, Versus
 from grpoctl.analysis.compare import CompareTable, Row, Stat
 
 ACCURACY_COLUMNS = ("final_acc", "best_acc")
 STEP_COLUMNS = ("best_step", "metric_step")
-LEGEND = "± is the standard error sqrt(p(1-p)/n) of one run's eval, or the sd over seeds when a row folds several runs"
+LEGEND = ("± … SE: the binomial standard error sqrt(p(1-p)/n) of one run's eval; "
+          "± … sd: the standard deviation over a row's seeds")
 STATUS_STYLE = {"finished": "green", "failed": "red", "diverged": "red", "stale": "yellow",
                 "interrupted": "yellow", "running": "cyan"}
 
@@ -40,11 +43,12 @@ def cell(column: str, stat: Stat | None) -> str:
         return f"{stat.mean:.0f}"
     if column in ACCURACY_COLUMNS:
         text = f"{stat.mean:.3f}"
-        spread = stat.sd if stat.k > 1 else stat.se
-        return text + (f" ± {spread:.3f}" if spread is not None else "")
+        if stat.k > 1:
+            return text + f" ± {stat.sd:.3f} sd"
+        return text + (f" ± {stat.se:.3f} SE" if stat.se is not None else "")
     text = _memory(stat.mean) if column == "peak_mem" else _number(stat.mean)
     if stat.k > 1 and stat.sd:
-        text += f" ± {_memory(stat.sd) if column == 'peak_mem' else f'{stat.sd:.2g}'}"
+        text += f" ± {_memory(stat.sd) if column == 'peak_mem' else f'{stat.sd:.2g}'} sd"
     return text
 
 
@@ -109,18 +113,171 @@ def rich_table(table: CompareTable):
     return out
 
 
-def markdown(table: CompareTable) -> str:
-    def line(cells: list[str]) -> str:
-        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+def _line(cells: list[str]) -> str:
+    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
 
+
+def markdown(table: CompareTable) -> str:
     head = headers(table)
-    lines = [line(head), line(["---"] * len(head))]
-    lines += [line(_cells(table, row)) for row in table.rows]
+    lines = [_line(head), _line(["---"] * len(head))]
+    lines += [_line(_cells(table, row)) for row in table.rows]
     return "\n".join(lines) + f"\n\n{LEGEND}.\n"
 
 
+# --------------------------------------------------------------------------- against the baseline
+
+
+def measure_name(comparison: BaselineComparison) -> str:
+    if comparison.last_k == 1:
+        return "final acc"
+    return f"acc, mean of last {comparison.last_k} evals"
+
+
+def _interval(low: float, high: float, signed: bool = True) -> str:
+    return f"[{low:+.3f}, {high:+.3f}]" if signed else f"[{low:.3f}, {high:.3f}]"
+
+
+def pvalue(p: float | None) -> str:
+    return "-" if p is None else ("<0.001" if p < 0.001 else f"{p:.3f}")
+
+
+def _has_bca(comparison: BaselineComparison) -> bool:
+    return any(v.bca for v in comparison.rows)
+
+
+def versus_headers(comparison: BaselineComparison) -> list[str]:
+    head = ["variant", "seeds", measure_name(comparison), f"Δ vs {comparison.baseline} (95% CI)"]
+    if _has_bca(comparison):
+        head.append("Δ, BCa 95% CI")
+    return head + ["p", "p Holm", "verdict", "seeds needed", "Δ best acc (95% CI)"]
+
+
+def versus_cells(comparison: BaselineComparison, v: Versus) -> list[str]:
+    measure = ""
+    if v.measure is not None:
+        measure = f"{v.measure:.3f}"
+        if v.measure_sd is not None:
+            measure += f" ± {v.measure_sd:.3f} sd"
+        elif v.measure_ci is not None:
+            measure += f" {_interval(*v.measure_ci, signed=False)} Wilson CI"
+    base = v.verdict == "baseline"
+    diff = "" if base else "-"
+    if v.diff is not None:
+        diff = f"{v.diff.diff:+.3f} {_interval(v.diff.low, v.diff.high)}"
+    out = [v.label, str(v.seeds), measure, diff]
+    if _has_bca(comparison):
+        out.append(_interval(*v.bca) if v.bca else ("" if base else "-"))
+    needed = "" if base else "-"
+    if v.seeds_needed is not None:
+        needed = f"> {v.seeds_needed}" if v.seeds_needed_capped else str(v.seeds_needed)
+    best = "" if base else "-"
+    if v.best_diff is not None:
+        best = f"{v.best_diff:+.3f}" + (f" {_interval(*v.best_ci)}" if v.best_ci else "")
+    p, p_holm = ("", "") if base else (pvalue(v.diff.p if v.diff else None), pvalue(v.p_holm))
+    return out + [p, p_holm, v.verdict, needed, best]
+
+
+def versus_legend(comparison: BaselineComparison) -> str:
+    """What the comparison's columns are, for the tests it actually ran."""
+    tests = {v.diff.test for v in comparison.rows if v.diff}
+    m = comparison.tested
+    parts = [f"Δ: variant minus {comparison.baseline} (the baseline, from {comparison.source}), in accuracy"]
+    if "welch" in tests:
+        parts.append("95% CI and p over seeds: Welch's t")
+    if "two-proportion" in tests:
+        parts.append("With one seed per arm, 95% CI and p from the evals alone: Newcombe's score interval "
+                     "and a two-proportion test; the accuracy's interval is Wilson's")
+    if _has_bca(comparison):
+        parts.append(f"BCa: bootstrap interval (shown from {stats.BCA_MIN_SEEDS} seeds per arm)")
+    parts.append(f"p Holm: p corrected by Holm's method for the {m} comparison{'s' if m != 1 else ''} "
+                 f"in this study; the verdict is better or worse when p Holm < {stats.ALPHA:g}, else within noise")
+    if "welch" in tests:
+        parts.append(f"Seeds needed: per arm, to detect this Δ at α {stats.ALPHA:g} with power "
+                     f"{stats.POWER:g} given the seeds' spread (noncentral t)")
+    parts.append("Best acc is biased upward (the best of several noisy evals): shown, not the verdict's basis")
+    return ". ".join(parts)
+
+
+def versus_notes(comparison: BaselineComparison) -> list[str]:
+    return [f"{v.label}: {v.note}" for v in comparison.rows if v.note]
+
+
+def versus_markdown(table: CompareTable, notes: bool = True) -> str:
+    """The comparison against the baseline as markdown (with a line per variant's caveat
+    when `notes`), or the line saying why there is none."""
+    comparison = table.versus
+    if comparison is None:
+        return f"{table.baseline_note}.\n" if table.baseline_note else ""
+
+    head = versus_headers(comparison)
+    lines = [_line(head), _line(["---"] * len(head))]
+    lines += [_line(versus_cells(comparison, v)) for v in comparison.rows]
+    text = "\n".join(lines) + f"\n\n{versus_legend(comparison)}.\n"
+    caveats = versus_notes(comparison) if notes else []
+    if caveats:
+        text += "\n" + "\n".join(f"- {n}" for n in caveats) + "\n"
+    return text
+
+
+def versus_rich_table(table: CompareTable):
+    from rich.table import Table
+
+    comparison = table.versus
+    caption = versus_legend(comparison) + "".join(f"\n{n}" for n in versus_notes(comparison))
+    out = Table(title=f"against {comparison.baseline} (from {comparison.source})", title_justify="left",
+                caption=caption, caption_justify="left")
+    for i, header in enumerate(versus_headers(comparison)):
+        out.add_column(header, justify="left" if i == 0 else "right", no_wrap=i != 0)
+    for v in comparison.rows:
+        cells = versus_cells(comparison, v)
+        style = {"better": "green", "worse": "red"}.get(v.verdict)
+        out.add_row(*cells, style=style)
+    return out
+
+
+def _versus_record(table: CompareTable, label: str) -> dict[str, Any]:
+    """The comparison fields of one row; the same keys (None) when there is none."""
+    comparison = table.versus
+    v = next((v for v in comparison.rows if v.label == label), None) if comparison else None
+    d = v.diff if v else None
+    return {
+        "acc_last_k": v.measure if v else None,
+        "acc_last_k_sd": v.measure_sd if v else None,
+        "acc_last_k_ci_low": v.measure_ci[0] if v and v.measure_ci else None,
+        "acc_last_k_ci_high": v.measure_ci[1] if v and v.measure_ci else None,
+        "vs_baseline": comparison.baseline if comparison else None,
+        "diff": d.diff if d else None,
+        "diff_ci_low": d.low if d else None,
+        "diff_ci_high": d.high if d else None,
+        "diff_test": d.test if d else None,
+        "diff_bca_low": v.bca[0] if v and v.bca else None,
+        "diff_bca_high": v.bca[1] if v and v.bca else None,
+        "p_value": d.p if d else None,
+        "p_holm": v.p_holm if v else None,
+        "verdict": v.verdict if v else None,
+        "seeds_needed": v.seeds_needed if v else None,
+        "seeds_needed_capped": v.seeds_needed_capped if v else None,
+        "best_diff": v.best_diff if v else None,
+        "best_diff_ci_low": v.best_ci[0] if v and v.best_ci else None,
+        "best_diff_ci_high": v.best_ci[1] if v and v.best_ci else None,
+        "comparison_note": (v.note or None) if v else None,
+    }
+
+
+def comparison_summary(table: CompareTable) -> dict[str, Any] | None:
+    """What the comparison fields of the rows mean, for JSON readers."""
+    c = table.versus
+    if c is None:
+        return None
+    return {"variant": c.baseline, "from": c.source, "last_k": c.last_k, "measure": measure_name(c),
+            "confidence": stats.CONFIDENCE, "alpha": stats.ALPHA, "power": stats.POWER,
+            "correction": "holm", "comparisons": c.tested, "bca_min_seeds": stats.BCA_MIN_SEEDS,
+            "seeds_cap": stats.SEEDS_CAP, "accuracy_interval": "wilson"}
+
+
 def records(table: CompareTable) -> list[dict]:
-    """One dict per row with raw numbers (spreads as COLUMN_sd / COLUMN_se)."""
+    """One dict per row with raw numbers (spreads as COLUMN_sd / COLUMN_se), then the
+    comparison against the baseline (None throughout when there is none)."""
     out = []
     for row in table.rows:
         record: dict[str, Any] = {
@@ -139,13 +296,15 @@ def records(table: CompareTable) -> list[dict]:
                 record[f"{column}_se"] = stat.se
         record["status"] = row.status
         record["health"] = row.flags
+        record.update(_versus_record(table, row.label))
         out.append(record)
     return out
 
 
 def to_json(table: CompareTable) -> str:
     payload = {"title": table.title, "at_step": table.at_step, "rank_by": table.rank_by,
-               "warnings": table.warnings, "rows": records(table)}
+               "warnings": table.warnings, "baseline": comparison_summary(table),
+               "baseline_note": table.baseline_note or None, "rows": records(table)}
     return json.dumps(payload, indent=2, default=str) + "\n"
 
 

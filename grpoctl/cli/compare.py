@@ -1,7 +1,8 @@
 """`grpoctl compare NAME|RUN...`: a sweep's runs side by side (see analysis/compare.py).
 
-Reads only: no torch, no matplotlib, not even omegaconf, so it answers in well under a
-second on a registry of a hundred runs.
+Reads only: no torch, no matplotlib, not even omegaconf, so it answers in under a second
+on a registry of a hundred runs. Testing each variant against a baseline imports
+scipy.stats, which costs about as much again (benchmarks/bench_compare.py times both).
 """
 
 from __future__ import annotations
@@ -10,10 +11,19 @@ from typing import Annotated, Optional
 
 import typer
 
+from grpoctl.analysis.baseline import LAST_K  # cheap: scipy is imported only when a test runs
 from grpoctl.cli.options import DbOption
 from grpoctl.errors import UserError
 
 FORMATS = ("table", "markdown", "csv", "json")
+
+# Also `report`'s options.
+BaselineOption = Annotated[Optional[str], typer.Option(
+    "--baseline", metavar="VARIANT",
+    help="Set every variant against this one (default: the sweep spec's baseline).", show_default=False)]
+LastKOption = Annotated[int, typer.Option(
+    "--last-k", metavar="K",
+    help="The verdicts' measure: each run's mean accuracy over its last K evals (1: the final eval).")]
 
 
 def compare(
@@ -24,9 +34,12 @@ def compare(
     at_step: Annotated[Optional[int], typer.Option(
         "--at-step", help="Values at this GRPO step instead of the end.")] = None,
     fmt: Annotated[str, typer.Option("--format", "-f", help="table, markdown, csv or json.")] = "table",
+    baseline: BaselineOption = None,
+    last_k: LastKOption = LAST_K,
     db: DbOption = None,
 ) -> None:
-    """Compare runs: the config keys that differ, eval accuracy, speed, health flags."""
+    """Compare runs: the config keys that differ, eval accuracy, speed, health flags, and
+    each variant against the baseline (difference, 95% CI, p-value, verdict, seeds needed)."""
     if fmt not in FORMATS:
         raise UserError(f"--format {fmt!r} is not one of: {', '.join(FORMATS)}")
     from grpoctl.analysis import tables
@@ -34,7 +47,8 @@ def compare(
     from grpoctl.registry import Registry
 
     with Registry(db, must_exist=True) as registry:
-        table = build_compare_table(registry, refs, metric=metric, at_step=at_step)
+        table = build_compare_table(registry, refs, metric=metric, at_step=at_step, baseline=baseline,
+                                    last_k=last_k)
 
     if fmt in ("json", "csv"):
         # Machine formats own stdout; warnings still reach a human, on stderr.
@@ -45,6 +59,7 @@ def compare(
         for warning in table.warnings:
             typer.echo(f"> warning: {warning}\n")
         typer.echo(tables.markdown(table))
+        typer.echo(tables.versus_markdown(table), nl=False)
     else:
         from rich.console import Console
 
@@ -54,6 +69,10 @@ def compare(
         for warning in table.warnings:
             console.print(f"[yellow]warning:[/] {warning}", highlight=False)
         console.print(tables.rich_table(table))
+        if table.versus is not None:
+            console.print(tables.versus_rich_table(table))
+        elif table.baseline_note:
+            console.print(f"[dim]{table.baseline_note}[/]", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

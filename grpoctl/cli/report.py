@@ -7,6 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from grpoctl.analysis.baseline import LAST_K
+from grpoctl.cli.compare import BaselineOption, LastKOption
 from grpoctl.cli.options import DbOption
 
 
@@ -14,14 +16,17 @@ def report(
     name: Annotated[str, typer.Argument(metavar="NAME", help="A sweep, ablation or group name.")],
     out: Annotated[Optional[Path], typer.Option(
         "--out", "-o", help="Folder for report.md and the plots (default: reports/NAME/).")] = None,
+    baseline: BaselineOption = None,
+    last_k: LastKOption = LAST_K,
     db: DbOption = None,
 ) -> None:
-    """Write a markdown report of a sweep: what varied, results, curves, health, winner."""
+    """Write a markdown report of a sweep: what varied, results, each variant against the
+    baseline, curves, health."""
     from grpoctl.analysis.report import write_report
     from grpoctl.registry import Registry
 
     with Registry(db, must_exist=True) as registry:
-        path = write_report(registry, name, out)
+        path = write_report(registry, name, out, baseline=baseline, last_k=last_k)
     typer.echo(f"wrote {path} (and its plots in {path.parent}/)")
 
 

@@ -178,6 +178,7 @@ class SweepPlan:
     base: str | None  # config file given to every run first (None: the defaults)
     variants: list[Variant] = field(default_factory=list)
     spec: dict = field(default_factory=dict)  # what was asked for, stored with the sweep
+    baseline: str | None = None  # the label `compare` and `report` set every variant against
 
     def train_args(self, variant: Variant, run_name: str | None = None) -> list[str]:
         """The arguments after `grpoctl train` that start this variant as a new run."""
@@ -191,8 +192,11 @@ class SweepPlan:
 
 
 def _expand(name: str, kind: str, base: str | None, spec: dict,
-            labelled: list[tuple[str, list[str]]], seeds: list[int] | None) -> SweepPlan:
-    """Resolve and hash every (label, overrides) x seed; refuse duplicates."""
+            labelled: list[tuple[str, list[str]]], seeds: list[int] | None,
+            shared: list[str], baseline: str | None = None) -> SweepPlan:
+    """Resolve and hash every (label, overrides) x seed; refuse duplicates. The baseline
+    is `baseline`, else the variant that changes nothing of the `shared` config (if any);
+    it is stored in the spec, so `compare` finds it in the registry."""
     plan = SweepPlan(name=name, kind=kind, base=base, spec=spec)
     seen: dict[str, str] = {}
     for label, overrides in labelled:
@@ -209,7 +213,21 @@ def _expand(name: str, kind: str, base: str | None, spec: dict,
             seen[digest] = tag
             run_name = safe_name(f"{name}-{label}-s{cfg.seed}")
             plan.variants.append(Variant(label, int(cfg.seed), full, digest, run_name))
+    plan.baseline = baseline if baseline is not None else _unchanged_variant(plan, shared)
+    if plan.baseline is not None:
+        spec["baseline"] = plan.baseline
     return plan
+
+
+def _unchanged_variant(plan: SweepPlan, shared: list[str]) -> str | None:
+    """The label of the variant whose config is the shared config itself: an ablation's
+    `plain: {}`, or the value of a parameter sweep that the base config already has."""
+    first = plan.variants[0]
+    try:
+        reference = config_hash(load_config(plan.base, shared + [f"seed={first.seed}"]))
+    except UserError:  # the shared config alone may not be a valid run; then none is unchanged
+        return None
+    return next((v.label for v in plan.variants if v.seed == first.seed and v.config_hash == reference), None)
 
 
 def parse_seeds(text: str | list | int | None) -> list[int] | None:
@@ -239,12 +257,12 @@ def param_sweep(param: str, values: str, base: str | None = None, overrides: lis
     ]
     spec = {"param": path, "values": values, "parsed": parsed, "base": base,
             "overrides": list(overrides), "seeds": seeds}
-    return _expand(name, "sweep", base, spec, labelled, parse_seeds(seeds))
+    return _expand(name, "sweep", base, spec, labelled, parse_seeds(seeds), list(overrides))
 
 
 # --------------------------------------------------------------------------- ablation files
 
-SPEC_KEYS = {"name", "base", "common", "seeds", "variants", "description"}
+SPEC_KEYS = {"name", "base", "baseline", "common", "seeds", "variants", "description"}
 
 
 def ablation(path: str | Path, overrides: list[str] = (), seeds: str | None = None,
@@ -256,12 +274,14 @@ def ablation(path: str | Path, overrides: list[str] = (), seeds: str | None = No
         common: {loop.n_grpo_steps: 100} # applied to every variant
         steps: 100                       # any config key here joins `common`
         seeds: [0, 1]
+        baseline: reinforce_with_baseline  # what compare/report set every variant against
         variants:
           no_baseline: {loss.loss_type: no_baseline}
           reinforce_with_baseline: {loss: {loss_type: reinforce_with_baseline}}
 
     `overrides` (from the command line) apply to every variant, after `common`; `base`
-    replaces the file's base (e.g. run the H100 study with rtx4090.yaml).
+    replaces the file's base (e.g. run the H100 study with rtx4090.yaml). Without a
+    `baseline:` it is the variant that changes nothing (`plain: {}`), if there is one.
     """
     path = Path(path)
     data = _read_spec(path)
@@ -282,11 +302,16 @@ def ablation(path: str | Path, overrides: list[str] = (), seeds: str | None = No
             raise UserError(f"{path}: variant '{label}' must be a mapping of config keys")
         labelled.append((str(label), shared + _diff_overrides(diff or {}, f"{path}: variant '{label}'")))
 
+    baseline = data.get("baseline")
+    if baseline is not None and str(baseline) not in {str(label) for label in variants}:
+        raise UserError(f"{path}: baseline {baseline!r} is not one of the variants: "
+                        + ", ".join(map(str, variants)))
     spec = {"file": str(path), **data, "overrides": list(overrides)}
     if base:
         spec["base"] = base
     return _expand(name or str(data.get("name") or path.stem), "ablation", base_file, spec,
-                   labelled, parse_seeds(seeds if seeds is not None else data.get("seeds")))
+                   labelled, parse_seeds(seeds if seeds is not None else data.get("seeds")),
+                   shared, None if baseline is None else str(baseline))
 
 
 def _read_spec(path: Path) -> dict:
