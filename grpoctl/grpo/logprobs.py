@@ -69,7 +69,7 @@ def get_response_log_probs(
 
 
 def _entropy_rows(logits: torch.Tensor) -> torch.Tensor:
-    """(rows, vocab) -> (rows,) entropy, ENTROPY_CHUNK rows at a time, without gradient."""
+    """(positions, vocab) -> (positions,) entropy, ENTROPY_CHUNK positions at a time, without gradient."""
     with torch.no_grad():
         return torch.cat([compute_entropy(logits[i : i + ENTROPY_CHUNK]) for i in range(0, logits.shape[0], ENTROPY_CHUNK)])
 
@@ -147,7 +147,7 @@ def get_response_log_probs_shared_prompts(
         prompt_att[i, width - len(p):] = 1
     prompt_ids, prompt_att = prompt_ids.to(device), prompt_att.to(device)
     first = model(prompt_ids, attention_mask=prompt_att, position_ids=(prompt_att.cumsum(-1) - 1).clamp(min=0),
-                  use_cache=True)
+                  use_cache=True, logits_to_keep=1)
     cache = first["cache"] if "cache" in first else first["past_key_values"]
     layers = [(layer.keys[rows], layer.values[rows]) for layer in cache.layers]
 
@@ -157,21 +157,29 @@ def get_response_log_probs_shared_prompts(
     compact = torch.arange(span, device=device) < resp_lens[:, None]  # (batch, span)
     targets = torch.zeros(B, span, dtype=torch.long, device=device)
     targets[compact] = labels[response_mask.bool()]
-    logits = first.logits[:, -1:][rows]  # (batch, 1, vocab)
+    # The two forwards' logits stay apart (no (batch, span, vocab) concatenation, which
+    # would be one more vocabulary-sized copy): first response token, then the rest.
+    parts = [(first.logits[:, -1:][rows], targets[:, :1])]
     if span > 1:
         starts = torch.tensor(prompt_lens, device=device)
         second = model(targets[:, :-1], attention_mask=torch.cat([prompt_att[rows], compact[:, :-1].long()], dim=-1),
                        position_ids=starts[:, None] + torch.arange(span - 1, device=device),
                        use_cache=False, **{_cache_kwarg(model): DynamicCache(layers)})
-        logits = torch.cat([logits, second.logits], dim=1)
-    logits = _as_float32(logits)  # (batch, span, vocab)
+        parts.append((second.logits, targets[:, 1:]))
 
-    def spread(flat: torch.Tensor) -> torch.Tensor:
-        """Values of the response tokens in row order -> (batch, seq), 0 off the response."""
+    def spread(per_position: list[torch.Tensor]) -> torch.Tensor:
+        """(batch, span) values, in parts -> (batch, seq) at the response positions, 0 elsewhere."""
+        flat = torch.cat(per_position, dim=1)[compact]
         return torch.zeros(labels.shape, dtype=flat.dtype, device=device).masked_scatter(response_mask.bool(), flat)
 
-    label_logits = logits.gather(dim=-1, index=targets.unsqueeze(-1)).squeeze(-1)
-    out = {"log_probs": spread((label_logits - torch.logsumexp(logits, dim=-1))[compact])}
+    log_probs, entropy = [], []
+    for logits, target in parts:
+        logits = _as_float32(logits)  # (batch, n, vocab)
+        label_logits = logits.gather(dim=-1, index=target.unsqueeze(-1)).squeeze(-1)
+        log_probs.append(label_logits - torch.logsumexp(logits, dim=-1))
+        if return_token_entropy:
+            entropy.append(_entropy_rows(logits.reshape(-1, logits.shape[-1])).view(logits.shape[:-1]))
+    out = {"log_probs": spread(log_probs)}
     if return_token_entropy:
-        out["token_entropy"] = spread(_entropy_rows(logits[compact]))
+        out["token_entropy"] = spread(entropy)
     return out
