@@ -82,9 +82,13 @@ def _checkpointing(model) -> bool:
     return False
 
 
+def _forward_takes(model, name: str) -> bool:
+    return name in inspect.signature(model.forward).parameters
+
+
 def _cache_kwarg(model) -> str:
     """transformers 5.x calls the forward's cache `cache`; older releases `past_key_values`."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    return "cache" if _forward_takes(model, "cache") else "past_key_values"
 
 
 def _prompt_groups(input_ids: torch.Tensor, response_mask: torch.Tensor):
@@ -146,8 +150,9 @@ def get_response_log_probs_shared_prompts(
         prompt_ids[i, width - len(p):] = torch.tensor(p)
         prompt_att[i, width - len(p):] = 1
     prompt_ids, prompt_att = prompt_ids.to(device), prompt_att.to(device)
+    last_only = {"logits_to_keep": 1} if _forward_takes(model, "logits_to_keep") else {}
     first = model(prompt_ids, attention_mask=prompt_att, position_ids=(prompt_att.cumsum(-1) - 1).clamp(min=0),
-                  use_cache=True, logits_to_keep=1)
+                  use_cache=True, **last_only)
     cache = first["cache"] if "cache" in first else first["past_key_values"]
     layers = [(layer.keys[rows], layer.values[rows]) for layer in cache.layers]
 
