@@ -182,7 +182,10 @@ class LoggingConfig:
 @dataclass
 class RuntimeConfig:
     device: str = "auto"  # auto | cpu | cuda
-    threads: int = 0  # torch threads on CPU; 0 = torch's default
+    # torch threads on CPU; 0 = grpoctl's rule (grpoctl/train/threads.py): 1 for a model
+    # under 50M parameters, else one per core, capped by $GRPOCTL_THREADS. Not part of a
+    # run's identity: it changes how fast a run goes, not what it computes.
+    threads: int = 0
     cache_dir: str = "outputs/cache"  # the tiny warm-start lives here
 
 

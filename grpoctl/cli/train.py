@@ -55,6 +55,14 @@ def _setup_logging() -> None:
     hf_logging.disable_progress_bar()  # per-shard bars would drown the run's own progress
 
 
+def _setup_threads(cfg) -> None:
+    """torch's thread count by grpoctl's rule (grpoctl/train/threads.py), said in one line."""
+    from grpoctl.train.threads import configure_threads
+
+    count, why = configure_threads(cfg)
+    typer.echo(f"torch threads: {count} ({why})")
+
+
 def train(
     args: Annotated[Optional[list[str]], typer.Argument(metavar="[CONFIG] [KEY=VALUE]...", show_default=False)] = None,
     resume: Annotated[Optional[str], typer.Option("--resume", help="Continue RUN from its last checkpoint.")] = None,
@@ -95,6 +103,7 @@ def train(
         _check_name_free(registry, cfg.name)
 
     _setup_logging()
+    _setup_threads(cfg)
     from grpoctl.train import trainer  # heavy: torch, transformers
 
     status = trainer.resume(cfg, registry, run, say=typer.echo) if resume else trainer.start(
@@ -155,6 +164,9 @@ def evaluate_checkpoint(
     if not (path / "config.json").is_file():
         raise UserError(f"{ckpt_dir} is not a model directory (no config.json)")
     registry = Registry(db)
+    from grpoctl.train.threads import wait_passively
+
+    wait_passively()  # before torch's first import, just below
     from grpoctl.train.checkpoint import run_of_checkpoint  # noqa: E402  (torch only past validation)
 
     marker = run_of_checkpoint(path)
@@ -188,6 +200,7 @@ def evaluate_checkpoint(
     cfg = C.apply_overrides(C.from_dict(base) if base else C.load_config(None, []), overrides)
 
     _setup_logging()
+    _setup_threads(cfg)
     from grpoctl.train.evaluate_checkpoint import run_eval
 
     result = run_eval(cfg, registry, path, run, marker, say=typer.echo)

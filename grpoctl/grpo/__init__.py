@@ -7,7 +7,7 @@ policy-gradient losses), train_step (per-token loss -> scalar -> backward).
 """
 
 from .advantages import compute_group_normalized_rewards, normalize_group_rewards, summarize_group_rewards
-from .logprobs import compute_entropy, get_response_log_probs
+from .logprobs import compute_entropy, get_response_log_probs, get_response_log_probs_shared_prompts
 from .losses import (
     IMPORTANCE_LEVELS,
     LOSS_TYPES,
@@ -38,6 +38,7 @@ __all__ = [
     "compute_naive_policy_gradient_loss",
     "compute_policy_gradient_loss",
     "get_response_log_probs",
+    "get_response_log_probs_shared_prompts",
     "grpo_microbatch_train_step",
     "masked_mean",
     "masked_min_max",

@@ -7,6 +7,8 @@ materialising a full log_softmax, and work in float32 because bf16 logsumexp
 over 150k entries loses the small differences policy ratios depend on.
 """
 
+import inspect
+
 import torch
 
 # Positions per entropy chunk: its temporaries are a few (chunk, vocab) float32 tensors,
@@ -63,4 +65,126 @@ def get_response_log_probs(
                 torch.cat([compute_entropy(row[i : i + ENTROPY_CHUNK]) for i in range(0, row.shape[0], ENTROPY_CHUNK)])
                 for row in logits
             ])
+    return out
+
+
+def _entropy_rows(logits: torch.Tensor) -> torch.Tensor:
+    """(positions, vocab) -> (positions,) entropy, ENTROPY_CHUNK positions at a time, without gradient."""
+    with torch.no_grad():
+        return torch.cat([compute_entropy(logits[i : i + ENTROPY_CHUNK]) for i in range(0, logits.shape[0], ENTROPY_CHUNK)])
+
+
+def _checkpointing(model) -> bool:
+    """Gradient checkpointing is on (transformers then drops a cache passed to the layers)."""
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):  # new name first: the old one warns
+        if hasattr(type(model), name):
+            return bool(getattr(model, name))
+    return False
+
+
+def _forward_takes(model, name: str) -> bool:
+    return name in inspect.signature(model.forward).parameters
+
+
+def _cache_kwarg(model) -> str:
+    """transformers 5.x calls the forward's cache `cache`; older releases `past_key_values`."""
+    return "cache" if _forward_takes(model, "cache") else "past_key_values"
+
+
+def _prompt_groups(input_ids: torch.Tensor, response_mask: torch.Tensor):
+    """Each row's prompt length, response length and distinct-prompt index; None if a row has no response.
+
+    Row b's response labels are response_mask[b] (one contiguous run, as
+    collate_prompt_and_output_ids builds it); its prompt is input_ids[b, :prompt_len].
+    """
+    lengths = response_mask.sum(-1)
+    if not bool((lengths > 0).all()):
+        return None
+    first = response_mask.int().argmax(-1)  # first response label; its input is the last prompt token
+    prompt_lens = (first + 1).tolist()
+    rows = input_ids.tolist()
+    distinct: dict[tuple[int, ...], int] = {}
+    row_prompt = [distinct.setdefault(tuple(row[:n]), len(distinct)) for row, n in zip(rows, prompt_lens)]
+    return prompt_lens, lengths, row_prompt, list(distinct)
+
+
+def get_response_log_probs_shared_prompts(
+    model,
+    input_ids: torch.Tensor,
+    labels: torch.Tensor,
+    response_mask: torch.Tensor,
+    return_token_entropy: bool = False,
+) -> dict[str, torch.Tensor]:
+    """`get_response_log_probs` on the response positions, running each distinct prompt once.
+
+    input_ids, labels, response_mask: (batch, seq), right-padded as
+    collate_prompt_and_output_ids builds them. Returns {"log_probs": (batch, seq) float32}
+    (and "token_entropy" when asked), equal to get_response_log_probs where response_mask
+    is True and 0 elsewhere.
+
+    The rows of a GRPO group share their prompt, so the plain forward computes every
+    prompt group_size times. Here each distinct prompt goes through the model once (left
+    padded, with its cache), its keys and values are indexed out to its rows, and only the
+    responses run as a second forward on top of them; autograd sums the rows' gradients
+    into the one prompt computation, which is the same gradient up to float rounding. The
+    vocabulary projection is taken at response positions only. Falls back to the plain
+    forward where sharing saves nothing (every prompt distinct) or cannot work (gradient
+    checkpointing drops the cache).
+    """
+    groups = None if _checkpointing(model) else _prompt_groups(input_ids, response_mask)
+    if groups is None or len(groups[3]) == input_ids.shape[0]:
+        out = get_response_log_probs(model, input_ids, labels, return_token_entropy)
+        zero = torch.zeros((), dtype=out["log_probs"].dtype, device=input_ids.device)
+        return {k: torch.where(response_mask.bool(), v, zero) for k, v in out.items()}
+    from transformers import DynamicCache
+
+    prompt_lens, resp_lens, row_prompt, prompts = groups
+    device, B = input_ids.device, input_ids.shape[0]
+    rows = torch.tensor(row_prompt, device=device)
+
+    # 1. The distinct prompts, left-padded: their cache, and the logits of each first response token.
+    width = max(len(p) for p in prompts)
+    prompt_ids = torch.zeros(len(prompts), width, dtype=torch.long)
+    prompt_att = torch.zeros(len(prompts), width, dtype=torch.long)
+    for i, p in enumerate(prompts):
+        prompt_ids[i, width - len(p):] = torch.tensor(p)
+        prompt_att[i, width - len(p):] = 1
+    prompt_ids, prompt_att = prompt_ids.to(device), prompt_att.to(device)
+    last_only = {"logits_to_keep": 1} if _forward_takes(model, "logits_to_keep") else {}
+    first = model(prompt_ids, attention_mask=prompt_att, position_ids=(prompt_att.cumsum(-1) - 1).clamp(min=0),
+                  use_cache=True, **last_only)
+    cache = first["cache"] if "cache" in first else first["past_key_values"]
+    layers = [(layer.keys[rows], layer.values[rows]) for layer in cache.layers]
+
+    # 2. The responses, each row on its prompt's keys and values. Input j is response token
+    #    j, which predicts token j + 1; the last response token predicts nothing.
+    span = int(resp_lens.max())
+    compact = torch.arange(span, device=device) < resp_lens[:, None]  # (batch, span)
+    targets = torch.zeros(B, span, dtype=torch.long, device=device)
+    targets[compact] = labels[response_mask.bool()]
+    # The two forwards' logits stay apart (no (batch, span, vocab) concatenation, which
+    # would be one more vocabulary-sized copy): first response token, then the rest.
+    parts = [(first.logits[:, -1:][rows], targets[:, :1])]
+    if span > 1:
+        starts = torch.tensor(prompt_lens, device=device)
+        second = model(targets[:, :-1], attention_mask=torch.cat([prompt_att[rows], compact[:, :-1].long()], dim=-1),
+                       position_ids=starts[:, None] + torch.arange(span - 1, device=device),
+                       use_cache=False, **{_cache_kwarg(model): DynamicCache(layers)})
+        parts.append((second.logits, targets[:, 1:]))
+
+    def spread(per_position: list[torch.Tensor]) -> torch.Tensor:
+        """(batch, span) values, in parts -> (batch, seq) at the response positions, 0 elsewhere."""
+        flat = torch.cat(per_position, dim=1)[compact]
+        return torch.zeros(labels.shape, dtype=flat.dtype, device=device).masked_scatter(response_mask.bool(), flat)
+
+    log_probs, entropy = [], []
+    for logits, target in parts:
+        logits = _as_float32(logits)  # (batch, n, vocab)
+        label_logits = logits.gather(dim=-1, index=target.unsqueeze(-1)).squeeze(-1)
+        log_probs.append(label_logits - torch.logsumexp(logits, dim=-1))
+        if return_token_entropy:
+            entropy.append(_entropy_rows(logits.reshape(-1, logits.shape[-1])).view(logits.shape[:-1]))
+    out = {"log_probs": spread(log_probs)}
+    if return_token_entropy:
+        out["token_entropy"] = spread(entropy)
     return out

@@ -1,9 +1,13 @@
-"""Rollouts with transformers' `generate`: the backend that runs anywhere.
+"""Rollouts from the policy module itself: the backend that runs anywhere.
 
-It samples from the very module being trained, so there are no weights to sync. Prompts
-are left-padded into one batch and generated with the KV cache; each completion is then
-cut right after its stop string (kept, as vLLM's `include_stop_str_in_output` does) or its
-EOS, so the response mask ends where the text ends and never covers padding.
+It samples from the very module being trained, so there are no weights to sync. Each
+completion ends right after its stop string (kept, as vLLM's `include_stop_str_in_output`
+does) or its EOS, so the response mask ends where the text ends and never covers padding.
+
+Two engines draw the same samples for the same seed. `lean` (Qwen2 models, the default
+for them) is grpoctl's own loop over a preallocated KV cache (`lean.py`); `generate` is
+transformers' `model.generate` with left-padded prompts, for every other model, and the
+reference the lean loop is tested against.
 """
 
 from __future__ import annotations
@@ -11,15 +15,28 @@ from __future__ import annotations
 import torch
 
 from grpoctl.rollout.base import Rollouts, SamplingSettings
+from grpoctl.rollout.lean import LeanSampler
+from grpoctl.rollout.qwen2_decoder import unsupported_reason
+
+
+ENGINES = ("auto", "lean", "generate")
 
 
 class HFRolloutBackend:
     name = "hf"
 
-    def __init__(self, model, tokenizer, batch_size: int = 256):
+    def __init__(self, model, tokenizer, batch_size: int = 256, engine: str = "auto"):
+        if engine not in ENGINES:
+            raise ValueError(f"engine {engine!r} is not one of {ENGINES}")
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size  # sequences per generate call: bounds KV-cache memory
+        if engine == "auto":
+            engine = "lean" if model is not None and unsupported_reason(model) is None else "generate"
+        elif engine == "lean" and (why := unsupported_reason(model)):
+            raise ValueError(f"the lean engine does not support this model: {why}")
+        self.engine = engine
+        self._lean = LeanSampler(model, tokenizer) if engine == "lean" else None
 
     @torch.no_grad()
     def generate(self, prompts: list[str], n: int, sampling: SamplingSettings, seed: int) -> Rollouts:
@@ -32,6 +49,13 @@ class HFRolloutBackend:
         return out
 
     def _generate_chunk(self, prompt_ids: list[list[int]], sampling: SamplingSettings, out: Rollouts) -> None:
+        if self._lean is not None:
+            responses, truncated = self._lean.generate(prompt_ids, sampling)
+            out.prompt_ids.extend(prompt_ids)
+            out.response_ids.extend(responses)
+            out.response_texts.extend(self.tokenizer.batch_decode(responses, skip_special_tokens=True))
+            out.truncated.extend(truncated)
+            return
         pad = self.tokenizer.pad_token_id
         eos = self.tokenizer.eos_token_id
         width = max(len(p) for p in prompt_ids)

@@ -37,6 +37,7 @@ from sqlmodel import Session, select
 from grpoctl.errors import UserError
 from grpoctl.registry import Registry, Run, effective_status
 from grpoctl.sweep.spec import SweepPlan, Variant
+from grpoctl.train.threads import THREADS_ENV, per_child_cap
 
 # How long children get to record "interrupted" (and save what they save) after Ctrl-C.
 INTERRUPT_GRACE_S = 120
@@ -193,7 +194,10 @@ def run_sweep(plan: SweepPlan, registry: Registry, *, parallel: int = 1,
         if console.is_terminal else None
 
     def start(job: Job) -> None:
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "PASSIVE"))
+        if parallel > 1 and THREADS_ENV not in os.environ:
+            # Concurrent children share the cores instead of each taking all of them.
+            env[THREADS_ENV] = str(per_child_cap(parallel))
         if pin:
             load = {g: sum(1 for j in running if j.gpu == g) for g in gpus}
             job.gpu = min(gpus, key=lambda g: load[g])

@@ -11,6 +11,13 @@ experiments a worked scratchpad made sampled accuracy collapse and GRPO could no
 
 Checkpoints at intermediate steps are kept too (`tiny@100`): the tiny SFT-initialisation
 ablation compares GRPO from early, mid and final warm-start weights.
+
+Every seed starts from the same warm-start (seed WARMSTART_SEED), as users of a real model
+share one SFT checkpoint; a run's seed drives its GRPO sampling and data order. The
+default recipe's result ships with the package (`shipped/`, ~2 MB per checkpoint), so the
+default run starts training at once; any other recipe (tiny sizes, warm-start knobs,
+template, synthetic task) is built on first use and cached. `python -m
+grpoctl.tiny.warmstart --ship` rebuilds the shipped copy from the recipe.
 """
 
 from __future__ import annotations
@@ -32,8 +39,10 @@ from grpoctl.grpo import collate_prompt_and_output_ids, get_response_log_probs, 
 from grpoctl.prompts import format_prompt, load_template
 from grpoctl.tiny.model import build_model, build_tokenizer, save_model_dir
 
-WARMSTART_VERSION = 5  # bump when the recipe changes, so caches are rebuilt
+WARMSTART_VERSION = 6  # bump when the recipe changes, so caches are rebuilt (and re-ship)
+WARMSTART_SEED = 0
 PROBE_SIZE = 256
+SHIPPED = Path(__file__).parent / "shipped"
 
 
 @dataclass(frozen=True)
@@ -53,7 +62,7 @@ class WarmStartSpec:
     def from_config(cls, cfg) -> "WarmStartSpec":
         ws = cfg.model.warmstart
         return cls(
-            seed=int(cfg.seed),
+            seed=WARMSTART_SEED,
             template=load_template(cfg.prompt.template),
             sizes=dict(cfg.model.tiny),
             steps=ws.steps,
@@ -76,13 +85,15 @@ def resolve_tiny_model(cfg, log=print) -> Path:
     `model.path` is `tiny` (the final warm-start) or `tiny@N` (its checkpoint at step N).
     """
     spec = WarmStartSpec.from_config(cfg)
-    root = Path(cfg.runtime.cache_dir) / f"tiny-warmstart-{spec.key()}"
-    root.parent.mkdir(parents=True, exist_ok=True)
-    # Parallel sweep members may ask for the same warm-start: build it once.
-    with open(root.parent / f".{root.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (root / "final" / "config.json").exists():
-            _build(spec, root, log)
+    root = SHIPPED / f"tiny-warmstart-{spec.key()}"
+    if not (root / "final" / "config.json").exists():
+        root = Path(cfg.runtime.cache_dir) / root.name
+        root.parent.mkdir(parents=True, exist_ok=True)
+        # Parallel sweep members may ask for the same warm-start: build it once.
+        with open(root.parent / f".{root.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (root / "final" / "config.json").exists():
+                _build(spec, root, log)
     _, _, at = cfg.model.path.partition("@")
     target = root / (f"step-{int(at)}" if at else "final")
     if not target.exists():
@@ -165,3 +176,25 @@ def greedy_accuracy(model, tokenizer, examples, template: str) -> float:
     out = HFRolloutBackend(model, tokenizer).generate(prompts, 1, sampling, seed=0)
     right = sum(text.strip().endswith(f"<answer>{ex.answer}</answer>") for text, ex in zip(out.response_texts, examples))
     return right / len(examples)
+
+
+def ship(log=print) -> Path:
+    """Build the default config's warm-start into the package (`shipped/`), replacing what is there."""
+    from grpoctl.config import load_config
+
+    spec = WarmStartSpec.from_config(load_config(None, []))
+    root = SHIPPED / f"tiny-warmstart-{spec.key()}"
+    for old in SHIPPED.glob("tiny-warmstart-*"):
+        shutil.rmtree(old)
+    _build(spec, root, log)
+    return root
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Rebuild the tiny default's warm-start shipped with the package.")
+    parser.add_argument("--ship", action="store_true", required=True)
+    parser.parse_args()
+    torch.set_num_threads(1)
+    print(ship())

@@ -28,7 +28,7 @@ import torch
 from grpoctl.config import derived_sizes
 from grpoctl.grpo import (
     collate_prompt_and_output_ids,
-    get_response_log_probs,
+    get_response_log_probs_shared_prompts,
     grpo_microbatch_train_step,
     normalize_group_rewards,
     summarize_group_rewards,
@@ -108,8 +108,10 @@ def log_probs_in_batches(model, batch: RolloutBatch, microbatch: int) -> torch.T
     device = next(model.parameters()).device
     out = []
     for i in range(0, batch.input_ids.shape[0], microbatch):
-        ids = batch.input_ids[i : i + microbatch].to(device)
-        out.append(get_response_log_probs(model, ids, batch.labels[i : i + microbatch].to(device))["log_probs"].float().cpu())
+        rows = slice(i, i + microbatch)
+        out.append(get_response_log_probs_shared_prompts(
+            model, batch.input_ids[rows].to(device), batch.labels[rows].to(device),
+            batch.response_mask[rows].to(device))["log_probs"].float().cpu())
     return torch.cat(out)
 
 
@@ -140,8 +142,10 @@ def train_on_rollouts(cfg, model, optimizer, scheduler, batch: RolloutBatch, ste
                 # every forward pass (and its vocabulary-sized logits) pay for it.
                 width = int(batch.seq_lengths[idx].max())
                 mask = batch.response_mask[idx, :width].to(device)
-                out = get_response_log_probs(model, batch.input_ids[idx, :width].to(device),
-                                             batch.labels[idx, :width].to(device), return_token_entropy=True)
+                # Each distinct prompt of the microbatch runs once (a GRPO group shares one).
+                out = get_response_log_probs_shared_prompts(model, batch.input_ids[idx, :width].to(device),
+                                                            batch.labels[idx, :width].to(device), mask,
+                                                            return_token_entropy=True)
                 entropy_sum += float((out["token_entropy"].float() * mask).sum())
                 entropy_tokens += float(mask.sum())
                 _, meta = grpo_microbatch_train_step(
