@@ -20,7 +20,7 @@ def report(
     from grpoctl.analysis.report import write_report
     from grpoctl.registry import Registry
 
-    with Registry(db, must_exist=True) as registry:
+    with Registry(db, must_exist=True, readonly=True) as registry:
         path = write_report(registry, name, out)
     typer.echo(f"wrote {path} (and its plots in {path.parent}/)")
 

@@ -90,7 +90,10 @@ def resolve_url(url_or_path: str | None) -> URL:
 
 def public_url(url: URL) -> str:
     """The URL without its password: safe for argv, logs, the console and error messages."""
-    return url.set(password=None).render_as_string(hide_password=False)
+    # (url.set(password=None) would keep the password: None means "unchanged" there.)
+    bare = URL.create(url.drivername, username=url.username, host=url.host, port=url.port,
+                      database=url.database, query=url.query)
+    return bare.render_as_string(hide_password=False)
 
 
 def redact_text(text: str, password: str | None = None) -> str:

@@ -29,6 +29,10 @@ from grpoctl.registry.engine import make_engine, public_url, redact_text, sqlite
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
+class NoRegistry(UserError):
+    """There is no registry there yet (a missing SQLite file, an empty database)."""
+
+
 # --------------------------------------------------------------------------- on disk
 
 
@@ -60,7 +64,7 @@ def check_sqlite_location(path: Path, write: bool, must_exist: bool) -> None:
         raise UserError(f"registry {shown} is a directory, not a file (pass --db DIR/registry.db)")
     if not path.exists():
         if must_exist:
-            raise UserError(f"no registry at {shown} (run `grpoctl train` first or pass --db)")
+            raise NoRegistry(f"no registry at {shown} (run `grpoctl train` first or pass --db)")
         parent = path.absolute().parent
         if not parent.is_dir():
             raise UserError(f"cannot create registry {shown}: directory {parent} does not exist")
@@ -215,8 +219,8 @@ def _fixable(state: str, url: URL, write: bool, upgrade: bool) -> None:
     where = _where(url)
     if state == schema.EMPTY:
         if not write:
-            raise UserError(f"database {where} has no grpoctl registry yet (a command that writes, "
-                            "e.g. `grpoctl db upgrade`, creates it)")
+            raise NoRegistry(f"database {where} has no grpoctl registry yet (a command that writes, "
+                             "e.g. `grpoctl db upgrade`, creates it)")
         return
     # Older: SQLite upgrades on open by a command that writes; PostgreSQL only by `db upgrade`.
     if not write or not (upgrade or url.get_backend_name() == "sqlite"):
@@ -243,21 +247,24 @@ def check_registry(url: URL, write: bool, must_exist: bool = False) -> None:
 
 
 def open_registry(url: URL, write: bool, must_exist: bool = False, paths_root: str | None = None,
-                  upgrade: bool = False) -> Engine:
+                  upgrade: bool = False, report: dict | None = None) -> Engine:
     """An engine on a registry at HEAD: checked, created or upgraded as described above.
 
-    `upgrade=True` (`grpoctl db upgrade`) also upgrades PostgreSQL.
+    `upgrade=True` (`grpoctl db upgrade`) also upgrades PostgreSQL. `report`, if given,
+    receives the revision found ("from") and the SQLite backup's path ("backup").
     """
     path = sqlite_path(url)
     if path is not None:
         check_sqlite_location(path, write, must_exist)
         if not path.exists():
             if not write:
-                raise UserError(f"no registry at {path}")
+                raise NoRegistry(f"no registry at {path} (run `grpoctl train` first or pass --db)")
             try:
                 schema.create_sqlite(path, lambda p: make_engine(url.set(database=str(p))))
             except SQLAlchemyError as exc:
                 raise UserError(describe_error(exc, url)) from None
+            if report is not None:
+                report["created"] = True
     state = _inspect(url, path) if path is not None else None
     read_only = path is not None and not write
     engine = make_engine(url, read_only=read_only, immutable=read_only and _read_only_dir(path))
@@ -267,8 +274,12 @@ def open_registry(url: URL, write: bool, must_exist: bool = False, paths_root: s
             if state != schema.HEAD:
                 _refusal(state, engine, url)
         _fixable(state, url, write, upgrade)
+        if report is not None:
+            report["from"] = state
         if state != schema.HEAD:
-            _migrate(engine, url, paths_root)
+            backup = _migrate(engine, url, paths_root)
+            if report is not None:
+                report["backup"] = backup
         if write:
             _check_can_write(engine, url)
     except SQLAlchemyError as exc:

@@ -29,7 +29,6 @@ from pathlib import Path
 
 from sqlalchemy import Connection, Engine, inspect, text
 
-from grpoctl.errors import UserError
 
 HEAD = "0004"
 REVISIONS = ("0001", "0002", "0003", "0004")  # oldest first
