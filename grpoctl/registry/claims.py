@@ -79,7 +79,8 @@ def claim_refusal(run: Run, now: datetime | None = None) -> str | None:
 
 
 class ClaimRecords:
-    """Mixed into Registry; `_claims` maps the run ids this process holds to their tokens."""
+    """Mixed into Registry; `_claims` maps the run ids this process claimed to their tokens
+    (held, or lost to a takeover; a claim released by ending the run is forgotten)."""
 
     _claims: dict[int, str]
 
@@ -121,7 +122,8 @@ class ClaimRecords:
         values["claim_expires_at"] = utcnow() + timedelta(seconds=LEASE_S)
         kept = conn.execute(update(Run).where(Run.id == run_id, Run.claim_token == token).values(**values))
         if kept.rowcount != 1:
-            self._claims.pop(run_id, None)
+            # The lost token stays in `_claims`: every later write about this run (from
+            # any thread of this process) fails the same way, none goes through unfenced.
             holder = conn.execute(select(Run.name, Run.claim_host, Run.claim_pid).where(Run.id == run_id)).first()
             name, host, pid = holder if holder else (run_id, None, None)
             by = f" by pid {pid} on {host}" if pid else ""

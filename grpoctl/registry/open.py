@@ -260,11 +260,11 @@ def open_registry(url: URL, write: bool, must_exist: bool = False, paths_root: s
             if not write:
                 raise NoRegistry(f"no registry at {path} (run `grpoctl train` first or pass --db)")
             try:
-                schema.create_sqlite(path, lambda p: make_engine(url.set(database=str(p))))
+                created = schema.create_sqlite(path, lambda p: make_engine(url.set(database=str(p))))
             except SQLAlchemyError as exc:
                 raise UserError(describe_error(exc, url)) from None
             if report is not None:
-                report["created"] = True
+                report["created"] = created
     state = _inspect(url, path) if path is not None else None
     read_only = path is not None and not write
     engine = make_engine(url, read_only=read_only, immutable=read_only and _read_only_dir(path))
@@ -274,12 +274,12 @@ def open_registry(url: URL, write: bool, must_exist: bool = False, paths_root: s
             if state != schema.HEAD:
                 _refusal(state, engine, url)
         _fixable(state, url, write, upgrade)
-        if report is not None:
-            report["from"] = state
         if state != schema.HEAD:
-            backup = _migrate(engine, url, paths_root)
+            state, backup = _migrate(engine, url, paths_root)
             if report is not None:
                 report["backup"] = backup
+        if report is not None:
+            report["from"] = state
         if write:
             _check_can_write(engine, url)
     except SQLAlchemyError as exc:
@@ -292,8 +292,9 @@ def open_registry(url: URL, write: bool, must_exist: bool = False, paths_root: s
     return engine
 
 
-def _migrate(engine: Engine, url: URL, paths_root: str | None) -> str | None:
-    """Bring the registry to HEAD under the backend's lock; returns the backup's path (SQLite)."""
+def _migrate(engine: Engine, url: URL, paths_root: str | None) -> tuple[str, str | None]:
+    """Bring the registry to HEAD under the backend's lock. Returns the revision found
+    under the lock (HEAD if another process upgraded first) and the SQLite backup's path."""
     from grpoctl.registry.engine import writer_engine
 
     path = sqlite_path(url)
@@ -303,11 +304,11 @@ def _migrate(engine: Engine, url: URL, paths_root: str | None) -> str | None:
             schema.pg_lock(conn)
         state = schema.revision_of(conn)  # again, under the lock: another process may have done it
         if state == schema.HEAD:
-            return None
+            return state, None
         if state not in schema.REVISIONS and state != schema.EMPTY:
             raise UserError(schema.newer_message(_where(url), state))
         if path is not None and state != schema.EMPTY:
             backup = schema.backup_sqlite(path, state)
         root = paths_root or (str(path.absolute().parent) if path is not None else None)
         schema.run_migrations(conn, state, root)
-    return str(backup) if backup else None
+    return state, (str(backup) if backup else None)

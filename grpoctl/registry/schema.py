@@ -112,8 +112,9 @@ def backup_sqlite(path: Path, revision: str) -> Path:
     return target
 
 
-def create_sqlite(path: Path, make_engine) -> None:
-    """A new, complete registry at `path`, or nothing if another process made one first.
+def create_sqlite(path: Path, make_engine) -> bool:
+    """A new, complete registry at `path`, or nothing if another process made one first
+    (returns whether this call created it).
 
     Built under a temporary name in the same directory and hard-linked into place: the
     link fails if `path` appeared meanwhile, so a race between first commands leaves the
@@ -128,10 +129,12 @@ def create_sqlite(path: Path, make_engine) -> None:
         try:
             os.link(tmp, path)
         except FileExistsError:
-            pass  # someone else created it first: theirs is as good as ours
+            return False  # someone else created it first: theirs is as good as ours
         except OSError:  # a filesystem without hard links
-            if not path.exists():
-                os.replace(tmp, path)
+            if path.exists():
+                return False
+            os.replace(tmp, path)
+        return True
     finally:
         engine.dispose()
         for leftover in (tmp, tmp.with_name(tmp.name + "-wal"), tmp.with_name(tmp.name + "-shm")):
