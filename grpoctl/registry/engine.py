@@ -16,8 +16,9 @@ Python's sqlite3 module issues its own `BEGIN` (deferred, and only before DML), 
 turn that off (`isolation_level = None`) and emit BEGIN ourselves on SQLAlchemy's
 "begin" event, as SQLAlchemy's SQLite dialect documentation recommends. Which BEGIN is
 chosen by an execution option, so reads still start deferred (in WAL they never wait).
-Commands that only read open the file read-only (`mode=ro`): they cannot write to it,
-not even by accident, and they work on a file or directory the user may not write.
+Commands that only read cannot write to the file, not even by accident: they open it
+with `PRAGMA query_only`, or read-only (`mode=ro`) when the user may not write the file
+or its directory, so that reading works there too.
 
 PostgreSQL (`postgresql+psycopg://USER@HOST/DB`, psycopg 3 from `grpoctl[postgres]`) has
 row locks and runs at READ COMMITTED; the store's writes are written so that this is
@@ -81,8 +82,13 @@ def resolve_url(url_or_path: str | None) -> URL:
     try:
         dialect.import_dbapi()
     except ImportError:
-        hint = POSTGRES_EXTRA if url.get_backend_name() == "postgresql" else "install it"
         driver = url.get_driver_name()
+        if url.get_backend_name() != "postgresql":
+            hint = "install it, or use SQLite or PostgreSQL"
+        elif driver == "psycopg":
+            hint = POSTGRES_EXTRA
+        else:
+            hint = f"grpoctl uses psycopg 3: postgresql+psycopg://..., {POSTGRES_EXTRA}"
         raise UserError(f"the database driver '{driver}' for {url.drivername}:// is not installed "
                         f"({hint})") from None
     return url
@@ -118,12 +124,23 @@ def sqlite_path(url: URL) -> Path | None:
     return Path(database)
 
 
-def make_engine(url: URL, read_only: bool = False, immutable: bool = False) -> Engine:
+def _read_only_flags(path: Path) -> str | None:
+    """How a reader opens `path`: None for a normal connection (query_only: it still
+    cleans up its -wal and -shm files when it closes), `mode=ro` when we may not write
+    the file, `immutable=1` too when nobody may write its directory (so no writer can
+    exist, and SQLite could not create its WAL index there)."""
+    directory = path.absolute().parent
+    if os.access(path, os.W_OK) and os.access(directory, os.W_OK | os.X_OK):
+        return None
+    if not os.access(directory, os.W_OK) and not path.with_name(path.name + "-wal").exists():
+        return "mode=ro&immutable=1"
+    return "mode=ro"
+
+
+def make_engine(url: URL, read_only: bool = False) -> Engine:
     """An engine for `url`; for SQLite, with the pragmas and BEGIN handling above.
 
-    `read_only` opens a SQLite file with `mode=ro`. `immutable` (only for a file in a
-    directory nobody can write, so that no writer can exist) also skips SQLite's locks
-    and WAL index, which a reader could not create there.
+    `read_only`: the engine cannot write (see the module docstring).
     """
     if url.get_backend_name() == "postgresql":
         return create_engine(
@@ -134,8 +151,8 @@ def make_engine(url: URL, read_only: bool = False, immutable: bool = False) -> E
 
     path = sqlite_path(url)
     target: URL | str = url
-    if path is not None and read_only:
-        flags = "mode=ro&immutable=1" if immutable else "mode=ro"
+    flags = _read_only_flags(path) if path is not None and read_only and path.exists() else None
+    if flags:
         target = f"sqlite:///file:{quote(str(path.resolve()))}?{flags}&uri=true"
     # sqlite3's own `timeout` is its busy handler; the pragma below sets the same value,
     # both so that it also holds when someone swaps the driver.
@@ -147,7 +164,9 @@ def make_engine(url: URL, read_only: bool = False, immutable: bool = False) -> E
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        if path is not None and not read_only:
+        if read_only:
+            cursor.execute("PRAGMA query_only = ON")
+        elif path is not None:
             # WAL is stored in the file: after the first connection this is a no-op.
             cursor.execute("PRAGMA journal_mode = WAL")
             # NORMAL is durable in WAL mode except for the last commits before a power

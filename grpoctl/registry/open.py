@@ -85,11 +85,6 @@ def check_sqlite_location(path: Path, write: bool, must_exist: bool) -> None:
                             "(SQLite needs to create its -wal file there; commands that only read work)")
 
 
-def _read_only_dir(path: Path) -> bool:
-    """No one can write here, so there is no writer to coordinate with (SQLite immutable)."""
-    return not os.access(path.absolute().parent, os.W_OK) and not path.with_name(path.name + "-wal").exists()
-
-
 # --------------------------------------------------------------------------- errors
 
 
@@ -186,7 +181,7 @@ def _check_can_write(engine: Engine, url: URL) -> None:
 def _inspect(url: URL, path: Path | None) -> str:
     """The registry's schema state, seen through a read-only connection for a SQLite file,
     so that a file we end up refusing is not touched (not even by the WAL pragma)."""
-    engine = make_engine(url, read_only=path is not None, immutable=path is not None and _read_only_dir(path))
+    engine = make_engine(url, read_only=path is not None)
     try:
         state = _state(engine, url)
         if state != schema.HEAD:
@@ -267,7 +262,7 @@ def open_registry(url: URL, write: bool, must_exist: bool = False, paths_root: s
                 report["created"] = created
     state = _inspect(url, path) if path is not None else None
     read_only = path is not None and not write
-    engine = make_engine(url, read_only=read_only, immutable=read_only and _read_only_dir(path))
+    engine = make_engine(url, read_only=read_only)
     try:
         if state is None:
             state = _state(engine, url)

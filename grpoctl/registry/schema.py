@@ -142,7 +142,7 @@ def create_sqlite(path: Path, make_engine) -> bool:
 
 
 def older_message(where: str, revision: str, hint_db: str, backend: str) -> str:
-    backup = "it keeps a copy as .bak-REVISION" if backend == "sqlite" else "pg_dump it first"
+    backup = f"it keeps a copy in {where}.bak-{revision}" if backend == "sqlite" else "pg_dump it first"
     return (f"registry {where} has schema revision {revision}, older than this grpoctl's ({HEAD}): "
             f"run `grpoctl db upgrade{hint_db}` ({backup}; there is no downgrade)")
 
