@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from grpoctl.errors import UserError
 from grpoctl.registry import schema
 from grpoctl.registry.engine import make_engine, resolve_url, sqlite_path
@@ -38,8 +40,14 @@ def _unstamped(url, path) -> bool:
 
 
 def upgrade_registry(db: str | None, paths_root: str | None = None) -> str:
-    """Create or upgrade the registry at `db`; says what it did."""
+    """Create or upgrade the registry at `db`; says what it did.
+
+    Relative checkpoint paths of an old registry are taken as relative to `paths_root`:
+    by default the SQLite file's directory, or for a server the directory this runs in.
+    """
     url = resolve_url(db)
+    if paths_root is None and sqlite_path(url) is None:
+        paths_root = os.getcwd()
     report: dict = {}
     try:
         engine = open_registry(url, write=True, paths_root=paths_root, upgrade=True, report=report)
