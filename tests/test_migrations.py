@@ -255,8 +255,9 @@ def test_a_wheel_carries_the_migrations_and_its_install_runs_them(tmp_path):
     site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           capture_output=True, text=True, check=True).stdout.strip()
     deps = next(p for p in sys.path if p.endswith("site-packages") and Path(p, "sqlmodel").exists())
-    with zipfile.ZipFile(wheel) as archive:
-        archive.extractall(site)  # what pip does with a pure-Python wheel
+    installed = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                                "--target", site, str(wheel)], capture_output=True, text=True, timeout=300)
+    assert installed.returncode == 0, installed.stderr
     Path(site, "test-deps.pth").write_text(deps + "\n")
     where = subprocess.run([python, "-c", "import grpoctl.registry.schema as s; print(s.migrations_dir())"],
                            capture_output=True, text=True, cwd=tmp_path)
