@@ -102,8 +102,11 @@ class ClaimRecords:
                 .where(Run.id == run_id, Run.claim_token.is_not_distinct_from(run.claim_token))
                 .values(**self._claim_values(token))
             )
-            if taken.rowcount != 1:  # someone else's compare-and-set got there first
-                raise UserError(f"run '{run.name}' was just claimed by another process")
+            if taken.rowcount != 1:  # someone else's compare-and-set got there first: name them
+                session.expire_all()
+                now_held = session.get(Run, run_id)
+                raise UserError(claim_refusal(now_held) if now_held is not None and claim_refusal(now_held)
+                                else f"run '{run.name}' was just claimed by another process")
         self._claims[run_id] = token
 
     def _claim_values(self, token: str) -> dict:
