@@ -143,9 +143,11 @@ def make_engine(url: URL, read_only: bool = False) -> Engine:
     `read_only`: the engine cannot write (see the module docstring).
     """
     if url.get_backend_name() == "postgresql":
-        return create_engine(
-            url, pool_pre_ping=True, pool_size=PG_POOL_SIZE, max_overflow=PG_MAX_OVERFLOW,
-            connect_args={"connect_timeout": PG_CONNECT_TIMEOUT_S, "application_name": "grpoctl"})
+        # Defaults only: whatever the URL's query says (sslmode, application_name, ...) wins.
+        defaults = {"connect_timeout": PG_CONNECT_TIMEOUT_S, "application_name": "grpoctl"}
+        connect_args = {k: v for k, v in defaults.items() if k not in url.query}
+        return create_engine(url, pool_pre_ping=True, pool_size=PG_POOL_SIZE, max_overflow=PG_MAX_OVERFLOW,
+                             connect_args=connect_args)
     if url.get_backend_name() != "sqlite":
         return create_engine(url, pool_pre_ping=True)
 
