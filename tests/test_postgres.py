@@ -103,3 +103,11 @@ def test_a_process_holds_few_connections(pg_url):
         limit = int(conn.execute(text("SHOW max_connections")).scalar())
     assert 1 <= mine <= PG_POOL_SIZE + PG_MAX_OVERFLOW and limit == 100
     registry.close()
+
+
+def test_a_reader_cannot_write_even_by_accident(pg_url):
+    with Registry(pg_url, readonly=True) as registry:
+        with registry.engine.connect() as conn:
+            assert conn.execute(text("SHOW default_transaction_read_only")).scalar() == "on"
+        with pytest.raises(Exception, match="read-only transaction"):
+            registry.add_tag("one", "x")

@@ -140,11 +140,14 @@ def _read_only_flags(path: Path) -> str | None:
 def make_engine(url: URL, read_only: bool = False) -> Engine:
     """An engine for `url`; for SQLite, with the pragmas and BEGIN handling above.
 
-    `read_only`: the engine cannot write (see the module docstring).
+    `read_only`: the engine cannot write (SQLite: see the module docstring; PostgreSQL:
+    its transactions are read-only).
     """
     if url.get_backend_name() == "postgresql":
         # Defaults only: whatever the URL's query says (sslmode, application_name, ...) wins.
         defaults = {"connect_timeout": PG_CONNECT_TIMEOUT_S, "application_name": "grpoctl"}
+        if read_only:  # the server refuses any write in a reader's transactions
+            defaults["options"] = "-c default_transaction_read_only=on"
         connect_args = {k: v for k, v in defaults.items() if k not in url.query}
         return create_engine(url, pool_pre_ping=True, pool_size=PG_POOL_SIZE, max_overflow=PG_MAX_OVERFLOW,
                              connect_args=connect_args)

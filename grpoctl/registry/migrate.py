@@ -31,7 +31,7 @@ def describe_status(db: str | None) -> str:
 def _unstamped(url, path) -> bool:
     from sqlalchemy import inspect
 
-    engine = make_engine(url, read_only=path is not None)
+    engine = make_engine(url, read_only=True)
     try:
         with engine.connect() as conn:
             return "alembic_version" not in inspect(conn).get_table_names()

@@ -24,7 +24,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from grpoctl.errors import UserError
 from grpoctl.registry import schema
-from grpoctl.registry.engine import make_engine, public_url, redact_text, sqlite_path
+from grpoctl.registry.engine import make_engine, public_url, redact_text, sqlite_path, writer_engine
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -181,7 +181,7 @@ def _check_can_write(engine: Engine, url: URL) -> None:
 def _inspect(url: URL, path: Path | None) -> str:
     """The registry's schema state, seen through a read-only connection for a SQLite file,
     so that a file we end up refusing is not touched (not even by the WAL pragma)."""
-    engine = make_engine(url, read_only=path is not None)
+    engine = make_engine(url, read_only=True)
     try:
         state = _state(engine, url)
         if state != schema.HEAD:
@@ -232,7 +232,7 @@ def check_registry(url: URL, write: bool, must_exist: bool = False) -> None:
     state = _inspect(url, path)
     _fixable(state, url, write, upgrade=False)
     if write and state == schema.HEAD:
-        engine = make_engine(url, read_only=path is not None)
+        engine = make_engine(url, read_only=True)
         try:
             _check_can_write(engine, url)
         except SQLAlchemyError as exc:
@@ -261,8 +261,7 @@ def open_registry(url: URL, write: bool, must_exist: bool = False, paths_root: s
             if report is not None:
                 report["created"] = created
     state = _inspect(url, path) if path is not None else None
-    read_only = path is not None and not write
-    engine = make_engine(url, read_only=read_only)
+    engine = make_engine(url, read_only=not write)
     try:
         if state is None:
             state = _state(engine, url)
@@ -290,8 +289,6 @@ def open_registry(url: URL, write: bool, must_exist: bool = False, paths_root: s
 def _migrate(engine: Engine, url: URL, paths_root: str | None) -> tuple[str, str | None]:
     """Bring the registry to HEAD under the backend's lock. Returns the revision found
     under the lock (HEAD if another process upgraded first) and the SQLite backup's path."""
-    from grpoctl.registry.engine import writer_engine
-
     path = sqlite_path(url)
     backup = None
     with writer_engine(engine).connect() as conn, conn.begin():

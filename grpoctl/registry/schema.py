@@ -50,7 +50,7 @@ def migrations_dir() -> Path:
 def revision_of(conn: Connection) -> str:
     """HEAD or an older revision, EMPTY (no tables), FOREIGN, or an unknown (newer) revision."""
     tables = set(inspect(conn).get_table_names())
-    if "alembic_version" in tables:
+    if "alembic_version" in tables and "run" in tables:
         versions = list(conn.execute(text("SELECT version_num FROM alembic_version")).scalars())
         return versions[0] if len(versions) == 1 else FOREIGN
     if not tables:
