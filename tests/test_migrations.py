@@ -253,14 +253,14 @@ def test_a_wheel_carries_the_migrations_and_its_install_runs_them(tmp_path):
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = str(venv / "bin" / "python")
     site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+                          capture_output=True, text=True, check=True, timeout=60).stdout.strip()
     deps = next(p for p in sys.path if p.endswith("site-packages") and Path(p, "sqlmodel").exists())
     installed = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
                                 "--target", site, str(wheel)], capture_output=True, text=True, timeout=300)
     assert installed.returncode == 0, installed.stderr
     Path(site, "test-deps.pth").write_text(deps + "\n")
     where = subprocess.run([python, "-c", "import grpoctl.registry.schema as s; print(s.migrations_dir())"],
-                           capture_output=True, text=True, cwd=tmp_path)
+                           capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert where.returncode == 0 and where.stdout.startswith(site), (where.stdout, where.stderr)
 
     db = tmp_path / "registry.db"
@@ -272,3 +272,27 @@ def test_a_wheel_carries_the_migrations_and_its_install_runs_them(tmp_path):
     listed = subprocess.run([python, "-m", "grpoctl", "runs", "list", "--db", str(db)], cwd=tmp_path,
                             capture_output=True, text=True, timeout=120, env=env)
     assert listed.returncode == 0 and "lr-sweep-lr=1e-4-s0" in listed.stdout, listed.stderr
+
+
+def test_members_no_run_answered_are_dropped_and_the_rest_rehashed(tmp_path):
+    db = tmp_path / "registry.db"
+    engine = create_engine(f"sqlite:///{db}")
+    with engine.connect() as conn, conn.begin():
+        from alembic import command
+
+        command.upgrade(schema._alembic_config(conn, None), "0001")
+        conn.execute(text("DROP TABLE alembic_version"))
+        conn.execute(text("INSERT INTO sweep (id, name, kind, spec, created_at) VALUES (1, 's', 'sweep', '{}', "
+                          "'2026-01-01 00:00:00')"))
+        conn.execute(text("INSERT INTO sweepmember (sweep_id, config_hash, variant, seed) VALUES "
+                          "(1, 'old-ran', 'a', 0), (1, 'old-never-ran', 'b', 0)"))
+        conn.execute(text(
+            "INSERT INTO run (name, status, config, config_diff, config_hash, seed, host, device, version, "
+            "total_steps, last_step, created_at, heartbeat_at) VALUES ('r', 'finished', :config, '{}', "
+            "'old-ran', 0, 'h', 'cpu', '0', 1, 1, '2026-01-01 00:00:00', '2026-01-01 00:00:00')"),
+            {"config": json.dumps({"optimizer": {"lr": 1e-3}, "checkpoint": {"dir": "/x"}})})
+    engine.dispose()
+    registry = Registry(str(db))  # a command that writes upgrades SQLite by itself
+    members = registry.sweep_members("s")
+    assert [(m.variant, r.name if r else None) for m, r in members] == [("a", "r")]
+    assert members[0][0].config_hash == config_hash({"optimizer": {"lr": 1e-3}, "checkpoint": {"dir": "/y"}})

@@ -121,7 +121,7 @@ def test_a_dead_process_on_this_host_can_be_taken_over_at_once(two):
     a, b = two
     run = new_run(a)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
+    dead.wait(timeout=60)
     with a.engine.begin() as conn:  # the claim of a process that was killed moments ago
         conn.execute(update(Run).where(Run.id == run.id).values(claim_pid=dead.pid))
     b.claim_run(run.id)

@@ -3,8 +3,10 @@
 The hash stored before this revision covered every key but name/group/variant and
 logging.live, so moving checkpoints or changing the thread count made "another" run.
 This rewrites each run's hash from its stored config, and each sweep member's hash from
-the run that answered it (a member's own config is not stored; a member no run answers
-keeps its old hash and is recorded again under the new one when its sweep is re-run).
+the run that answered it. A member's own config is not stored, so a member that no run
+answered cannot be rehashed; it is deleted, since no run could ever match its old hash
+again (it would show as a variant missing forever). Re-running the sweep records it
+again, under the new hash, and runs it.
 
 The hash is frozen here, as grpoctl.config.config_hash defined it at this revision: a
 migration must compute the same thing forever, whatever the live code becomes.
@@ -58,8 +60,8 @@ def upgrade() -> None:
     rows = conn.execute(sa.select(member.c.id, member.c.sweep_id, member.c.config_hash)
                         .order_by(member.c.id)).all()
     for member_id, sweep_id, old in rows:
-        new = new_of_old.get(old, old)
-        if (sweep_id, new) in taken:
+        new = new_of_old.get(old)
+        if new is None or (sweep_id, new) in taken:
             # Two members that differed only in keys no longer hashed are one member now.
             conn.execute(member.delete().where(member.c.id == member_id))
             continue
