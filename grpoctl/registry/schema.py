@@ -26,6 +26,7 @@ import sqlite3
 import uuid
 from importlib.resources import files
 from pathlib import Path
+from urllib.parse import quote
 
 from sqlalchemy import Connection, Engine, inspect, text
 
@@ -102,7 +103,7 @@ def backup_sqlite(path: Path, revision: str) -> Path:
     target = path.with_name(f"{path.name}.bak-{revision}")
     if target.exists():
         target = path.with_name(f"{path.name}.bak-{revision}-{uuid.uuid4().hex[:6]}")
-    source = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    source = sqlite3.connect(f"file:{quote(str(path.absolute()))}?mode=ro", uri=True)
     copy = sqlite3.connect(target)
     try:
         source.backup(copy)
