@@ -99,6 +99,16 @@ def newer_schema(tmp: Path) -> Path:
     return path
 
 
+def column_missing(tmp: Path) -> Path:
+    """grpoctl's tables from before migrations, with a column dropped by hand."""
+    path = tmp / "registry.db"
+    shutil.copy(FIXTURE, path)
+    with sqlite3.connect(path) as conn:
+        conn.execute("ALTER TABLE run DROP COLUMN git_commit")
+    conn.close()
+    return path
+
+
 def read_only_file(tmp: Path) -> Path:
     path = registry_file(tmp)
     path.chmod(0o444)
@@ -160,6 +170,8 @@ CASES = [
     Case("sqlite-without-tables", no_tables_sqlite, TAG, "it has no tables"),
     Case("newer-schema", newer_schema, LIST, "revision 9999, newer than this grpoctl"),
     Case("newer-schema-upgrade", newer_schema, UPGRADE, "newer than this grpoctl"),
+    Case("column-missing", column_missing, LIST, "missing columns git_commit"),
+    Case("column-missing-upgrade", column_missing, UPGRADE, "in a layout no grpoctl made"),
     Case("older-schema-read", old_schema, LIST, "older than this grpoctl's (0004): run `grpoctl db upgrade"),
     Case("scheme-foo", "foo://registry", LIST, "unknown database URL scheme 'foo://'"),
     Case("scheme-http", "http://example.com/registry", TRAIN, "unknown database URL scheme 'http://'"),

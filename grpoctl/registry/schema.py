@@ -65,6 +65,13 @@ def revision_of(conn: Connection) -> str:
 
 def describe_foreign(conn: Connection) -> str:
     tables = sorted(inspect(conn).get_table_names())
+    if BASE_TABLES <= set(tables) and "alembic_version" not in tables:
+        # grpoctl's tables, but not as any grpoctl made them (say, a column dropped by hand)
+        columns = {c["name"] for c in inspect(conn).get_columns("run")}
+        missing = ", ".join(sorted(BASE_RUN_COLUMNS - columns)) or "none"
+        extra = ", ".join(sorted(columns - BASE_RUN_COLUMNS)) or "none"
+        return (f"it has grpoctl's tables in a layout no grpoctl made (table run: missing columns {missing}; "
+                f"unknown columns {extra})")
     shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
     return f"its tables ({shown}) are not a grpoctl registry's" if tables else "it has no grpoctl tables"
 
