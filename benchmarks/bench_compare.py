@@ -1,6 +1,10 @@
 """How long `grpoctl compare` takes on a big registry: 100 runs x 200 steps x 30 metrics.
 
-    python benchmarks/bench_compare.py [--runs 100] [--steps 200] [--repeat 5] [--keep DIR]
+    python benchmarks/bench_compare.py [--runs 100] [--steps 200] [--repeat 5] [--keep DIR] [--db URL]
+
+`--db` builds the registry at a URL instead of a temporary SQLite file: an empty
+PostgreSQL database (`postgresql+psycopg://USER@HOST/DB`, password from the URL,
+$PGPASSWORD or ~/.pgpass) or a SQLite path that does not exist yet.
 
 Builds the registry with direct bulk inserts (how the rows get there is not what is
 measured), then times the whole `python -m grpoctl compare` process, start-up included,
@@ -70,7 +74,7 @@ def curve(name: str, step: int, steps: int, rng: random.Random, collapse: bool) 
     return rng.random()
 
 
-def build(path: Path, runs: int, steps: int) -> None:
+def build(path: Path | str, runs: int, steps: int) -> None:
     registry = Registry(str(path))  # creates the tables
     sweep = registry.get_or_create_sweep("bench", "ablation", {"variants": "generated"})
     now = datetime.now(timezone.utc)
@@ -96,19 +100,31 @@ def build(path: Path, runs: int, steps: int) -> None:
     with registry.engine.begin() as conn:
         conn.execute(insert(Run), run_rows)
         conn.execute(insert(EvalResult), evals)
+    metric_rows = ((i + 1, step, name, curve(name, step, steps, rng, collapse=i % 10 == 4))
+                   for i in range(runs) for step in range(steps) for name in METRICS)
+    if registry.engine.dialect.name == "postgresql":
+        raw = registry.engine.raw_connection()
+        try:
+            with raw.cursor() as cursor:
+                cursor.execute("SELECT setval(pg_get_serial_sequence('run', 'id'), (SELECT max(id) FROM run))")
+                with cursor.copy("COPY metric (run_id, step, name, value) FROM STDIN") as copy:
+                    for row in metric_rows:
+                        copy.write_row(row)
+                cursor.execute("ANALYZE")
+            raw.commit()
+        finally:
+            raw.close()
+        registry.close()
+        return
     registry.close()
-
     db = sqlite3.connect(path)
     with db:
-        db.executemany(
-            "INSERT INTO metric (run_id, step, opt_step, name, value) VALUES (?, ?, NULL, ?, ?)",
-            ((i + 1, step, name, curve(name, step, steps, rng, collapse=i % 10 == 4))
-             for i in range(runs) for step in range(steps) for name in METRICS),
-        )
+        db.executemany("INSERT INTO metric (run_id, step, opt_step, name, value) VALUES (?, ?, NULL, ?, ?)",
+                       metric_rows)
     db.close()
 
 
-def time_compare(path: Path, repeat: int, extra: list[str]) -> tuple[list[float], list[float]]:
+def time_compare(path: Path | str, repeat: int, extra: list[str]) -> tuple[list[float], list[float]]:
     """Wall-clock seconds of each run of the process, and its CPU seconds (user + system):
     on a shared machine the wall clock includes waiting for a core, the CPU time does not."""
     return time_command([sys.executable, "-m", "grpoctl", "compare", "bench", "--db", str(path), *extra], repeat)
@@ -134,19 +150,22 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--keep", help="build the registry in this directory and keep it")
+    parser.add_argument("--db", help="build it at this URL instead (an empty PostgreSQL database, or a new SQLite path)")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(args.keep or tmp)
         folder.mkdir(parents=True, exist_ok=True)
-        path = folder / "bench.db"
-        path.unlink(missing_ok=True)
+        path = args.db or folder / "bench.db"
+        if not args.db:
+            path.unlink(missing_ok=True)
         start = time.perf_counter()
         build(path, args.runs, args.steps)
         rows = args.runs * args.steps * len(METRICS)
-        print(f"built {path.name}: {args.runs} runs x {args.steps} steps x {len(METRICS)} metrics "
-              f"= {rows:,} metric rows in {time.perf_counter() - start:.1f} s "
-              f"({path.stat().st_size / 2**20:.0f} MiB)")
+        size = f" ({path.stat().st_size / 2**20:.0f} MiB)" if isinstance(path, Path) else ""
+        where = path.name if isinstance(path, Path) else Registry(path, readonly=True).public_url
+        print(f"built {where}: {args.runs} runs x {args.steps} steps x {len(METRICS)} metrics "
+              f"= {rows:,} metric rows in {time.perf_counter() - start:.1f} s{size}")
         print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores "
               "(other processes stretch the wall clock, not the CPU time)")
         ok = True

@@ -247,10 +247,6 @@ CHOICES = {
     "data.source": ("synthetic", "math", "gsm8k", "jsonl", "hub"),
 }
 
-# Keys that name a run rather than define it: left out of the config hash.
-IDENTITY_KEYS = ("name", "group", "variant")
-
-
 # --------------------------------------------------------------------------- loading
 
 
@@ -473,13 +469,45 @@ def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+# --------------------------------------------------------------------------- run identity
+
+# Keys that do not change what a run computes: they name it (name, group, variant), say
+# where its files go or how it is shown (checkpoint.*, runtime.cache_dir, logging.*), or
+# change only its speed (runtime.threads, eval.batch_size). A key ending in "." covers
+# its whole section.
+HASH_EXCLUDED = ("name", "group", "variant", "checkpoint.", "runtime.threads", "runtime.cache_dir",
+                 "logging.", "eval.batch_size")
+# Config keys added AFTER this definition of the hash (identity v2), each with the value
+# that keeps the behaviour runs had before the key existed. At that value the key is left
+# out of the hash, so adding it changes no existing run's identity and sweeps keep finding
+# their members; at any other value it is part of the hash. Adding a key to the config
+# means adding it here (tests/test_config.py checks that every key is accounted for).
+NEUTRAL_DEFAULTS: dict[str, Any] = {}
+
+
+def hashed_items(cfg: DictConfig | dict) -> dict[str, Any]:
+    """The flattened keys and values that define a run: what `config_hash` hashes."""
+    data = to_dict(cfg) if isinstance(cfg, DictConfig) else cfg
+    items = {}
+    for key, value in flatten(data).items():
+        if key in HASH_EXCLUDED or key.startswith(tuple(k for k in HASH_EXCLUDED if k.endswith("."))):
+            continue
+        if key in NEUTRAL_DEFAULTS and value == NEUTRAL_DEFAULTS[key]:
+            continue
+        items[key] = value
+    return items
+
+
 def config_hash(cfg: DictConfig | dict) -> str:
-    """A stable hash of what the run computes (its name, group and variant label excluded)."""
-    data = to_dict(cfg) if isinstance(cfg, DictConfig) else dict(cfg)
-    for key in IDENTITY_KEYS:
-        data.pop(key, None)
-    data.get("logging", {}).pop("live", None)  # how it is displayed changes nothing
-    blob = json.dumps(data, sort_keys=True, default=str)
+    """The identity of a run: a hash of the keys that change what it computes.
+
+    A pure function of the resolved config (a DictConfig or its plain dict). Excluded
+    are the keys in HASH_EXCLUDED; keys added to the config later are dropped while at
+    their neutral default (NEUTRAL_DEFAULTS), so a new option never renames old runs.
+    The registry's migration 0002 holds a frozen copy of this definition, to rewrite
+    the hashes that the earlier definition stored; changing it again needs a migration.
+    """
+    blob = json.dumps(hashed_items(cfg), sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

@@ -1,4 +1,5 @@
-"""Shared fixtures: a tiny random model directory and the fast-run config.
+"""Shared fixtures: a tiny random model directory, the fast-run config, and registries
+(SQLite and PostgreSQL) for the registry tests.
 
 Nothing here downloads anything: the model is built in-process as an ordinary Hugging
 Face directory (Qwen2 architecture, byte-level tokenizer), like the embedded default.
@@ -7,7 +8,11 @@ Face directory (Qwen2 architecture, byte-level tokenizer), like the embedded def
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
+import uuid
+import warnings
 from pathlib import Path
 
 import pytest
@@ -55,3 +60,100 @@ def fast_overrides(model_dir: Path, workdir: Path, **extra) -> list[str]:
 
 def grpoctl_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "grpoctl", *args]
+
+
+# --------------------------------------------------------------------------- registries
+#
+# Registry tests run against SQLite and PostgreSQL from one fixture, `db_url`. The
+# PostgreSQL server is $GRPOCTL_TEST_PG_URL (an admin URL) when set, else a throwaway
+# server this session starts itself when PostgreSQL is installed (tests/pg_server.py),
+# else those tests skip; under CI=true a missing server or driver fails instead.
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def _no_postgres(reason: str):
+    if IN_CI:
+        pytest.fail(f"PostgreSQL tests cannot run under CI=true: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url(tmp_path_factory):
+    """An admin URL (a user that may CREATE DATABASE) of the tests' PostgreSQL server."""
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        _no_postgres("psycopg is not installed (pip install 'grpoctl[postgres]')")
+    given = os.environ.get("GRPOCTL_TEST_PG_URL")
+    if given:
+        yield given
+        return
+    import pg_server
+
+    if pg_server.find_bindir() is None:
+        _no_postgres("PostgreSQL is not installed and $GRPOCTL_TEST_PG_URL is not set")
+    root = Path(tempfile.mkdtemp(prefix="grpoctl-pg-"))
+    try:
+        yield pg_server.start(root)
+    finally:
+        pg_server.stop(root)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def pg_execute(admin_url: str, *statements: str) -> None:
+    """Run statements outside a transaction (CREATE/DROP DATABASE need that)."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    url = make_url(admin_url)
+    with psycopg.connect(host=url.host, port=url.port, user=url.username, password=url.password,
+                         dbname=url.database, autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
+def fresh_pg_database(admin_url: str) -> str:
+    """A new, empty database on the server; returns its URL (same user and password)."""
+    from sqlalchemy.engine import make_url
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    pg_execute(admin_url, f"CREATE DATABASE {name} TEMPLATE template0")
+    return make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+
+
+def drop_pg_database(admin_url: str, url: str) -> None:
+    from sqlalchemy.engine import make_url
+
+    pg_execute(admin_url, f"DROP DATABASE IF EXISTS {make_url(url).database} WITH (FORCE)")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path):
+    """A registry location that does not exist yet: a SQLite path, or an empty PostgreSQL database."""
+    if request.param == "sqlite":
+        yield str(tmp_path / "registry.db")
+        return
+    admin = request.getfixturevalue("pg_admin_url")
+    url = fresh_pg_database(admin)
+    yield url
+    drop_pg_database(admin, url)
+
+
+def registry_rows(url: str) -> dict[str, list[tuple]]:
+    """Every row of every table, in id order: what 'nothing was written' compares."""
+    from sqlalchemy import MetaData, create_engine, select
+
+    from grpoctl.registry.engine import resolve_url
+
+    engine = create_engine(resolve_url(url))
+    try:
+        meta = MetaData()
+        with warnings.catch_warnings():  # the expression index cannot be reflected; it is not data
+            warnings.simplefilter("ignore")
+            meta.reflect(engine)
+        with engine.connect() as conn:
+            return {name: [tuple(r) for r in conn.execute(select(table).order_by(*table.primary_key.columns))]
+                    for name, table in sorted(meta.tables.items())}
+    finally:
+        engine.dispose()

@@ -1,16 +1,16 @@
-"""`grpoctl runs ...` as a user runs it: a real subprocess against a registry file."""
+"""`grpoctl runs ...` as a user runs it: a real subprocess against a registry (a SQLite
+file in the project directory, or a PostgreSQL database named by $GRPOCTL_DB)."""
 
 from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import subprocess
 import sys
-from contextlib import closing
 from pathlib import Path
 
 import pytest
+from conftest import registry_rows
 
 from grpoctl.registry import Registry
 
@@ -18,15 +18,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def grpoctl(*args: str, cwd: Path, input: str | None = None, **env) -> subprocess.CompletedProcess:
-    environ = {k: v for k, v in os.environ.items() if k != "GRPOCTL_DB"}
-    environ.update(PYTHONPATH=str(ROOT), COLUMNS="200", **env)
+    # $GRPOCTL_DB is the `project` fixture's registry (for SQLite: ./registry.db in cwd).
+    environ = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="200", **env)
     return subprocess.run([sys.executable, "-m", "grpoctl", *args], cwd=cwd, env=environ,
                           input=input, capture_output=True, text=True, timeout=60)
-
-
-def dump(db: Path) -> str:
-    with closing(sqlite3.connect(db)) as conn:
-        return "\n".join(conn.iterdump())
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess, fragment: str) -> None:
@@ -37,9 +32,10 @@ def assert_one_line_error(result: subprocess.CompletedProcess, fragment: str) ->
 
 
 @pytest.fixture
-def project(tmp_path):
-    """A project directory whose registry.db holds three runs, one with everything."""
-    with Registry(str(tmp_path / "registry.db")) as registry:
+def project(tmp_path, db_url, monkeypatch):
+    """A project directory whose registry ($GRPOCTL_DB) holds three runs, one with everything."""
+    monkeypatch.setenv("GRPOCTL_DB", db_url)
+    with Registry(db_url) as registry:
         out = tmp_path / "runs" / "ablation-lr3"
         (out / "step_2").mkdir(parents=True)
         (out / "step_2" / "model.safetensors").write_text("weights")
@@ -67,8 +63,10 @@ def project(tmp_path):
     return tmp_path
 
 
-def test_list_shows_every_run_with_headline_figures(project):
-    result = grpoctl("runs", "list", cwd=project)  # ./registry.db by default
+def test_list_shows_every_run_with_headline_figures(project, monkeypatch, db_url):
+    if not db_url.startswith("postgresql"):
+        monkeypatch.delenv("GRPOCTL_DB")  # ./registry.db by default
+    result = grpoctl("runs", "list", cwd=project)
     assert result.returncode == 0, result.stderr
     for text in ("3 runs", "ablation-lr3", "ablation-lr1", "solo", "finished", "2/4", "0.375",
                  "0.500"):
@@ -77,9 +75,9 @@ def test_list_shows_every_run_with_headline_figures(project):
     assert "ablation-lr3" in only.stdout and "ablation-lr1" not in only.stdout
 
 
-def test_list_of_an_empty_registry_is_friendly(tmp_path):
-    Registry(str(tmp_path / "empty.db")).close()
-    result = grpoctl("runs", "list", cwd=tmp_path, GRPOCTL_DB=str(tmp_path / "empty.db"))
+def test_list_of_an_empty_registry_is_friendly(tmp_path, db_url):
+    Registry(db_url).close()
+    result = grpoctl("runs", "list", cwd=tmp_path, GRPOCTL_DB=db_url)
     assert result.returncode == 0 and "No runs yet" in result.stdout
 
 
@@ -120,7 +118,7 @@ def test_tag_then_filter_then_untag(project):
     assert "No runs match" in grpoctl("runs", "list", "--tag", "best", cwd=project).stdout
 
 
-def test_rm_asks_then_deletes_rows_and_files(project):
+def test_rm_asks_then_deletes_rows_and_files(project, db_url):
     out = project / "runs" / "ablation-lr3"
     declined = grpoctl("runs", "rm", "ablation-lr3", cwd=project, input="n\n")
     assert declined.returncode != 0 and out.exists()
@@ -128,7 +126,7 @@ def test_rm_asks_then_deletes_rows_and_files(project):
     assert result.returncode == 0, result.stderr
     assert "Deleted run 1 'ablation-lr3'" in result.stdout and f"Removed {out}" in result.stdout
     assert not out.exists()
-    with Registry(str(project / "registry.db")) as registry:
+    with Registry(db_url) as registry:
         assert [r.name for r in registry.list_runs()] == ["solo", "ablation-lr1"]
 
 
@@ -146,11 +144,11 @@ def test_rm_asks_then_deletes_rows_and_files(project):
         (("runs", "show"), "Missing argument 'RUN'"),
     ],
 )
-def test_bad_input_is_one_line_and_exit_2(project, args, fragment):
-    before = dump(project / "registry.db")
+def test_bad_input_is_one_line_and_exit_2(project, db_url, args, fragment):
+    before = registry_rows(db_url)
     assert_one_line_error(grpoctl(*args, cwd=project), fragment)
     assert not (project / "missing.db").exists()  # reading never creates a registry
-    assert dump(project / "registry.db") == before  # and bad input writes nothing
+    assert registry_rows(db_url) == before  # and bad input writes nothing
 
 
 def test_help_and_no_arguments_exit_0(tmp_path):

@@ -14,6 +14,7 @@ from pathlib import Path
 from statistics import median
 
 import pytest
+from conftest import drop_pg_database, fresh_pg_database
 from sqlalchemy import update
 
 from grpoctl.analysis import tables
@@ -62,9 +63,15 @@ def make_run(registry, name, overrides, group="abl", variant=None, steps=20, sta
     return cfg, run
 
 
-@pytest.fixture(scope="module")
-def db(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("compare") / "registry.db"
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def db(request, tmp_path_factory):
+    """The registry these tests read, built once per backend."""
+    if request.param == "sqlite":
+        path = str(tmp_path_factory.mktemp("compare") / "registry.db")
+    else:
+        admin = request.getfixturevalue("pg_admin_url")
+        path = fresh_pg_database(admin)
+        request.addfinalizer(lambda: drop_pg_database(admin, path))
     with Registry(str(path)) as registry:
         sweep = registry.get_or_create_sweep("abl", "ablation", {"file": "experiments/abl.yaml"})
         runs = [
@@ -244,8 +251,8 @@ def test_report_writes_markdown_and_readable_plots(registry, tmp_path):
         assert f"]({name})" in text
 
 
-def test_report_calls_a_close_race_within_noise(tmp_path):
-    with Registry(str(tmp_path / "r.db")) as registry:
+def test_report_calls_a_close_race_within_noise(tmp_path, db_url):
+    with Registry(db_url) as registry:
         make_run(registry, "a", ["seed=0"], group="close", variant="a", reward_top=0.70)
         make_run(registry, "b", ["optimizer.lr=1e-4"], group="close", variant="b", reward_top=0.69)
         text = write_report(registry, "close", tmp_path / "rep", baseline="a", last_k=1).read_text()

@@ -1,4 +1,5 @@
-"""The registry API: what goes in comes back out, and SQLite is set up for many writers."""
+"""The registry API: what goes in comes back out (on SQLite and PostgreSQL), and SQLite is
+set up for many writers."""
 
 from __future__ import annotations
 
@@ -32,7 +33,13 @@ def db_path(tmp_path):
 
 
 @pytest.fixture
-def registry(db_path):
+def registry(db_url):
+    with Registry(db_url) as reg:
+        yield reg
+
+
+@pytest.fixture
+def sqlite_registry(db_path):
     with Registry(str(db_path)) as reg:
         yield reg
 
@@ -180,7 +187,8 @@ def test_log_step_round_trip(registry):
     assert len(registry.samples(run.id, limit=1)) == 1
 
 
-def test_truncate_after_forgets_later_steps(registry):
+def test_truncate_after_forgets_later_steps(registry, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     run = new_run(registry)
     for step in range(5):
         registry.log_step(run.id, step, {"train/reward": float(step)}, samples=[sample(step)])
@@ -188,7 +196,8 @@ def test_truncate_after_forgets_later_steps(registry):
                           mean_response_length=10.0)
         registry.add_checkpoint(run.id, step, f"out/step_{step}")
     removed = registry.truncate_after(run.id, 2)
-    assert removed == ["out/step_3", "out/step_4"]
+    # Paths are stored absolute (relative ones are taken from where the command runs).
+    assert removed == [str(tmp_path / "out/step_3"), str(tmp_path / "out/step_4")]
     assert registry.get_run(run.id).last_step == 2
     assert registry.metric_series(run.id)["train/reward"] == [(0, 0.0), (1, 1.0), (2, 2.0)]
     assert [s.step for s in registry.samples(run.id)] == [2, 1, 0]
@@ -198,10 +207,10 @@ def test_truncate_after_forgets_later_steps(registry):
 
 def test_checkpoints_evals_and_tags(registry):
     run = new_run(registry)
-    first = registry.add_checkpoint(run.id, 1, "out/step_1", eval_accuracy=0.2)
-    registry.add_checkpoint(run.id, 2, "out/step_2")
+    first = registry.add_checkpoint(run.id, 1, "/out/step_1", eval_accuracy=0.2)
+    registry.add_checkpoint(run.id, 2, "/out/step_2")
     registry.mark_checkpoint_deleted(first.id)
-    assert [c.path for c in registry.checkpoints(run.id)] == ["out/step_2"]
+    assert [c.path for c in registry.checkpoints(run.id)] == ["/out/step_2"]
     assert [c.deleted for c in registry.checkpoints(run.id, include_deleted=True)] == [True, False]
 
     result = registry.add_eval(run_id=run.id, step=2, n=64, accuracy=0.5, format_rate=0.9,
@@ -221,14 +230,14 @@ def test_checkpoints_evals_and_tags(registry):
 
 def test_delete_run_removes_every_row_and_returns_its_paths(registry):
     keep = new_run(registry, "keep")
-    run = new_run(registry, "gone", output_dir="out/gone")
+    run = new_run(registry, "gone", output_dir="/out/gone")
     for r in (keep, run):
         registry.log_step(r.id, 0, {"x": 1.0}, samples=[sample()])
-        registry.add_checkpoint(r.id, 0, f"out/{r.name}/step_0")
+        registry.add_checkpoint(r.id, 0, f"/out/{r.name}/step_0")
         registry.add_eval(run_id=r.id, step=0, n=1, accuracy=1, format_rate=1,
                           mean_response_length=1)
         registry.add_tag(r.id, "t")
-    assert registry.delete_run("gone") == ["out/gone/step_0", "out/gone"]
+    assert registry.delete_run("gone") == ["/out/gone/step_0", "/out/gone"]
     assert [r.name for r in registry.list_runs()] == ["keep"]
     for table in (Metric, Sample, Checkpoint, Tag):
         assert count(registry, table) == 1
@@ -298,14 +307,16 @@ def test_in_memory_sqlite_works_without_file_pragmas():
         assert reg.metric_series(run.id) == {"x": [(0, 1.0)]}
 
 
-def test_sqlite_pragmas_are_set(registry):
+def test_sqlite_pragmas_are_set(sqlite_registry):
+    registry = sqlite_registry
     with registry.engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
         assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() >= 30000
         assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL
 
 
-def test_writes_begin_immediate_and_reads_deferred(registry):
+def test_writes_begin_immediate_and_reads_deferred(sqlite_registry):
+    registry = sqlite_registry
     statements: list[str] = []
 
     @event.listens_for(registry.engine, "connect")
@@ -320,7 +331,8 @@ def test_writes_begin_immediate_and_reads_deferred(registry):
     assert begins == ["BEGIN IMMEDIATE", "BEGIN IMMEDIATE", "BEGIN DEFERRED"]
 
 
-def test_a_write_transaction_holds_the_lock_from_its_start(registry, db_path):
+def test_a_write_transaction_holds_the_lock_from_its_start(sqlite_registry, db_path):
+    registry = sqlite_registry
     # Nothing written yet inside the transaction, but the lock is already ours: with a
     # deferred BEGIN, the other connection could still write here.
     other = sqlite3.connect(db_path, timeout=0, isolation_level=None)
@@ -332,7 +344,8 @@ def test_a_write_transaction_holds_the_lock_from_its_start(registry, db_path):
     other.close()
 
 
-def test_a_writer_waits_for_the_lock_instead_of_failing(registry, db_path):
+def test_a_writer_waits_for_the_lock_instead_of_failing(sqlite_registry, db_path):
+    registry = sqlite_registry
     run = new_run(registry)
     other = sqlite3.connect(db_path, isolation_level=None)
     other.execute("BEGIN IMMEDIATE")  # another process is in the middle of a step

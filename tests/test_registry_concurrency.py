@@ -1,4 +1,4 @@
-"""Several training processes logging into one SQLite file while the CLI reads it.
+"""Several training processes logging into one registry (SQLite or PostgreSQL) while the CLI reads it.
 
 This is how a sweep uses the registry: its variants train side by side, each committing
 one transaction per GRPO step, while someone runs `grpoctl runs list` or `compare`.
@@ -32,12 +32,12 @@ import json, sys, time
 from pathlib import Path
 from grpoctl.registry import Registry
 
-db, name, steps, metrics = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+db, name, steps, metrics, sync = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), Path(sys.argv[5])
 registry = Registry(db)
 run = registry.create_run(name=name, config={"writer": name}, config_diff={},
                           config_hash=name, seed=0, total_steps=steps, group="concurrency")
-go = Path(db).with_name("go")
-Path(db).with_name(name + ".ready").touch()
+go = sync / "go"
+(sync / (name + ".ready")).touch()
 while not go.exists():
     time.sleep(0.01)
 start = time.perf_counter()
@@ -49,18 +49,18 @@ print(json.dumps({"name": name, "seconds": seconds}))
 """
 
 
-def test_four_writers_and_a_reader_share_one_sqlite_file(tmp_path):
-    db = tmp_path / "registry.db"
+def test_four_writers_and_a_reader_share_one_registry(tmp_path, db_url):
+    db = db_url
     Registry(str(db)).close()  # create the tables once, as `grpoctl sweep` would
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     writers = [
         subprocess.Popen(
-            [sys.executable, "-c", WRITER, str(db), f"w{i}", str(STEPS), str(METRICS)],
+            [sys.executable, "-c", WRITER, str(db), f"w{i}", str(STEPS), str(METRICS), str(tmp_path)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
         )
         for i in range(WRITERS)
     ]
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 150  # PostgreSQL on a loaded 2-core machine: ~40 s
     while len(list(tmp_path.glob("*.ready"))) < WRITERS:
         assert time.monotonic() < deadline, "writers did not start"
         assert all(w.poll() is None for w in writers), [w.communicate() for w in writers]

@@ -1,5 +1,6 @@
 """The sweep launcher against a fake trainer: a script that speaks `grpoctl train`'s
-command line and writes a few steps to the registry in a fraction of a second.
+command line and writes a few steps to the registry in a fraction of a second. Every
+test runs on SQLite and PostgreSQL; on PostgreSQL a password must never show.
 
 What is checked: a sweep records its members by config hash and runs each variant once;
 re-invoking it skips finished runs, leaves failed ones alone unless --retry-failed,
@@ -90,8 +91,8 @@ def calls(path: Path) -> list[str]:
     return path.read_text().splitlines()
 
 
-def test_reinvoked_sweep_skips_finished_and_retries_failed_on_request(fake, tmp_path, monkeypatch):
-    registry = Registry(str(tmp_path / "r.db"))
+def test_reinvoked_sweep_skips_finished_and_retries_failed_on_request(fake, tmp_path, monkeypatch, db_url):
+    registry = Registry(db_url)
     plan = spec.param_sweep("lr", "3e-4,1e-3", overrides=["steps=3"])
     monkeypatch.setenv("FAKE_FAIL", "lr=1e-3")
 
@@ -116,8 +117,8 @@ def test_reinvoked_sweep_skips_finished_and_retries_failed_on_request(fake, tmp_
     assert all(run.status == "finished" for _, run in members)
 
 
-def test_interrupted_run_is_resumed_not_restarted(fake, tmp_path):
-    registry = Registry(str(tmp_path / "r.db"))
+def test_interrupted_run_is_resumed_not_restarted(fake, tmp_path, db_url):
+    registry = Registry(db_url)
     plan = spec.param_sweep("loss", "grpo_no_clip", overrides=["steps=4"])
     sweep(registry, plan)
     run = registry.get_run("loss-sweep-loss=grpo_no_clip-s0")
@@ -132,13 +133,13 @@ def test_interrupted_run_is_resumed_not_restarted(fake, tmp_path):
     assert len(registry.list_runs()) == 1
 
 
-def test_ablation_runs_in_parallel_and_summarizes(fake, tmp_path, monkeypatch):
+def test_ablation_runs_in_parallel_and_summarizes(fake, tmp_path, monkeypatch, db_url):
     (tmp_path / "base.yaml").write_text("loop:\n  n_grpo_steps: 3\n")
     (tmp_path / "abl.yaml").write_text(
         "name: abl\nbase: base.yaml\nseeds: [1]\n"
         "variants:\n  mean: {loss.length_normalization: mean}\n  constant: {loss: {length_normalization: constant}}\n")
     monkeypatch.setenv("FAKE_SLEEP", "0.2")
-    registry = Registry(str(tmp_path / "r.db"))
+    registry = Registry(db_url)
     plan = spec.ablation(tmp_path / "abl.yaml")
     started = time.monotonic()
     result = sweep(registry, plan, parallel=2)
@@ -160,10 +161,10 @@ def test_gpu_ids_come_from_the_environment(monkeypatch):
 
 
 @pytest.mark.parametrize("how", ["ctrl-c", "kill"])
-def test_ctrl_c_interrupts_children_and_says_how_to_resume(fake, tmp_path, monkeypatch, how):
+def test_ctrl_c_interrupts_children_and_says_how_to_resume(fake, tmp_path, monkeypatch, how, db_url):
     monkeypatch.setenv("FAKE_SLEEP", "0.5")
     env = dict(os.environ)
-    db = str(tmp_path / "r.db")
+    db = db_url
     parent = subprocess.Popen(
         [sys.executable, "-m", "grpoctl", "sweep", "lr", "--values", "1e-4,2e-4,3e-4", "steps=100",
          "--parallel", "2", "--db", db],
@@ -183,3 +184,37 @@ def test_ctrl_c_interrupts_children_and_says_how_to_resume(fake, tmp_path, monke
     assert parent.returncode == 130, out
     assert "again to resume" in out
     assert sorted(r.status for r in registry.list_runs()) == ["interrupted", "interrupted"]
+
+
+def test_a_password_never_shows_in_argv_logs_plans_or_messages(fake, tmp_path, monkeypatch, db_url):
+    if not db_url.startswith("postgresql"):
+        pytest.skip("SQLite has no password")
+    from sqlalchemy.engine import make_url
+
+    password = make_url(db_url).password
+    monkeypatch.setenv("FAKE_SLEEP", "0.3")
+    monkeypatch.delenv("PGPASSWORD", raising=False)
+    base = [sys.executable, "-m", "grpoctl", "sweep", "lr", "--values", "1e-4,2e-4", "steps=6", "--parallel", "2",
+            "--db", db_url]
+    plan = subprocess.run(base + ["--dry-run"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert plan.returncode == 0, plan.stderr
+    assert "--db postgresql+psycopg://" in plan.stdout and password not in plan.stdout + plan.stderr
+
+    parent = subprocess.Popen(base, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = []
+    deadline = time.monotonic() + 60
+    while parent.poll() is None and time.monotonic() < deadline:
+        ps = subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True, text=True, timeout=10).stdout
+        children = [line for line in ps.splitlines() if "fake_train.py" in line]
+        seen += children
+        time.sleep(0.05)
+    out, _ = parent.communicate(timeout=60)
+    assert parent.returncode == 0, out
+    assert seen and all("--db postgresql+psycopg://" in line for line in seen), seen  # they were looked at
+    assert not any(password in line for line in seen)
+    logs = list((tmp_path / "outputs" / "sweeps").rglob("*.log"))
+    assert len(logs) == 2 and all("--db postgresql+psycopg://" in p.read_text() for p in logs)
+    assert not any(password in p.read_text() for p in logs)
+    assert password not in out and "compare them" in out
+    registry = Registry(db_url)
+    assert sorted(r.status for r in registry.list_runs()) == ["finished", "finished"]

@@ -29,9 +29,9 @@ app = typer.Typer(
 
 
 def _register_commands() -> None:
-    from grpoctl.cli import compare, report, runs, sweep, train
+    from grpoctl.cli import compare, db, report, runs, sweep, train
 
-    for module in (train, runs, sweep, compare, report):
+    for module in (train, runs, sweep, compare, report, db):
         module.register(app)
 
 
@@ -65,6 +65,15 @@ def main() -> None:
         fail(message + hint)
     except click_errors.ClickException as exc:
         fail(exc.format_message())
+    except Exception as exc:
+        # A registry failure met after it opened (a corrupt page, a server gone away) is
+        # still one line; anything else is a bug and keeps its traceback.
+        from grpoctl.registry.open import as_user_error
+
+        user_error = as_user_error(exc)
+        if user_error is None:
+            raise
+        fail(str(user_error))
     if isinstance(code, int) and code != 0:
         raise SystemExit(code)
 

@@ -46,7 +46,7 @@ def compare(
     from grpoctl.analysis.compare import build_compare_table
     from grpoctl.registry import Registry
 
-    with Registry(db, must_exist=True) as registry:
+    with Registry(db, must_exist=True, readonly=True) as registry:
         table = build_compare_table(registry, refs, metric=metric, at_step=at_step, baseline=baseline,
                                     last_k=last_k)
 

@@ -25,7 +25,7 @@ def report(
     from grpoctl.analysis.report import write_report
     from grpoctl.registry import Registry
 
-    with Registry(db, must_exist=True) as registry:
+    with Registry(db, must_exist=True, readonly=True) as registry:
         path = write_report(registry, name, out, baseline=baseline, last_k=last_k)
     typer.echo(f"wrote {path} (and its plots in {path.parent}/)")
 

@@ -47,9 +47,10 @@ def register(app: typer.Typer) -> None:
     app.add_typer(runs_app, name="runs")
 
 
-def _open(db: str | None) -> Registry:
-    # Reading must not create an empty registry.db as a side effect of a typo'd --db.
-    return Registry(db, must_exist=True)
+def _open(db: str | None, write: bool = False) -> Registry:
+    # Reading must not create an empty registry.db as a side effect of a typo'd --db, and
+    # opens read-only (so it works on a registry the user may only read).
+    return Registry(db, must_exist=True, readonly=not write)
 
 
 # ---- formatting ---------------------------------------------------------------------
@@ -340,7 +341,7 @@ def tag(
     db: DbOption = None,
 ) -> None:
     """Tag a run (or untag it with --remove); `runs list --tag` filters on tags."""
-    registry = _open(db)
+    registry = _open(db, write=True)
     run = registry.get_run(run_ref)
     if remove:
         registry.remove_tag(run.id, tag_name)
@@ -365,7 +366,7 @@ def remove(
     db: DbOption = None,
 ) -> None:
     """Delete a run from the registry, with its checkpoints and output directory on disk."""
-    registry = _open(db)
+    registry = _open(db, write=True)
     run = registry.get_run(run_ref)
     paths = [c.path for c in registry.checkpoints(run.id, include_deleted=True)]
     paths += [run.output_dir] if run.output_dir else []

@@ -82,22 +82,23 @@ def sweep(
         console.print(f"{len(failed)} run(s) failed: see their logs ({failed[0].log.parent}/); "
                       f"`{again} --retry-failed` runs them again.", highlight=False, soft_wrap=True)
         raise SystemExit(1)
-    console.print(f"compare them: grpoctl compare {plan.name}"
-                  f"{'' if db is None else ' --db ' + shlex.quote(db)}", highlight=False, soft_wrap=True)
+    where = "" if db is None else " --db " + shlex.quote(registry.public_url)
+    console.print(f"compare them: grpoctl compare {plan.name}{where}", highlight=False, soft_wrap=True)
 
 
 def _show_plan(plan, db: str | None, console) -> None:
     """What a real invocation would do, without writing anything (not even a new registry)."""
-    from grpoctl.registry import Registry
+    from grpoctl.registry import NoRegistry, Registry
+    from grpoctl.registry.engine import public_url, resolve_url
     from grpoctl.sweep import launcher
 
     try:
-        registry = Registry(db, must_exist=True)
-    except UserError:  # no registry yet: everything is new
+        registry = Registry(db, must_exist=True, readonly=True)
+    except NoRegistry:  # no registry yet: everything is new
         registry = None
     command = launcher.train_command()
     if registry is None:
-        db_url = db or "registry.db"
+        db_url = public_url(resolve_url(db)) if db else "registry.db"
         decided = launcher.SweepResult(jobs=[
             launcher.Job(v, "new", v.run_name, plan.train_args(v) + ["--db", db_url], Path())
             for v in plan.variants

@@ -87,7 +87,13 @@ def train(
 
     from grpoctl.registry import Registry
 
-    registry = Registry(db, must_exist=bool(resume or from_run))
+    if resume or from_run:
+        registry = Registry(db, must_exist=True)
+    else:
+        # Only checked here (nothing is created): the registry is opened, and created if
+        # new, just before the run starts, when everything else has been checked too.
+        Registry.check(db, write=True)
+        registry = None
     parent = run = None
     if resume:
         run = registry.get_run(resume)
@@ -99,6 +105,8 @@ def train(
         base["name"] = None
         cfg = C.apply_overrides(C.from_dict(base), overrides)
         parent = source.name
+    if registry is None:
+        registry = Registry(db)
     if cfg.name and not resume:
         _check_name_free(registry, cfg.name)
 
@@ -121,29 +129,15 @@ def _check_name_free(registry, name: str) -> None:
 
 
 def _check_resumable(registry, run) -> None:
-    from grpoctl.registry import effective_status
+    """Refuse early what the claim would refuse later (after loading the model); the
+    claim itself (trainer.resume) is what makes two resumers racing end with one."""
+    from grpoctl.registry.claims import claim_refusal
 
-    status = effective_status(run)
-    if status == "finished":
+    if run.status == "finished":
         raise UserError(f"run '{run.name}' already finished")
-    if status == "running" and not _process_gone(run):
-        raise UserError(f"run '{run.name}' is still running (heartbeat {run.heartbeat_at:%H:%M:%S} UTC)")
-
-
-def _process_gone(run) -> bool:
-    """A run marked running whose process on this host no longer exists can be resumed at once."""
-    import socket
-
-    pid = getattr(run, "pid", None)
-    if pid is None or run.host != socket.gethostname():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
+    refusal = claim_refusal(run)
+    if refusal:
+        raise UserError(refusal)
 
 
 def evaluate_checkpoint(

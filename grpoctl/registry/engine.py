@@ -1,4 +1,4 @@
-"""Where the registry lives, and how we talk to it without "database is locked".
+"""Where the registry lives, and how we talk to it: SQLite for one machine, PostgreSQL for a team.
 
 The embedded default is one SQLite file (`./registry.db`), written by several training
 processes at once (a sweep runs its variants side by side) and read by `grpoctl runs`
@@ -16,17 +16,27 @@ Python's sqlite3 module issues its own `BEGIN` (deferred, and only before DML), 
 turn that off (`isolation_level = None`) and emit BEGIN ourselves on SQLAlchemy's
 "begin" event, as SQLAlchemy's SQLite dialect documentation recommends. Which BEGIN is
 chosen by an execution option, so reads still start deferred (in WAL they never wait).
+Commands that only read cannot write to the file, not even by accident: they open it
+with `PRAGMA query_only`, or read-only (`mode=ro`) when the user may not write the file
+or its directory, so that reading works there too.
 
-Any other SQLAlchemy URL (PostgreSQL for a team) gets none of this: it has row locks.
+PostgreSQL (`postgresql+psycopg://USER@HOST/DB`, psycopg 3 from `grpoctl[postgres]`) has
+row locks and runs at READ COMMITTED; the store's writes are written so that this is
+enough (inserts that may race use ON CONFLICT, claims are compare-and-set updates). The
+password comes from the URL, $PGPASSWORD or ~/.pgpass (libpq reads both when the URL has
+none); SSL and other libpq options pass through the URL's query (`?sslmode=require`).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from urllib.parse import quote
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from grpoctl.errors import UserError
 
@@ -34,6 +44,14 @@ DEFAULT_DB_URL = "sqlite:///./registry.db"
 BUSY_TIMEOUT_MS = 30_000
 # The execution option that asks for `BEGIN IMMEDIATE` (see `writer_engine`).
 BEGIN_MODE_OPTION = "grpoctl_sqlite_begin"
+POSTGRES_EXTRA = "pip install 'grpoctl[postgres]'"
+# A trainer holds at most two connections (its steps, and the heartbeat thread); a
+# reader one. pool_size 2 + max_overflow 1 caps a process at 3, so 16 trainers of a sweep
+# plus a few readers stay far below PostgreSQL's default max_connections of 100 (16 x 3
+# = 48), and idle connections are kept, not reopened at every step.
+PG_POOL_SIZE = 2
+PG_MAX_OVERFLOW = 1
+PG_CONNECT_TIMEOUT_S = 10
 
 
 def default_db_url() -> str:
@@ -42,14 +60,58 @@ def default_db_url() -> str:
 
 
 def resolve_url(url_or_path: str | None) -> URL:
-    """Accept a SQLAlchemy URL or a plain file path (which means SQLite)."""
+    """Accept a SQLAlchemy URL or a plain file path (which means SQLite).
+
+    `postgresql://` means psycopg 3 (SQLAlchemy's own default would be psycopg2). An
+    unknown scheme or a driver that is not installed is refused here, in one line.
+    """
     text = url_or_path or default_db_url()
-    if "://" in text:
-        try:
-            return make_url(text)
-        except Exception as exc:  # sqlalchemy raises ArgumentError with a long message
-            raise UserError(f"not a database URL or path: {text!r}") from exc
-    return URL.create("sqlite", database=text)
+    if "://" not in text:
+        return URL.create("sqlite", database=text)
+    try:
+        url = make_url(text)
+    except (ArgumentError, ValueError) as exc:  # sqlalchemy's message is long, and may hold the password
+        raise UserError(f"not a database URL or path: {redact_text(text)!r}") from exc
+    if url.drivername == "postgresql":
+        url = url.set(drivername="postgresql+psycopg")
+    try:
+        dialect = url.get_dialect()
+    except NoSuchModuleError:
+        raise UserError(f"unknown database URL scheme '{url.drivername}://' in {public_url(url)} (use a "
+                        "SQLite path, sqlite:///PATH or postgresql+psycopg://USER@HOST/DB)") from None
+    try:
+        dialect.import_dbapi()
+    except ImportError:
+        driver = url.get_driver_name()
+        if url.get_backend_name() != "postgresql":
+            hint = "install it, or use SQLite or PostgreSQL"
+        elif driver == "psycopg":
+            hint = POSTGRES_EXTRA
+        else:
+            hint = f"grpoctl uses psycopg 3: postgresql+psycopg://..., {POSTGRES_EXTRA}"
+        raise UserError(f"the database driver '{driver}' for {url.drivername}:// is not installed "
+                        f"({hint})") from None
+    return url
+
+
+def public_url(url: URL) -> str:
+    """The URL without its password: safe for argv, logs, the console and error messages."""
+    # (url.set(password=None) would keep the password: None means "unchanged" there.)
+    bare = URL.create(url.drivername, username=url.username, host=url.host, port=url.port,
+                      database=url.database, query=url.query)
+    return bare.render_as_string(hide_password=False)
+
+
+def redact_text(text: str, password: str | None = None) -> str:
+    """`text` with a URL's password (or `password`) replaced, for messages built from raw input."""
+    if password:
+        text = text.replace(password, "***")
+    if "://" in text and "@" in text:
+        scheme, rest = text.split("://", 1)
+        userinfo, at, tail = rest.rpartition("@")
+        if ":" in userinfo:
+            text = f"{scheme}://{userinfo.split(':', 1)[0]}:***@{tail}"
+    return text
 
 
 def sqlite_path(url: URL) -> Path | None:
@@ -62,26 +124,44 @@ def sqlite_path(url: URL) -> Path | None:
     return Path(database)
 
 
-def check_sqlite_file(url: URL, must_exist: bool) -> None:
-    """Turn SQLite's "unable to open database file" into a sentence the user can act on."""
-    path = sqlite_path(url)
-    if path is None:
-        return
-    if must_exist and not path.exists():
-        raise UserError(f"no registry at {path} (run `grpoctl train` first or pass --db)")
-    parent = path.resolve().parent
-    if not parent.is_dir():
-        raise UserError(f"cannot create registry {path}: directory {parent} does not exist")
+def _read_only_flags(path: Path) -> str | None:
+    """How a reader opens `path`: None for a normal connection (query_only: it still
+    cleans up its -wal and -shm files when it closes), `mode=ro` when we may not write
+    the file, `immutable=1` too when nobody may write its directory (so no writer can
+    exist, and SQLite could not create its WAL index there)."""
+    directory = path.absolute().parent
+    if os.access(path, os.W_OK) and os.access(directory, os.W_OK | os.X_OK):
+        return None
+    if not os.access(directory, os.W_OK) and not path.with_name(path.name + "-wal").exists():
+        return "mode=ro&immutable=1"
+    return "mode=ro"
 
 
-def make_engine(url: URL) -> Engine:
-    """An engine for `url`; for SQLite, with the pragmas and BEGIN handling above."""
+def make_engine(url: URL, read_only: bool = False) -> Engine:
+    """An engine for `url`; for SQLite, with the pragmas and BEGIN handling above.
+
+    `read_only`: the engine cannot write (SQLite: see the module docstring; PostgreSQL:
+    its transactions are read-only).
+    """
+    if url.get_backend_name() == "postgresql":
+        # Defaults only: whatever the URL's query says (sslmode, application_name, ...) wins.
+        defaults = {"connect_timeout": PG_CONNECT_TIMEOUT_S, "application_name": "grpoctl"}
+        if read_only:  # the server refuses any write in a reader's transactions
+            defaults["options"] = "-c default_transaction_read_only=on"
+        connect_args = {k: v for k, v in defaults.items() if k not in url.query}
+        return create_engine(url, pool_pre_ping=True, pool_size=PG_POOL_SIZE, max_overflow=PG_MAX_OVERFLOW,
+                             connect_args=connect_args)
     if url.get_backend_name() != "sqlite":
         return create_engine(url, pool_pre_ping=True)
 
+    path = sqlite_path(url)
+    target: URL | str = url
+    flags = _read_only_flags(path) if path is not None and read_only and path.exists() else None
+    if flags:
+        target = f"sqlite:///file:{quote(str(path.resolve()))}?{flags}&uri=true"
     # sqlite3's own `timeout` is its busy handler; the pragma below sets the same value,
     # both so that it also holds when someone swaps the driver.
-    engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000})
+    engine = create_engine(target, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000})
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection, _record) -> None:
@@ -89,7 +169,9 @@ def make_engine(url: URL) -> Engine:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        if sqlite_path(url) is not None:
+        if read_only:
+            cursor.execute("PRAGMA query_only = ON")
+        elif path is not None:
             # WAL is stored in the file: after the first connection this is a no-op.
             cursor.execute("PRAGMA journal_mode = WAL")
             # NORMAL is durable in WAL mode except for the last commits before a power
@@ -110,3 +192,11 @@ def writer_engine(engine: Engine) -> Engine:
     if engine.dialect.name != "sqlite":
         return engine
     return engine.execution_options(**{BEGIN_MODE_OPTION: "IMMEDIATE"})
+
+
+def insert_ignoring_conflicts(conn, table, values: dict, *keys: str):
+    """INSERT that does nothing if a row with the same unique `keys` exists (one statement,
+    so two processes racing on it cannot both insert nor fail); returns the new id or None."""
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    statement = dialect.insert(table).values(**values).on_conflict_do_nothing(index_elements=list(keys))
+    return conn.execute(statement.returning(table.c.id)).scalar()

@@ -6,6 +6,10 @@ namespaced: `train/*`, `eval/*`, `time/*`, `mem/*`. A "step" is a GRPO step (one
 batch); figures taken per optimizer step carry that index in `opt_step`, and their
 per-GRPO-step summary is stored with `opt_step = NULL`.
 
+The tables are created and changed by the migrations in `migrations/versions/` (see
+schema.py), never by `create_all`: a change here needs a new revision there, and
+tests/test_migrations.py checks that the two agree.
+
 This module must not import torch: commands that only read the registry start fast.
 """
 
@@ -13,7 +17,8 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from sqlmodel import Field, SQLModel, UniqueConstraint, Index
+from sqlalchemy import text
+from sqlmodel import Field, Index, SQLModel, UniqueConstraint
 
 
 def utcnow() -> datetime:
@@ -48,10 +53,20 @@ class Run(SQLModel, table=True):
     heartbeat_at: datetime = Field(default_factory=utcnow)
     pid: int | None = None  # of the training process, so --resume can tell a dead run from a live one
     error: str | None = None
+    # The one process allowed to write the run's steps (see claims.py): a random token,
+    # who holds it, and until when (renewed by every commit and heartbeat).
+    claim_token: str | None = None
+    claim_host: str | None = None
+    claim_pid: int | None = None
+    claim_expires_at: datetime | None = None
 
 
 class Metric(SQLModel, table=True):
-    __table_args__ = (Index("ix_metric_run_name_step", "run_id", "name", "step"),)
+    __table_args__ = (
+        Index("ix_metric_run_name_step", "run_id", "name", "step"),
+        # A step's metric is written once, ever (opt_step NULL counts as one value).
+        Index("ux_metric_step_key", "run_id", "step", text("coalesce(opt_step, -1)"), "name", unique=True),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     run_id: int = Field(foreign_key="run.id")

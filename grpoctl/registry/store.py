@@ -4,7 +4,11 @@
 SQLite, `BEGIN IMMEDIATE`: see engine.py), so a sweep's runs can log into the same file
 at once while `grpoctl runs` and `grpoctl compare` read it. Hot paths (`log_step`) use
 SQLAlchemy Core bulk inserts; everything else uses SQLModel objects, returned detached
-so callers can read their fields after the session is gone.
+so callers can read their fields after the session is gone. Inserts that two processes
+may race on (a run name, a sweep, a member, a tag) are single `INSERT ... ON CONFLICT DO
+NOTHING` statements, atomic on SQLite and on PostgreSQL at READ COMMITTED. Writes about
+a run this process has claimed are fenced by its claim (claims.py). Paths are stored
+absolute, so a run can be resumed from any directory.
 
 No torch here: commands that only read the registry must start fast.
 """
@@ -13,24 +17,27 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import secrets
 import socket
 import subprocess
 from collections.abc import Iterable
 from datetime import datetime, timezone
 
-from sqlalchemy import delete, func, insert, inspect, update
-from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session, SQLModel, select
+from sqlalchemy import delete, func, insert, update
+from sqlmodel import Session, select
 
 import grpoctl
 from grpoctl.errors import UserError
+from grpoctl.registry.claims import ClaimRecords
 from grpoctl.registry.engine import (
-    check_sqlite_file,
     default_db_url,
-    make_engine,
+    insert_ignoring_conflicts,
+    public_url,
     resolve_url,
     writer_engine,
 )
+from grpoctl.registry.open import check_registry, open_registry
 from grpoctl.registry.models import (
     RUN_STATUSES,
     Checkpoint,
@@ -87,33 +94,47 @@ def _loaded(value: float | None) -> float:
     return math.nan if value is None else value
 
 
-class Registry(SweepRecords):
+def _absolute(path: str | None) -> str | None:
+    # Relative to the directory the command runs in, as the user meant it; not resolved,
+    # so a symlinked shared checkpoint root keeps the name everyone knows it by.
+    return None if path is None else os.path.abspath(path)
+
+
+class Registry(SweepRecords, ClaimRecords):
     """An experiment registry at a SQLAlchemy URL or SQLite path (default: ./registry.db).
 
-    Sweep methods (get_or_create_sweep, add_sweep_member, sweep_members...) are in sweeps.py.
+    Sweep methods (get_or_create_sweep, add_sweep_member, sweep_members...) are in
+    sweeps.py, the single-writer claim (claim_run, claimable) in claims.py.
 
-    `must_exist=True` is for commands that only read: on a missing SQLite file they say
-    so instead of creating an empty registry.
+    `must_exist=True`: a missing SQLite file is an error instead of a new registry.
+    `readonly=True` is for commands that only read: the registry is opened read-only and
+    never created, changed or upgraded (an older schema is refused, naming `grpoctl db
+    upgrade`). Otherwise a new registry is created and an older SQLite one upgraded (after
+    a backup); see schema.py. Every failure is a one-line UserError (open.py).
     """
 
-    def __init__(self, url: str | None = None, *, must_exist: bool = False) -> None:
+    def __init__(self, url: str | None = None, *, must_exist: bool = False, readonly: bool = False) -> None:
         self.url = resolve_url(url)
-        check_sqlite_file(self.url, must_exist)
         # `engine` is for reading (callers may query it directly); every write goes
         # through a method here, on `_writer`, so that it takes the lock up front.
-        self.engine = make_engine(self.url)
+        self.engine = open_registry(self.url, write=not readonly, must_exist=must_exist)
         self._writer = writer_engine(self.engine)
-        self._create_tables()
+        self._claims: dict[int, str] = {}
 
-    def _create_tables(self) -> None:
-        # Check without a lock first: most of the time the tables exist, and a reader
-        # should not queue behind writers for nothing. Create under the write lock, so
-        # that processes starting together do not race to CREATE the same table.
-        with self.engine.connect() as conn:
-            existing = set(inspect(conn).get_table_names())
-        if not set(SQLModel.metadata.tables) <= existing:
-            with self._writer.begin() as conn:
-                SQLModel.metadata.create_all(conn)
+    @staticmethod
+    def check(url: str | None = None, *, write: bool = True, must_exist: bool = False) -> None:
+        """Raise the UserError that opening `url` would raise, creating nothing at all.
+
+        For a command that must not write a byte before all its input is checked: it
+        calls this first, and opens the registry (which may create it) only when it is
+        about to write. A missing SQLite file passes when its directory could hold it.
+        """
+        check_registry(resolve_url(url), write=write, must_exist=must_exist)
+
+    @property
+    def public_url(self) -> str:
+        """The registry's URL without its password (for children's argv, logs and the console)."""
+        return public_url(self.url)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -151,7 +172,8 @@ class Registry(SweepRecords):
         device: str = "cpu",
     ) -> Run:
         now = utcnow()
-        run = Run(
+        token = secrets.token_hex(16)
+        fields = dict(
             name=name,
             group=group,
             variant=variant,
@@ -163,21 +185,21 @@ class Registry(SweepRecords):
             device=device,
             version=grpoctl.__version__,
             git_commit=_git_commit(),
-            output_dir=output_dir,
+            output_dir=_absolute(output_dir),
             parent=parent,
             total_steps=total_steps,
             created_at=now,
             heartbeat_at=now,
+            # The creator is the run's one writer from the first byte (see claims.py).
+            **self._claim_values(token),
         )
-        taken = UserError(f"a run named '{name}' already exists (choose another name)")
-        try:
-            with self._write() as session, session.begin():
-                if session.exec(select(Run.id).where(Run.name == name)).first():
-                    raise taken
-                session.add(run)
-        except IntegrityError as exc:  # two processes racing on a non-SQLite backend
-            raise taken from exc
-        return run
+        values = Run(**fields).model_dump(exclude={"id"})
+        with self._writer.begin() as conn:
+            run_id = insert_ignoring_conflicts(conn, Run.__table__, values, "name")
+        if run_id is None:  # the name was taken, perhaps a moment ago by a process racing us
+            raise UserError(f"a run named '{name}' already exists (choose another name)")
+        self._claims[run_id] = token
+        return Run(id=run_id, **values)
 
     def log_step(
         self,
@@ -206,31 +228,35 @@ class Registry(SweepRecords):
             )
         sample_rows = [{"run_id": run_id, "step": step, **s} for s in samples]
         with self._writer.begin() as conn:
+            self._fence(conn, run_id, last_step=step, heartbeat_at=utcnow())
             if rows:
                 conn.execute(insert(Metric), rows)
             if sample_rows:
                 conn.execute(insert(Sample), sample_rows)
-            conn.execute(
-                update(Run).where(Run.id == run_id).values(last_step=step, heartbeat_at=utcnow())
-            )
 
     def heartbeat(self, run_id: int) -> None:
+        """The trainer is alive: renews its claim's lease (and fails if it was lost)."""
         with self._writer.begin() as conn:
-            conn.execute(update(Run).where(Run.id == run_id).values(heartbeat_at=utcnow()))
+            self._fence(conn, run_id, heartbeat_at=utcnow())
 
     def set_status(self, run_id: int, status: str, error: str | None = None, pid: int | None = None) -> None:
-        """Record a run's status; `pid` names the process that now owns a running run."""
+        """Record a run's status; `pid` names the process that now owns a running run.
+
+        A status other than "running" ends the run's claim: it can be resumed at once.
+        """
         if status not in RUN_STATUSES:
             raise ValueError(f"unknown run status {status!r}; expected one of {RUN_STATUSES}")
         now = utcnow()
         finished_at = None if status == "running" else now  # "running" again on resume
+        values = dict(status=status, error=error, finished_at=finished_at, heartbeat_at=now,
+                      **({"pid": pid} if pid is not None else {}))
         with self._writer.begin() as conn:
-            conn.execute(
-                update(Run)
-                .where(Run.id == run_id)
-                .values(status=status, error=error, finished_at=finished_at, heartbeat_at=now,
-                        **({"pid": pid} if pid is not None else {}))
-            )
+            self._fence(conn, run_id, **values)
+            if status != "running":
+                conn.execute(update(Run).where(Run.id == run_id).values(
+                    claim_token=None, claim_host=None, claim_pid=None, claim_expires_at=None))
+        if status != "running":
+            self._released(run_id)
 
     def truncate_after(self, run_id: int, step: int) -> list[str]:
         """Forget everything a run recorded after `step`, so a resume can redo it.
@@ -238,11 +264,11 @@ class Registry(SweepRecords):
         Returns the paths of the checkpoint rows removed (their files are the caller's).
         """
         with self._writer.begin() as conn:
+            self._fence(conn, run_id, last_step=step)
             later = (Checkpoint.run_id == run_id) & (Checkpoint.step > step)
             paths = list(conn.scalars(select(Checkpoint.path).where(later)))
             for table in (Metric, Sample, EvalResult, Checkpoint):
                 conn.execute(delete(table).where(table.run_id == run_id, table.step > step))
-            conn.execute(update(Run).where(Run.id == run_id).values(last_step=step))
         return paths
 
     def delete_run(self, run_ref: str | int) -> list[str]:
@@ -375,6 +401,8 @@ class Registry(SweepRecords):
             fields["decoding"] = json.dumps(fields["decoding"], sort_keys=True)
         result = EvalResult(**fields)
         with self._write() as session, session.begin():
+            if result.run_id is not None:
+                self._fence(session.connection(), result.run_id)
             session.add(result)
         return result
 
@@ -386,13 +414,17 @@ class Registry(SweepRecords):
     def add_checkpoint(
         self, run_id: int, step: int, path: str, eval_accuracy: float | None = None
     ) -> Checkpoint:
-        checkpoint = Checkpoint(run_id=run_id, step=step, path=path, eval_accuracy=eval_accuracy)
+        checkpoint = Checkpoint(run_id=run_id, step=step, path=_absolute(path), eval_accuracy=eval_accuracy)
         with self._write() as session, session.begin():
+            self._fence(session.connection(), run_id)
             session.add(checkpoint)
         return checkpoint
 
     def mark_checkpoint_deleted(self, checkpoint_id: int) -> None:
         with self._writer.begin() as conn:
+            run_id = conn.scalar(select(Checkpoint.run_id).where(Checkpoint.id == checkpoint_id))
+            if run_id is not None:
+                self._fence(conn, run_id)
             query = update(Checkpoint).where(Checkpoint.id == checkpoint_id)
             conn.execute(query.values(deleted=True))
 
@@ -406,10 +438,8 @@ class Registry(SweepRecords):
     def add_tag(self, run_ref: str | int, tag: str) -> None:
         """Tag a run; tagging twice is fine."""
         run = self.get_run(run_ref)
-        with self._write() as session, session.begin():
-            exists = select(Tag.id).where(Tag.run_id == run.id, Tag.tag == tag)
-            if session.exec(exists).first() is None:
-                session.add(Tag(run_id=run.id, tag=tag))
+        with self._writer.begin() as conn:
+            insert_ignoring_conflicts(conn, Tag.__table__, {"run_id": run.id, "tag": tag}, "run_id", "tag")
 
     def remove_tag(self, run_ref: str | int, tag: str) -> None:
         run = self.get_run(run_ref)

@@ -5,50 +5,47 @@ some run has exactly its resolved config, whatever that run is called, so re-run
 a sweep skips what exists and `compare` finds the runs even if they were renamed.
 
 These methods are part of `Registry` (mixed in from here to keep store.py short); they
-use its `_read()` and `_write()` sessions.
+use its `_read()` session and `_writer` engine. Creating a sweep or a member is one
+`INSERT ... ON CONFLICT DO NOTHING` followed by a read, so two sweeps started at once
+with the same name both end with the same row, on SQLite and PostgreSQL alike.
 """
 
 from __future__ import annotations
 
 import json
 
+from sqlalchemy import select as core_select
 from sqlmodel import select
 
 from grpoctl.errors import UserError
-from grpoctl.registry.models import Run, Sweep, SweepMember
+from grpoctl.registry.engine import insert_ignoring_conflicts
+from grpoctl.registry.models import Run, Sweep, SweepMember, utcnow
 
 
 class SweepRecords:
     def get_or_create_sweep(self, name: str, kind: str, spec: dict) -> Sweep:
         """The sweep called `name`; created with `spec` if new. An existing one keeps its
         first spec, so re-running a sweep to fill in missing runs changes nothing."""
-        with self._write() as session, session.begin():
-            sweep = session.exec(select(Sweep).where(Sweep.name == name)).first()
-            if sweep is None:
-                sweep = Sweep(name=name, kind=kind, spec=json.dumps(spec, default=str))
-                session.add(sweep)
-            elif sweep.kind != kind:
-                raise UserError(
-                    f"'{name}' is already a {sweep.kind}, not a {kind}; pick another name"
-                )
+        values = dict(name=name, kind=kind, spec=json.dumps(spec, default=str), created_at=utcnow())
+        with self._writer.begin() as conn:
+            insert_ignoring_conflicts(conn, Sweep.__table__, values, "name")
+            row = conn.execute(core_select(Sweep.__table__).where(Sweep.name == name)).mappings().one()
+        sweep = Sweep(**row)
+        if sweep.kind != kind:
+            raise UserError(f"'{name}' is already a {sweep.kind}, not a {kind}; pick another name")
         return sweep
 
     def add_sweep_member(
         self, sweep_id: int, config_hash: str, variant: str, seed: int
     ) -> SweepMember:
         """Record that the sweep wants this config; adding it again returns the same row."""
-        with self._write() as session, session.begin():
-            member = session.exec(
-                select(SweepMember).where(
-                    SweepMember.sweep_id == sweep_id, SweepMember.config_hash == config_hash
-                )
-            ).first()
-            if member is None:
-                member = SweepMember(
-                    sweep_id=sweep_id, config_hash=config_hash, variant=variant, seed=seed
-                )
-                session.add(member)
-        return member
+        values = dict(sweep_id=sweep_id, config_hash=config_hash, variant=variant, seed=seed)
+        table = SweepMember.__table__
+        with self._writer.begin() as conn:
+            insert_ignoring_conflicts(conn, table, values, "sweep_id", "config_hash")
+            row = conn.execute(core_select(table).where(
+                table.c.sweep_id == sweep_id, table.c.config_hash == config_hash)).mappings().one()
+        return SweepMember(**row)
 
     def get_sweep(self, name: str) -> Sweep:
         with self._read() as session:

@@ -10,6 +10,11 @@ registry/sweeps.py): finished runs are skipped, stale or interrupted ones are re
 from their last checkpoint (`--resume RUN`), failed or diverged ones are retried as a new
 run only with `--retry-failed` (a diverged lr=1e-4 is a result, not an accident).
 
+Children get the registry's URL without its password (`--db` in argv is visible to
+every user through `ps`, and lands in the logs and the printed plan); a password given
+in the parent's URL reaches them as $PGPASSWORD in their environment, where libpq looks
+for it, as it does for ~/.pgpass.
+
 No torch here: counting GPUs goes through $CUDA_VISIBLE_DEVICES or `nvidia-smi -L`.
 """
 
@@ -19,7 +24,6 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -105,13 +109,13 @@ def decide(plan: SweepPlan, registry: Registry, retry_failed: bool,
     """Split the plan into jobs to start and variants to leave alone (with why)."""
     runs = existing_runs(plan, registry)
     taken = _names_taken(registry, [v.run_name for v in plan.variants])
-    db = registry.url.render_as_string(hide_password=False)
+    db = registry.public_url
     result = SweepResult()
     for variant in plan.variants:
         run = runs.get(variant.config_hash)
         status = effective_status(run) if run else None
-        if status == "running" and _process_gone(run):
-            status = "stale"  # killed on this machine moments ago: no need to wait for staleness
+        if status == "running" and registry.claimable(run):
+            status = "stale"  # its trainer's claim is dead (expired, or its process is gone)
         if run is None or (status in ("failed", "diverged") and retry_failed):
             name = _fresh_name(variant.run_name, taken)
             taken.add(name)
@@ -131,20 +135,6 @@ def decide(plan: SweepPlan, registry: Registry, retry_failed: bool,
         log = log_root / plan.name / f"{name}.log"
         result.jobs.append(Job(variant, action, name, args, log))
     return result
-
-
-def _process_gone(run: Run) -> bool:
-    """True when the run's trainer was on this machine and its process no longer exists."""
-    pid = getattr(run, "pid", None)
-    if not pid or run.host != socket.gethostname():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # alive, someone else's
-        return False
-    return False
 
 
 def _names_taken(registry: Registry, names: list[str]) -> set[str]:
@@ -198,6 +188,8 @@ def run_sweep(plan: SweepPlan, registry: Registry, *, parallel: int = 1,
         if parallel > 1 and THREADS_ENV not in os.environ:
             # Concurrent children share the cores instead of each taking all of them.
             env[THREADS_ENV] = str(per_child_cap(parallel))
+        if registry.url.password:  # not in argv: see the module docstring
+            env["PGPASSWORD"] = str(registry.url.password)
         if pin:
             load = {g: sum(1 for j in running if j.gpu == g) for g in gpus}
             job.gpu = min(gpus, key=lambda g: load[g])

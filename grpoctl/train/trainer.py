@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import shutil
 import signal
 import threading
@@ -23,6 +24,7 @@ import torch
 from grpoctl.config import config_diff, config_hash, derived_sizes, to_dict
 from grpoctl.data import PromptStream
 from grpoctl.errors import UserError
+from grpoctl.registry.claims import ClaimLost
 from grpoctl.rollout import make_backend
 from grpoctl.train import loop
 from grpoctl.train.checkpoint import (
@@ -68,9 +70,11 @@ class RunContext:
 
 
 def default_run_name(cfg) -> str:
+    # The random suffix keeps names unique when several runs start in the same second.
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = cfg.group or ("tiny" if cfg.model.path.startswith("tiny") else Path(cfg.model.path).name)
-    return f"{base}-{cfg.variant or 's' + str(cfg.seed)}-{stamp}".replace("/", "_").replace(" ", "")
+    name = f"{base}-{cfg.variant or 's' + str(cfg.seed)}-{stamp}-{secrets.token_hex(2)}"
+    return name.replace("/", "_").replace(" ", "")
 
 
 def start(cfg, registry, parent: str | None = None, say=print) -> str:
@@ -96,6 +100,8 @@ def resume(cfg, registry, run, say=print) -> str:
     state = load_trainer_state(Path(last.path))
     # Weights come from the checkpoint; the KL reference stays the run's initial policy.
     ctx = _prepare(cfg, registry, say, model_dir=last.path)
+    # The one-writer claim, before the first write: of two resumers, one stops here.
+    registry.claim_run(run.id)
     ctx.run = run
     ctx.optimizer.load_state_dict(state.optimizer)
     ctx.scheduler.load_state_dict(state.scheduler)
@@ -155,6 +161,9 @@ def _run(ctx: RunContext, fresh: bool) -> str:
         status, error = "diverged", str(exc)
     except KeyboardInterrupt:
         status, error = "interrupted", "interrupted by the user (Ctrl-C)"
+    except ClaimLost:  # another process owns the run now: write nothing more
+        ctx.backend.close()
+        raise
     except Exception as exc:  # recorded with the run, then re-raised for the CLI to report
         registry.set_status(run.id, "failed", error=f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
         ctx.backend.close()
@@ -226,6 +235,9 @@ def _checkpoint(ctx: RunContext, step: int, accuracy: float | None) -> None:
     state = TrainerState(step=step, opt_step=ctx.opt_step, data_position=ctx.stream.position,
                          optimizer=ctx.optimizer.state_dict(), scheduler=ctx.scheduler.state_dict(),
                          best_accuracy=ctx.best_accuracy, rng=capture_rng())
+    # Renew the claim first: no other process can take the run over while the files are
+    # written (the lease outlasts any save), so a fenced-out trainer never overwrites them.
+    ctx.registry.heartbeat(ctx.run.id)
     path = save_checkpoint(Path(ctx.run.output_dir) / f"step-{step}", ctx.model, ctx.tokenizer, state, ctx.run.name)
     ctx.registry.add_checkpoint(ctx.run.id, step, str(path), eval_accuracy=accuracy)
     ctx.last_checkpoint_step = step

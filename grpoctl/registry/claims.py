@@ -1,0 +1,137 @@
+"""Exactly one writer per run: a claim taken by compare-and-set, checked by every commit.
+
+`grpoctl train` takes the claim of the run it creates (in the same INSERT), and
+`--resume` takes it with `claim_run`: an UPDATE that succeeds only if the token in the
+row is still the one it read, so of two processes racing for a run exactly one wins,
+on SQLite (where BEGIN IMMEDIATE serializes writers) and on PostgreSQL (where the
+UPDATE's row lock does, at READ COMMITTED) alike. The claim is a random token, the
+holder's host and pid, and a lease: it expires LEASE_S after the last renewal.
+
+Every commit of a claimed run (a step, an eval, a checkpoint, a status, a heartbeat)
+starts with `_fence`: an UPDATE of the run row WHERE claim_token = ours, which renews the
+lease. If it matches no row, another process has taken the run over, and the commit is
+abandoned before anything else is written: `ClaimLost`, which stops the trainer. So even a
+trainer that was only presumed dead (a frozen node, a partitioned network) can never
+write beside its successor; the unique index on step keys is the backstop under this.
+
+The lease: the trainer's heartbeat renews it every 60 s (each step commit does too), and
+it lasts LEASE_S = 180 s, so two heartbeats in a row may fail (a busy database) before the
+claim is lost. It can be taken over when it has expired, from any host: a retry of a dead
+run on another node waits at most 180 s (`stale`, shown after 300 s without a heartbeat,
+is for people and comes later). On the holder's own host a claim whose process no longer
+exists can be taken at once. Clocks of hosts sharing a registry must agree to within a
+few seconds (NTP), since each compares the lease with its own.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from datetime import datetime, timedelta, timezone
+
+from sqlalchemy import select, update
+
+from grpoctl.errors import UserError
+from grpoctl.registry.models import Run, utcnow
+
+LEASE_S = 180
+
+
+class ClaimLost(UserError):
+    """Another process holds the run now; this one must stop without writing more."""
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+
+
+def _process_gone(host: str | None, pid: int | None) -> bool:
+    """True when `pid` ran on this host and no longer exists (so its claim is dead)."""
+    if not pid or host != socket.gethostname():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, someone else's
+        return False
+    return False
+
+
+def claim_refusal(run: Run, now: datetime | None = None) -> str | None:
+    """Why `run` cannot be claimed now (its holder is alive as far as we can tell), or None."""
+    now = _aware(now or utcnow())
+    if run.claim_token is None:
+        if run.status != "running":
+            return None
+        # Written by a grpoctl from before claims: its heartbeat is all we have.
+        expires = _aware(run.heartbeat_at) + timedelta(seconds=LEASE_S)
+        host, pid = run.host, run.pid
+    else:
+        expires = _aware(run.claim_expires_at) if run.claim_expires_at else now
+        host, pid = run.claim_host, run.claim_pid
+    if now >= expires or _process_gone(host, pid):
+        return None
+    left = int((expires - now).total_seconds()) + 1
+    return (f"run '{run.name}' is being written by pid {pid} on {host} (its claim expires in {left} s "
+            "unless that process renews it)")
+
+
+class ClaimRecords:
+    """Mixed into Registry; `_claims` maps the run ids this process claimed to their tokens
+    (held, or lost to a takeover; a claim released by ending the run is forgotten)."""
+
+    _claims: dict[int, str]
+
+    def claimable(self, run: Run) -> bool:
+        return claim_refusal(run) is None
+
+    def claim_run(self, run_id: int) -> None:
+        """Take the run's claim, or raise UserError naming who holds it."""
+        with self._write() as session, session.begin():
+            run = session.get(Run, run_id)
+            if run is None:
+                raise UserError(f"no run with id {run_id}")
+            refusal = claim_refusal(run)
+            if refusal:
+                raise UserError(refusal)
+            token = secrets.token_hex(16)
+            taken = session.connection().execute(
+                update(Run)
+                .where(Run.id == run_id, Run.claim_token.is_not_distinct_from(run.claim_token))
+                .values(**self._claim_values(token))
+            )
+            if taken.rowcount != 1:  # someone else's compare-and-set got there first: name them
+                session.expire_all()
+                now_held = session.get(Run, run_id)
+                raise UserError(claim_refusal(now_held) if now_held is not None and claim_refusal(now_held)
+                                else f"run '{run.name}' was just claimed by another process")
+        self._claims[run_id] = token
+
+    def _claim_values(self, token: str) -> dict:
+        pid = os.getpid()
+        return dict(claim_token=token, claim_host=socket.gethostname(), claim_pid=pid, pid=pid,
+                    claim_expires_at=utcnow() + timedelta(seconds=LEASE_S))
+
+    def _fence(self, conn, run_id: int, **values) -> None:
+        """The first statement of every commit about a run: if this process holds the
+        run's claim, prove it still does (and renew the lease) or abandon the commit."""
+        token = self._claims.get(run_id)
+        if token is None:
+            if values:
+                conn.execute(update(Run).where(Run.id == run_id).values(**values))
+            return
+        values["claim_expires_at"] = utcnow() + timedelta(seconds=LEASE_S)
+        kept = conn.execute(update(Run).where(Run.id == run_id, Run.claim_token == token).values(**values))
+        if kept.rowcount != 1:
+            # The lost token stays in `_claims`: every later write about this run (from
+            # any thread of this process) fails the same way, none goes through unfenced.
+            holder = conn.execute(select(Run.name, Run.claim_host, Run.claim_pid).where(Run.id == run_id)).first()
+            name, host, pid = holder if holder else (run_id, None, None)
+            by = f" by pid {pid} on {host}" if pid else ""
+            raise ClaimLost(f"run '{name}' was taken over{by} after this process's claim expired: "
+                            "stopped without writing more")
+
+    def _released(self, run_id: int) -> None:
+        self._claims.pop(run_id, None)

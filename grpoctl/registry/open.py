@@ -1,0 +1,306 @@
+"""Opening a registry: every way it can fail becomes one line the user can act on.
+
+`open_registry` is what `Registry(...)` runs; `check_registry` runs the same checks and
+creates nothing, so a command can make sure the registry is usable before it writes its
+first byte anywhere (`Registry.check(url, write=True)`).
+
+Before any connection, a SQLite location is checked on disk: a directory, a file that
+cannot be read, a read-only file or directory when the command must write, a file that
+is empty, not SQLite (random bytes) or shorter than its header says (truncated). Only
+then is it opened, read-only when the command only reads, and its schema identified
+(schema.py): a SQLite file of another application is refused and never gets our tables.
+A PostgreSQL server that refuses the connection, the user or the password, or lacks the
+database, is named with host, port, user and database, never with the password.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from sqlalchemy import Engine, text
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+from grpoctl.errors import UserError
+from grpoctl.registry import schema
+from grpoctl.registry.engine import make_engine, public_url, redact_text, sqlite_path, writer_engine
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+class NoRegistry(UserError):
+    """There is no registry there yet (a missing SQLite file, an empty database)."""
+
+
+# --------------------------------------------------------------------------- on disk
+
+
+def _sqlite_header_problem(path: Path) -> str | None:
+    """Why `path` is not a usable SQLite file, judged from its first 100 bytes; None if fine."""
+    size = path.stat().st_size
+    if size == 0:
+        return "is an empty file, not a grpoctl registry"
+    with open(path, "rb") as f:
+        header = f.read(100)
+    if not header.startswith(SQLITE_MAGIC):
+        return "is not a SQLite database (nor a grpoctl registry)"
+    if len(header) < 100:
+        return "is truncated (shorter than a SQLite header)"
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    counter_matches = header[24:28] == header[92:96]  # else SQLite ignores the page count
+    wal_in_use = path.with_name(path.name + "-wal").exists()
+    # With a live -wal file, the main file may be mid-checkpoint: let SQLite judge it then.
+    if counter_matches and not wal_in_use and pages and size < pages * page_size:
+        return f"is truncated ({size} bytes of {pages * page_size})"
+    return None
+
+
+def check_sqlite_location(path: Path, write: bool, must_exist: bool) -> None:
+    shown = str(path)
+    if path.is_dir():
+        raise UserError(f"registry {shown} is a directory, not a file (pass --db DIR/registry.db)")
+    if not path.exists():
+        if must_exist:
+            raise NoRegistry(f"no registry at {shown} (run `grpoctl train` first or pass --db)")
+        parent = path.absolute().parent
+        if not parent.is_dir():
+            raise UserError(f"cannot create registry {shown}: directory {parent} does not exist")
+        if write and not os.access(parent, os.W_OK | os.X_OK):
+            raise UserError(f"cannot create registry {shown}: directory {parent} is read-only")
+        return
+    if not os.access(path, os.R_OK):
+        raise UserError(f"cannot read registry {shown}: permission denied")
+    problem = _sqlite_header_problem(path)
+    if problem:
+        raise UserError(f"registry {shown} {problem}")
+    if write:
+        if not os.access(path, os.W_OK):
+            raise UserError(f"registry {shown} is read-only, and this command writes to it "
+                            "(commands that only read work)")
+        if not os.access(path.absolute().parent, os.W_OK | os.X_OK):
+            raise UserError(f"registry {shown} is in a read-only directory, and this command writes to it "
+                            "(SQLite needs to create its -wal file there; commands that only read work)")
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def describe_error(exc: BaseException, url: URL) -> str:
+    """One line for a database error, with what the user should check; never the password."""
+    original = getattr(exc, "orig", None) or exc
+    message = " ".join(str(original).split())
+    password = url.password
+    if password:
+        message = message.replace(str(password), "***")
+    message = redact_text(message)
+    lower = message.lower()
+    if url.get_backend_name() == "sqlite":
+        where = f"registry {sqlite_path(url) or public_url(url)}"
+        if "file is not a database" in lower or "malformed" in lower:
+            return f"{where} is corrupt or not a SQLite database ({message})"
+        if "readonly" in lower or "read-only" in lower:
+            return f"{where} is read-only, and this command writes to it (commands that only read work)"
+        if "unable to open" in lower:
+            return f"cannot open {where} ({message})"
+        if "locked" in lower:
+            return f"{where} stayed locked by another process for 30 s ({message})"
+        return f"{where}: {message}"
+    server = f"{url.host or 'localhost'}:{url.port or 5432}"
+    user = url.username or os.environ.get("PGUSER") or "(default user)"
+    database = url.database or "(default database)"
+    if "connection refused" in lower:
+        return f"cannot connect to PostgreSQL at {server}: connection refused (is the server running?)"
+    if "password authentication failed" in lower:
+        return (f"PostgreSQL at {server} refused user '{user}': password authentication failed "
+                "(check the password in the URL, $PGPASSWORD or ~/.pgpass)")
+    if "no password supplied" in lower or "password is required" in lower:
+        return (f"PostgreSQL at {server} wants a password for user '{user}' "
+                "(put it in the URL, $PGPASSWORD or ~/.pgpass)")
+    if "does not exist" in lower and "database" in lower:
+        return f"PostgreSQL at {server} has no database '{database}' (create it, e.g. `createdb {database}`)"
+    if "role" in lower and "does not exist" in lower:
+        return f"PostgreSQL at {server} has no user '{user}'"
+    if "timeout" in lower or "timed out" in lower:
+        return f"cannot connect to PostgreSQL at {server}: timed out"
+    if "permission denied" in lower:
+        return f"user '{user}' may not do this in database '{database}' at {server} ({message})"
+    return f"PostgreSQL at {server}, database '{database}': {message}"
+
+
+# The registries this process opened, newest last: a failure met later (a corrupt page
+# deep in the file, a server that went away mid-command) is reported against it.
+_opened: list[URL] = []
+
+
+def as_user_error(exc: BaseException) -> UserError | None:
+    """A registry failure met after opening, as one line for the CLI; None for anything
+    else (a constraint violation or bad SQL is a bug and keeps its traceback)."""
+    from sqlalchemy.exc import DataError, IntegrityError, ProgrammingError
+
+    if not isinstance(exc, DBAPIError) or isinstance(exc, (IntegrityError, ProgrammingError, DataError)):
+        return None
+    if not _opened:
+        return UserError(f"registry: {redact_text(' '.join(str(exc.orig).split()))}")
+    return UserError(describe_error(exc, _opened[-1]))
+
+
+# --------------------------------------------------------------------------- open
+
+
+def _where(url: URL) -> str:
+    path = sqlite_path(url)
+    return str(path) if path is not None else public_url(url)
+
+
+def _db_hint(url: URL) -> str:
+    return "" if url.get_backend_name() == "sqlite" and str(sqlite_path(url)) == "registry.db" \
+        else f" --db {_where(url)}"
+
+
+def _state(engine: Engine, url: URL) -> str:
+    try:
+        with engine.connect() as conn:
+            return schema.revision_of(conn)
+    except SQLAlchemyError as exc:
+        raise UserError(describe_error(exc, url)) from None
+
+
+def _check_can_write(engine: Engine, url: URL) -> None:
+    if url.get_backend_name() != "postgresql":
+        return
+    with engine.connect() as conn:
+        allowed = conn.execute(text("SELECT has_table_privilege('run', 'INSERT, UPDATE, DELETE')")).scalar()
+    if not allowed:
+        user = url.username or "(default user)"
+        raise UserError(f"user '{user}' may only read the registry {_where(url)}, and this command writes to it")
+
+
+def _inspect(url: URL, path: Path | None) -> str:
+    """The registry's schema state, seen through a read-only connection for a SQLite file,
+    so that a file we end up refusing is not touched (not even by the WAL pragma)."""
+    engine = make_engine(url, read_only=True)
+    try:
+        state = _state(engine, url)
+        if state != schema.HEAD:
+            _refusal(state, engine, url)
+        return state
+    finally:
+        engine.dispose()
+
+
+def _refusal(state: str, engine: Engine, url: URL) -> None:
+    """Raise for states no command may touch: foreign, newer, or a SQLite file with no tables."""
+    where = _where(url)
+    if state == schema.FOREIGN:
+        with engine.connect() as conn:
+            why = schema.describe_foreign(conn)
+        kind = "SQLite file" if url.get_backend_name() == "sqlite" else "database"
+        raise UserError(f"{kind} {where} is not a grpoctl registry: {why} (grpoctl leaves it alone)")
+    if state == schema.EMPTY and sqlite_path(url) is not None:
+        # grpoctl creates its files complete (schema.create_sqlite): an empty one is not ours.
+        raise UserError(f"SQLite file {where} is not a grpoctl registry: it has no tables (grpoctl "
+                        "leaves it alone; remove it or pass another --db)")
+    if state != schema.EMPTY and state not in schema.REVISIONS:
+        raise UserError(schema.newer_message(where, state))
+
+
+def _fixable(state: str, url: URL, write: bool, upgrade: bool) -> None:
+    """Raise unless this open may bring `state` (empty or older) to HEAD itself."""
+    if state == schema.HEAD:
+        return
+    where = _where(url)
+    if state == schema.EMPTY:
+        if not write:
+            raise NoRegistry(f"database {where} has no grpoctl registry yet (a command that writes, "
+                             "e.g. `grpoctl db upgrade`, creates it)")
+        return
+    # Older: SQLite upgrades on open by a command that writes; PostgreSQL only by `db upgrade`.
+    if not write or not (upgrade or url.get_backend_name() == "sqlite"):
+        raise UserError(schema.older_message(where, state, _db_hint(url), url.get_backend_name()))
+
+
+def check_registry(url: URL, write: bool, must_exist: bool = False) -> None:
+    """Everything `open_registry` checks, creating and changing nothing."""
+    path = sqlite_path(url)
+    if path is not None:
+        check_sqlite_location(path, write, must_exist)
+        if not path.exists():
+            return
+    state = _inspect(url, path)
+    _fixable(state, url, write, upgrade=False)
+    if write and state == schema.HEAD:
+        engine = make_engine(url, read_only=True)
+        try:
+            _check_can_write(engine, url)
+        except SQLAlchemyError as exc:
+            raise UserError(describe_error(exc, url)) from None
+        finally:
+            engine.dispose()
+
+
+def open_registry(url: URL, write: bool, must_exist: bool = False, paths_root: str | None = None,
+                  upgrade: bool = False, report: dict | None = None) -> Engine:
+    """An engine on a registry at HEAD: checked, created or upgraded as described above.
+
+    `upgrade=True` (`grpoctl db upgrade`) also upgrades PostgreSQL. `report`, if given,
+    receives the revision found ("from") and the SQLite backup's path ("backup").
+    """
+    path = sqlite_path(url)
+    if path is not None:
+        check_sqlite_location(path, write, must_exist)
+        if not path.exists():
+            if not write:
+                raise NoRegistry(f"no registry at {path} (run `grpoctl train` first or pass --db)")
+            try:
+                created = schema.create_sqlite(path, lambda p: make_engine(url.set(database=str(p))))
+            except SQLAlchemyError as exc:
+                raise UserError(describe_error(exc, url)) from None
+            if report is not None:
+                report["created"] = created
+    state = _inspect(url, path) if path is not None else None
+    engine = make_engine(url, read_only=not write)
+    try:
+        if state is None:
+            state = _state(engine, url)
+            if state != schema.HEAD:
+                _refusal(state, engine, url)
+        _fixable(state, url, write, upgrade)
+        if state != schema.HEAD:
+            state, backup = _migrate(engine, url, paths_root)
+            if report is not None:
+                report["backup"] = backup
+        if report is not None:
+            report["from"] = state
+        if write:
+            _check_can_write(engine, url)
+    except SQLAlchemyError as exc:
+        engine.dispose()
+        raise UserError(describe_error(exc, url)) from None
+    except BaseException:
+        engine.dispose()
+        raise
+    _opened.append(url)
+    return engine
+
+
+def _migrate(engine: Engine, url: URL, paths_root: str | None) -> tuple[str, str | None]:
+    """Bring the registry to HEAD under the backend's lock. Returns the revision found
+    under the lock (HEAD if another process upgraded first) and the SQLite backup's path."""
+    path = sqlite_path(url)
+    backup = None
+    with writer_engine(engine).connect() as conn, conn.begin():
+        if url.get_backend_name() == "postgresql":
+            schema.pg_lock(conn)
+        state = schema.revision_of(conn)  # again, under the lock: another process may have done it
+        if state == schema.HEAD:
+            return state, None
+        if state not in schema.REVISIONS and state != schema.EMPTY:
+            raise UserError(schema.newer_message(_where(url), state))
+        if path is not None and state != schema.EMPTY:
+            backup = schema.backup_sqlite(path, state)
+        root = paths_root or (str(path.absolute().parent) if path is not None else None)
+        schema.run_migrations(conn, state, root)
+    return state, (str(backup) if backup else None)
