@@ -186,6 +186,10 @@ class RuntimeConfig:
     device: str = "auto"  # auto | cpu | cuda
     threads: int = 0  # torch threads on CPU; 0 = torch's default
     cache_dir: str = "outputs/cache"  # the tiny warm-start lives here
+    # What the first SIGINT/SIGTERM does: finish_step (finish the step in flight, then
+    # checkpoint) | checkpoint_now (abandon a step that has not updated the weights yet,
+    # checkpoint the last completed one). The grace period must cover what is left.
+    on_signal: str = "finish_step"
 
 
 @dataclass
@@ -244,6 +248,7 @@ CHOICES = {
     "model.dtype": ("auto", "float32", "bfloat16"),
     "runtime.device": ("auto", "cpu", "cuda"),
     "data.source": ("synthetic", "math", "gsm8k", "jsonl", "hub"),
+    "runtime.on_signal": ("finish_step", "checkpoint_now"),
 }
 
 # Keys that name a run rather than define it: left out of the config hash.
@@ -528,6 +533,7 @@ def config_hash(cfg: DictConfig | dict) -> str:
     for key in IDENTITY_KEYS:
         data.pop(key, None)
     data.get("logging", {}).pop("live", None)  # how it is displayed changes nothing
+    data.get("runtime", {}).pop("on_signal", None)  # nor how a stop request is met
     blob = json.dumps(data, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
