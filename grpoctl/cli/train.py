@@ -86,54 +86,71 @@ def train(
         typer.echo(describe_dry_run(cfg if cfg is not None else C.load_config(None, overrides)))
         return
 
+    if cfg is not None:
+        status = _start_fresh(cfg, db)
+    elif resume is not None:
+        status = _resume(resume, skip_missing, db)
+    else:
+        status = _start_from(from_run, overrides, db)
+    raise typer.Exit(0 if status == "finished" else 1)
+
+
+def _start_fresh(cfg, db: str | None) -> str:
+    # Everything that can be wrong (device, model, data, template, output directories)
+    # is checked before the registry is opened, since opening it creates a file.
     from grpoctl.registry import Registry
 
-    if cfg is not None:
-        # Order: config, then everything else that can be wrong (device, model, data,
-        # template, output directories), and only then the registry, which creates a file.
-        _check_registry_location(db)
-        data = _preflight(cfg)
-        registry = Registry(db)
-        if cfg.name:
-            _check_name_free(registry, cfg.name)
-        _setup_logging()
-        from grpoctl.train import trainer  # heavy: torch, transformers
+    _check_registry_location(db)
+    data = _preflight(cfg)
+    registry = Registry(db)
+    if cfg.name:
+        _check_name_free(registry, cfg.name)
+    _setup_logging()
+    from grpoctl.train import trainer  # heavy: torch, transformers
 
-        status = trainer.start(cfg, registry, say=typer.echo, data=data)
-        raise typer.Exit(0 if status == "finished" else 1)
+    return trainer.start(cfg, registry, say=typer.echo, data=data)
+
+
+def _resume(ref: str, skip_missing: bool, db: str | None) -> str:
+    from grpoctl import config as C
+    from grpoctl.registry import Registry
+    from grpoctl.train.checkpoint import pick_resume_checkpoint
+    from grpoctl.train.setup import check_model_dir, check_writable
 
     registry = Registry(db, must_exist=True)
-    if resume is not None:
-        from grpoctl.train.checkpoint import pick_resume_checkpoint
-        from grpoctl.train.setup import check_model_dir, check_writable
+    run = registry.get_run(ref)
+    _check_resumable(registry, run)
+    cfg = C.from_dict(json.loads(run.config))
+    # A checkpoint whose files are gone is refused here, before anything about the run changes.
+    checkpoint, skipped = pick_resume_checkpoint(registry.checkpoints(run.id), run.name, skip_missing)
+    check_model_dir(checkpoint.path, cfg)
+    if run.output_dir:
+        check_writable(run.output_dir, f"run {run.name}'s checkpoint directory")
+    data = _preflight(cfg, need_model=cfg.loss.kl_beta > 0)  # the KL reference is the initial model
+    for step, why in skipped:
+        typer.echo(f"note: skipping the step-{step} checkpoint ({why})", err=True)
+    _setup_logging()
+    from grpoctl.train import trainer
 
-        run = registry.get_run(resume)
-        _check_resumable(registry, run)
-        cfg = C.from_dict(json.loads(run.config))
-        checkpoint, skipped = pick_resume_checkpoint(registry.checkpoints(run.id), run.name, skip_missing)
-        check_model_dir(checkpoint.path, cfg)
-        if run.output_dir:
-            check_writable(run.output_dir, f"run {run.name}'s checkpoint directory")
-        data = _preflight(cfg, need_model=cfg.loss.kl_beta > 0)  # the KL reference is the initial model
-        for step, why in skipped:
-            typer.echo(f"note: skipping the step-{step} checkpoint ({why})", err=True)
-        _setup_logging()
-        from grpoctl.train import trainer
+    return trainer.resume(cfg, registry, run, say=typer.echo, checkpoint=checkpoint, data=data)
 
-        status = trainer.resume(cfg, registry, run, say=typer.echo, checkpoint=checkpoint, data=data)
-    else:
-        source = registry.get_run(from_run)
-        base = json.loads(source.config)
-        base["name"] = None
-        cfg = C.apply_overrides(C.from_dict(base), overrides)
-        if cfg.name:
-            _check_name_free(registry, cfg.name)
-        data = _preflight(cfg)
-        _setup_logging()
-        from grpoctl.train import trainer
 
-        status = trainer.start(cfg, registry, parent=source.name, say=typer.echo, data=data)
-    raise typer.Exit(0 if status == "finished" else 1)
+def _start_from(ref: str, overrides: list[str], db: str | None) -> str:
+    from grpoctl import config as C
+    from grpoctl.registry import Registry
+
+    registry = Registry(db, must_exist=True)
+    source = registry.get_run(ref)
+    base = json.loads(source.config)
+    base["name"] = None
+    cfg = C.apply_overrides(C.from_dict(base), overrides)
+    if cfg.name:
+        _check_name_free(registry, cfg.name)
+    data = _preflight(cfg)
+    _setup_logging()
+    from grpoctl.train import trainer
+
+    return trainer.start(cfg, registry, parent=source.name, say=typer.echo, data=data)
 
 
 def _warn(message: str) -> None:
