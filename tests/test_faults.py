@@ -258,8 +258,10 @@ def test_checkpoint_now_abandons_a_step_that_has_not_updated(point, saved, tiny_
 
 
 def test_deleted_checkpoint_files_are_named_and_can_be_skipped(tiny_model_dir, tmp_path, straight):
-    out = run(["train", *overrides(tiny_model_dir, tmp_path), "name=lost"], tmp_path, fault="step-train@5:KILL")
-    assert out.returncode == -signal.SIGKILL
+    proc = start(["train", *overrides(tiny_model_dir, tmp_path), "name=lost"], tmp_path, fault="step-rollouts@4:STOP")
+    wait_stopped(proc, tmp_path)
+    signal_while_stopped(proc, signal.SIGTERM)  # step 4 finishes and is saved; the run ends interrupted
+    assert wait(proc, tmp_path) == 1
     db = tmp_path / "registry.db"
     (_, step2), (_, step4) = live_checkpoints(db, "lost")
     for name in ("model.safetensors", "trainer_state.pt"):
@@ -270,7 +272,8 @@ def test_deleted_checkpoint_files_are_named_and_can_be_skipped(tiny_model_dir, t
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     (line,) = refused.stderr.strip().splitlines()
     assert "step 4 checkpoint are missing" in line and "--skip-missing-checkpoints" in line and "step 2" in line
-    assert dump(db) == before  # a refused resume writes nothing: the run keeps its status
+    assert dump(db) == before  # a refused resume writes nothing:
+    assert status(db, "lost")[:2] == ("interrupted", "interrupted by SIGTERM")  # the run's status stays true
 
     resume_and_compare("lost", tmp_path, straight, "--skip-missing-checkpoints")
 
