@@ -545,11 +545,11 @@ def _numeric_fields(cls, prefix: str = ""):
 
 def test_every_numeric_config_key_has_a_range():
     from grpoctl.config import Config
-    from grpoctl.config_ranges import RANGES
+    from grpoctl.config_checks import RANGES
 
     numeric = set(_numeric_fields(Config))
     assert "optimizer.betas" in numeric and "data.train_size" in numeric and "seed" in numeric
-    assert numeric - set(RANGES) == set(), "numeric keys without a range in config_ranges.RANGES"
+    assert numeric - set(RANGES) == set(), "numeric keys without a range in config_checks.RANGES"
     assert set(RANGES) - numeric == set(), "ranges for keys that do not exist"
 
 
@@ -570,7 +570,7 @@ def test_each_range_refuses_nan_infinity_and_its_edges():
     """Every row of RANGES, driven from the table: the first values outside it are refused
     in one line that names the key; NaN and infinity wherever the key is a float."""
     from grpoctl.config import load_config, to_dict
-    from grpoctl.config_ranges import RANGES
+    from grpoctl.config_checks import RANGES
     from grpoctl.errors import UserError
 
     defaults = to_dict(load_config())

@@ -18,7 +18,7 @@ import math
 import random
 from collections.abc import Iterator, Sequence
 
-from grpoctl.config import SYNTHETIC_OPERATORS as OPERATORS  # canonical order: ("*", "+") == ("+", "*")
+from grpoctl.config_checks import SYNTHETIC_OPERATORS as OPERATORS  # canonical order: ("*", "+") == ("+", "*")
 from grpoctl.data.examples import Example
 
 SPLITS = ("train", "eval")

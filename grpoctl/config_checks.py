@@ -1,4 +1,5 @@
-"""The valid range of every value in the config, as one table.
+"""Which config values are valid: the choices, the range of every number (one table),
+and the rules that tie keys together. `validate` refuses the first problem in one line.
 
 OmegaConf already enforces each key's type; this says which values of that type make
 sense. A value outside its range (NaN and infinity included) is refused with one line
@@ -27,6 +28,24 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from grpoctl.errors import UserError
 
 SEED_LIMIT = 2**32 - 1  # seeds are combined into torch generator seeds (< 2**63) without overflow
+
+CHOICES = {
+    "rollout.backend": ("auto", "vllm", "hf"),
+    "loss.loss_type": ("no_baseline", "reinforce_with_baseline", "grpo_clip", "grpo_no_clip"),
+    "loss.length_normalization": ("mean", "constant", "microbatch"),
+    "loss.importance_level": ("token", "sequence"),
+    "prompt.reward": ("r1_zero", "question_only"),
+    "optimizer.name": ("adamw", "adamw8bit"),
+    "optimizer.lr_schedule": ("constant", "cosine"),
+    "model.dtype": ("auto", "float32", "bfloat16"),
+    "runtime.device": ("auto", "cpu", "cuda"),
+    "data.source": ("synthetic", "math", "gsm8k", "jsonl", "hub"),
+    "runtime.on_signal": ("finish_step", "checkpoint_now"),
+}
+
+# What the synthetic task can compute (data/synthetic.py takes them from here, so
+# that checking a config needs no data code).
+SYNTHETIC_OPERATORS = ("+", "-", "*")
 
 
 @dataclass(frozen=True)
@@ -174,3 +193,92 @@ def _note(r: Rule) -> str:
 
 def _show(value: Any) -> str:
     return repr(value) if isinstance(value, str) else str(value)
+
+
+def validate(cfg: DictConfig) -> None:
+    """Refuse bad values and impossible combinations with one line that names what would be valid.
+
+    In order: choices, the range of every number (RANGES), run names, then the rules
+    that tie keys together.
+    """
+    for key, choices in CHOICES.items():
+        value = OmegaConf.select(cfg, key)
+        if value not in choices:
+            raise UserError(f"{key}={value!r} is not one of: {', '.join(choices)}")
+    check_ranges(cfg)
+    for key in ("name", "group", "variant"):  # a run's labels
+        _check_label(key, cfg[key])
+
+    r, loop, loss = cfg.rollout, cfg.loop, cfg.loss
+    if r.rollout_batch_size % r.group_size:
+        raise UserError(
+            f"rollout.rollout_batch_size ({r.rollout_batch_size}) must be divisible by "
+            f"rollout.group_size ({r.group_size})"
+        )
+    if r.rollout_batch_size % loop.train_batch_size:
+        raise UserError(
+            f"rollout.rollout_batch_size ({r.rollout_batch_size}) must be divisible by "
+            f"loop.train_batch_size ({loop.train_batch_size})"
+        )
+    if loop.train_batch_size % loop.gradient_accumulation_steps:
+        raise UserError(
+            f"loop.train_batch_size ({loop.train_batch_size}) must be divisible by "
+            f"loop.gradient_accumulation_steps ({loop.gradient_accumulation_steps})"
+        )
+    if r.min_tokens > r.max_tokens:
+        raise UserError(f"rollout.min_tokens ({r.min_tokens}) exceeds rollout.max_tokens ({r.max_tokens})")
+    off_policy = loop.epochs_per_rollout_batch > 1 or loop.train_batch_size < r.rollout_batch_size
+    if off_policy and loss.loss_type in ("no_baseline", "reinforce_with_baseline"):
+        raise UserError(
+            f"loss.loss_type={loss.loss_type} is on-policy only; with off-policy reuse "
+            "(epochs_per_rollout_batch > 1 or train_batch_size < rollout_batch_size) use grpo_clip or grpo_no_clip"
+        )
+    if loss.importance_level == "sequence" and loss.loss_type in ("no_baseline", "reinforce_with_baseline"):
+        raise UserError(
+            f"loss.importance_level=sequence (GSPO) weighs an importance ratio that loss.loss_type={loss.loss_type} "
+            "does not have: use grpo_clip or grpo_no_clip, or importance_level=token"
+        )
+    expected_reward = {"question_only": "question_only"}.get(cfg.prompt.template, None)
+    if expected_reward and cfg.prompt.reward != expected_reward:
+        raise UserError("prompt.template=question_only answers in \\boxed{}: set prompt.reward=question_only")
+    if cfg.prompt.template.startswith("r1_zero") and cfg.prompt.reward != "r1_zero":
+        raise UserError(f"prompt.template={cfg.prompt.template} answers in <answer> tags: set prompt.reward=r1_zero")
+    if cfg.data.source != "synthetic" and cfg.data.train_path is None:
+        raise UserError(f"data.source={cfg.data.source} needs data.train_path (a jsonl file or hub dataset name)")
+    _check_synthetic(cfg.data.synthetic)
+    _check_tiny(cfg.model)
+
+
+def _check_label(key: str, value: str | None) -> None:
+    """A run's name, group and variant name directories and fill one-line messages."""
+    if value is None:
+        return
+    if not value.strip() or value.strip() in (".", "..") or len(value) > 200:
+        raise UserError(f"{key}={value[:40]!r} is not usable as a name: give 1-200 characters, not '.' or '..'")
+    if any(not c.isprintable() for c in value):
+        raise UserError(f"{key}={value[:40]!r} contains a control character (a newline or tab, say)")
+
+
+def _check_synthetic(syn: DictConfig) -> None:
+    if syn.min_digits > syn.max_digits:
+        raise UserError(f"data.synthetic.min_digits ({syn.min_digits}) exceeds data.synthetic.max_digits ({syn.max_digits})")
+    ops = list(syn.ops)
+    if not ops or any(op not in SYNTHETIC_OPERATORS for op in ops):
+        raise UserError(f"data.synthetic.ops must be a non-empty list of {', '.join(SYNTHETIC_OPERATORS)}, got {ops}")
+
+
+def _check_tiny(model: DictConfig) -> None:
+    t = model.tiny
+    if t.hidden_size % t.num_attention_heads or (t.hidden_size // t.num_attention_heads) % 2:
+        raise UserError(f"model.tiny.hidden_size ({t.hidden_size}) must split into model.tiny.num_attention_heads "
+                        f"({t.num_attention_heads}) heads of an even size (rotary embeddings rotate pairs)")
+    if t.num_attention_heads % t.num_key_value_heads:
+        raise UserError(f"model.tiny.num_attention_heads ({t.num_attention_heads}) must be divisible by "
+                        f"model.tiny.num_key_value_heads ({t.num_key_value_heads})")
+    path = model.path
+    if path.startswith("tiny@"):
+        at = path.partition("@")[2]
+        saved = ", ".join(str(s) for s in model.warmstart.save_steps)
+        if not at.isdigit() or int(at) not in model.warmstart.save_steps:
+            raise UserError(f"model.path={path}: the warm-start keeps its weights at steps {saved} "
+                            "(model.warmstart.save_steps) and at its end (model.path=tiny)")
