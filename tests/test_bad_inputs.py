@@ -4,8 +4,7 @@ traceback, and nothing written (the registry and outputs/ byte for byte as befor
 Cases run in-process through `grpoctl.cli.main` in a fresh working directory, which keeps
 the whole corpus to seconds; `test_in_process_harness_matches_a_real_process` runs a sample
 of them as real `python -m grpoctl` processes and checks that both ways agree. With
-`GRPOCTL_BAD_INPUTS_SUBPROCESS=1` every case runs as a real process (slow; what the tally
-of the code before this corpus was measured with).
+`GRPOCTL_BAD_INPUTS_SUBPROCESS=1` every case runs as a real process (minutes, not seconds).
 
 Categories: config, data, eval, sweep, yaml, run_ids. Registry failures (a directory as
 --db, a corrupt file, an unknown scheme, ...) have their own table in
