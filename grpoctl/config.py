@@ -13,6 +13,7 @@ This module imports no torch: the sweep launcher and `--dry-run` resolve configs
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from grpoctl.config_checks import CHOICES, validate  # noqa: F401  (CHOICES re-exported)
 from grpoctl.errors import UserError
 
 # --------------------------------------------------------------------------- the tree
@@ -187,6 +189,10 @@ class RuntimeConfig:
     # run's identity: it changes how fast a run goes, not what it computes.
     threads: int = 0
     cache_dir: str = "outputs/cache"  # the tiny warm-start lives here
+    # What the first SIGINT/SIGTERM does: finish_step (finish the step in flight, then
+    # checkpoint) | checkpoint_now (abandon a step that has not updated the weights yet,
+    # checkpoint the last completed one). The grace period must cover what is left.
+    on_signal: str = "finish_step"
 
 
 @dataclass
@@ -234,31 +240,26 @@ ALIASES = {
     "kl_beta": "loss.kl_beta",
 }
 
-CHOICES = {
-    "rollout.backend": ("auto", "vllm", "hf"),
-    "loss.loss_type": ("no_baseline", "reinforce_with_baseline", "grpo_clip", "grpo_no_clip"),
-    "loss.length_normalization": ("mean", "constant", "microbatch"),
-    "loss.importance_level": ("token", "sequence"),
-    "prompt.reward": ("r1_zero", "question_only"),
-    "optimizer.name": ("adamw", "adamw8bit"),
-    "optimizer.lr_schedule": ("constant", "cosine"),
-    "model.dtype": ("auto", "float32", "bfloat16"),
-    "runtime.device": ("auto", "cpu", "cuda"),
-    "data.source": ("synthetic", "math", "gsm8k", "jsonl", "hub"),
-}
 
 # --------------------------------------------------------------------------- loading
+
+
+@functools.cache
+def _key_tree() -> dict:
+    """The defaults as plain nested dicts: what resolve_key walks (building the structured
+    config costs milliseconds, and a command line may carry dozens of overrides)."""
+    return OmegaConf.to_container(OmegaConf.structured(Config))  # type: ignore[return-value]
 
 
 def resolve_key(key: str) -> str:
     """Map a short alias (`lr`) to its dotted path (`optimizer.lr`); check the path exists."""
     path = ALIASES.get(key, key)
-    node: Any = OmegaConf.structured(Config)
+    node: Any = _key_tree()
     seen = []
     for part in path.split("."):
-        if not isinstance(node, DictConfig) or part not in node:
+        if not isinstance(node, dict) or part not in node:
             where = ".".join(seen) or "the top level"
-            valid = ", ".join(node.keys()) if isinstance(node, DictConfig) else "none (not a section)"
+            valid = ", ".join(node.keys()) if isinstance(node, dict) else "none (not a section)"
             hint = " or a short alias (lr, loss, group_size, ...)" if not seen else ""
             raise UserError(f"unknown config key '{key}': valid keys at {where} are {valid}{hint}")
         node = node[part]
@@ -309,6 +310,7 @@ def apply_overrides(cfg: DictConfig, overrides: list[str] | tuple[str, ...]) -> 
         for item in overrides:
             key, value = _parse_override(item)
             OmegaConf.update(cfg, key, value, merge=False)
+        OmegaConf.resolve(cfg)  # a yaml's ${...} interpolations: a bad one fails here, in one line
     except OmegaConfBaseException as exc:
         raise UserError(_one_line(exc)) from None
     validate(cfg)
@@ -319,6 +321,7 @@ def from_dict(data: dict) -> DictConfig:
     """Rebuild a validated config from a stored resolved config (for --resume and --from)."""
     try:
         cfg = OmegaConf.merge(OmegaConf.structured(Config), data)
+        OmegaConf.resolve(cfg)
     except OmegaConfBaseException as exc:
         raise UserError(_one_line(exc)) from None
     validate(cfg)
@@ -328,16 +331,40 @@ def from_dict(data: dict) -> DictConfig:
 def _read_yaml(path: Path) -> DictConfig:
     if not path.is_file():
         raise UserError(f"no config file at {path}")
+    import yaml
+
     try:
         data = OmegaConf.load(path)
-    except Exception as exc:  # yaml scanner errors carry multi-line messages
-        raise UserError(f"{path}: invalid yaml ({str(exc).splitlines()[0]})") from None
+    except yaml.MarkedYAMLError as exc:  # multi-line: keep what is wrong and where
+        line = f":{exc.problem_mark.line + 1}" if exc.problem_mark is not None else ""
+        raise UserError(f"{path}{line}: invalid yaml ({exc.problem or exc.context})") from None
+    except OSError as exc:
+        if "Invalid loaded object type" in str(exc):  # OmegaConf's word for a scalar document
+            raise UserError(f"{path}: expected a mapping of config keys, got a single value") from None
+        raise UserError(f"{path}: cannot read ({exc})") from None
+    except Exception as exc:  # bad encodings, recursion in deeply nested documents, ...
+        raise UserError(f"{path}: invalid yaml ({(str(exc).splitlines() or [type(exc).__name__])[0]})") from None
     if not isinstance(data, DictConfig):
         raise UserError(f"{path}: expected a mapping of config keys")
+    if not data and _is_blank_yaml(path):
+        # An empty file is far more often a mistake (a truncated write, the wrong file)
+        # than a wish for the defaults, and a run on the wrong config costs hours; `{}`
+        # says "no changes" on purpose.
+        raise UserError(f"{path} sets no config keys: to run the defaults give no config file, or write {{}} in it")
     # Ablation specs (experiments/*-ablation.yaml) carry base/variants, not config keys.
     if "variants" in data:
         raise UserError(f"{path} is an ablation spec: run it with `grpoctl sweep {path}`")
     return data
+
+
+def _is_blank_yaml(path: Path) -> bool:
+    """Empty, only comments, or a null document (`~`): yaml reads all of them as None."""
+    import yaml
+
+    try:
+        return yaml.safe_load(path.read_bytes()) is None
+    except (yaml.YAMLError, OSError):
+        return False
 
 
 def _one_line(exc: OmegaConfBaseException) -> str:
@@ -351,85 +378,6 @@ def _one_line(exc: OmegaConfBaseException) -> str:
     if key:
         return f"{key}: {msg}"
     return msg
-
-
-# --------------------------------------------------------------------------- checking
-
-
-def validate(cfg: DictConfig) -> None:
-    """Refuse impossible combinations with one line that names what would be valid."""
-    for key, choices in CHOICES.items():
-        value = OmegaConf.select(cfg, key)
-        if value not in choices:
-            raise UserError(f"{key}={value!r} is not one of: {', '.join(choices)}")
-
-    r, loop, loss = cfg.rollout, cfg.loop, cfg.loss
-    positives = {
-        "rollout.rollout_batch_size": r.rollout_batch_size,
-        "rollout.group_size": r.group_size,
-        "rollout.max_tokens": r.max_tokens,
-        "loop.n_grpo_steps": loop.n_grpo_steps,
-        "loop.epochs_per_rollout_batch": loop.epochs_per_rollout_batch,
-        "loop.train_batch_size": loop.train_batch_size,
-        "loop.gradient_accumulation_steps": loop.gradient_accumulation_steps,
-        "eval.subset": cfg.eval.subset,
-        "eval.batch_size": cfg.eval.batch_size,
-    }
-    for key, value in positives.items():
-        if value <= 0:
-            raise UserError(f"{key} must be a positive integer, got {value}")
-    if r.group_size < 2:
-        raise UserError("rollout.group_size must be at least 2: advantages compare rollouts within a group")
-    if r.rollout_batch_size % r.group_size:
-        raise UserError(
-            f"rollout.rollout_batch_size ({r.rollout_batch_size}) must be divisible by "
-            f"rollout.group_size ({r.group_size})"
-        )
-    if r.rollout_batch_size % loop.train_batch_size:
-        raise UserError(
-            f"rollout.rollout_batch_size ({r.rollout_batch_size}) must be divisible by "
-            f"loop.train_batch_size ({loop.train_batch_size})"
-        )
-    if loop.train_batch_size % loop.gradient_accumulation_steps:
-        raise UserError(
-            f"loop.train_batch_size ({loop.train_batch_size}) must be divisible by "
-            f"loop.gradient_accumulation_steps ({loop.gradient_accumulation_steps})"
-        )
-    if not 0 < r.top_p <= 1:
-        raise UserError(f"rollout.top_p must be in (0, 1], got {r.top_p}")
-    if r.temperature <= 0:
-        raise UserError(f"rollout.temperature must be > 0 (use eval.greedy for greedy decoding), got {r.temperature}")
-    if r.min_tokens > r.max_tokens:
-        raise UserError(f"rollout.min_tokens ({r.min_tokens}) exceeds rollout.max_tokens ({r.max_tokens})")
-    e = cfg.eval
-    if e.max_tokens <= 0 or (not e.greedy and (e.temperature <= 0 or not 0 < e.top_p <= 1)):
-        raise UserError("eval: max_tokens must be > 0, and sampled evals (eval.greedy=false) need "
-                        f"temperature > 0 and top_p in (0, 1]; got {e.max_tokens}, {e.temperature}, {e.top_p}")
-    if cfg.checkpoint.keep_last < 1 or cfg.checkpoint.keep_best < 0 or cfg.checkpoint.every < 0:
-        raise UserError("checkpoint: keep_last must be >= 1 (resume needs the newest), keep_best and every >= 0")
-    if loss.cliprange_high is not None and loss.cliprange_high <= 0:
-        raise UserError(f"loss.cliprange_high must be > 0 (or null for symmetric clipping), got {loss.cliprange_high}")
-    if r.generation_batch_size <= 0:
-        raise UserError(f"rollout.generation_batch_size must be > 0, got {r.generation_batch_size}")
-    if cfg.optimizer.lr <= 0:
-        raise UserError(f"optimizer.lr must be > 0, got {cfg.optimizer.lr}")
-    if loss.cliprange <= 0:
-        raise UserError(f"loss.cliprange must be > 0, got {loss.cliprange}")
-    if loss.kl_beta < 0:
-        raise UserError(f"loss.kl_beta must be >= 0, got {loss.kl_beta}")
-    off_policy = loop.epochs_per_rollout_batch > 1 or loop.train_batch_size < r.rollout_batch_size
-    if off_policy and loss.loss_type in ("no_baseline", "reinforce_with_baseline"):
-        raise UserError(
-            f"loss.loss_type={loss.loss_type} is on-policy only; with off-policy reuse "
-            "(epochs_per_rollout_batch > 1 or train_batch_size < rollout_batch_size) use grpo_clip or grpo_no_clip"
-        )
-    expected_reward = {"question_only": "question_only"}.get(cfg.prompt.template, None)
-    if expected_reward and cfg.prompt.reward != expected_reward:
-        raise UserError("prompt.template=question_only answers in \\boxed{}: set prompt.reward=question_only")
-    if cfg.prompt.template.startswith("r1_zero") and cfg.prompt.reward != "r1_zero":
-        raise UserError(f"prompt.template={cfg.prompt.template} answers in <answer> tags: set prompt.reward=r1_zero")
-    if cfg.data.source != "synthetic" and cfg.data.train_path is None:
-        raise UserError(f"data.source={cfg.data.source} needs data.train_path (a jsonl file or hub dataset name)")
 
 
 # --------------------------------------------------------------------------- derived
@@ -473,10 +421,11 @@ def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
 
 # Keys that do not change what a run computes: they name it (name, group, variant), say
 # where its files go or how it is shown (checkpoint.*, runtime.cache_dir, logging.*), or
-# change only its speed (runtime.threads, eval.batch_size). A key ending in "." covers
+# change only its speed or how a stop request is met (runtime.threads, eval.batch_size,
+# runtime.on_signal). A key ending in "." covers
 # its whole section.
 HASH_EXCLUDED = ("name", "group", "variant", "checkpoint.", "runtime.threads", "runtime.cache_dir",
-                 "logging.", "eval.batch_size")
+                 "runtime.on_signal", "logging.", "eval.batch_size")
 # Config keys added AFTER this definition of the hash (identity v2), each with the value
 # that keeps the behaviour runs had before the key existed. At that value the key is left
 # out of the hash, so adding it changes no existing run's identity and sweeps keep finding

@@ -67,56 +67,114 @@ def train(
     args: Annotated[Optional[list[str]], typer.Argument(metavar="[CONFIG] [KEY=VALUE]...", show_default=False)] = None,
     resume: Annotated[Optional[str], typer.Option("--resume", help="Continue RUN from its last checkpoint.")] = None,
     from_run: Annotated[Optional[str], typer.Option("--from", help="Start a new run from RUN's config (+ overrides).")] = None,
+    skip_missing: Annotated[bool, typer.Option(
+        "--skip-missing-checkpoints",
+        help="With --resume: when the newest checkpoint's files are gone, resume from the newest one whose files "
+             "exist (the steps after it are run again).")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the resolved config, sizes and a memory estimate; run nothing.")] = False,
     db: DbOption = None,
 ) -> None:
     from grpoctl import config as C
 
     config_path, overrides = split_args(args or [])
-    if resume and (config_path or overrides or from_run):
+    for flag, ref in (("--resume", resume), ("--from", from_run)):
+        if ref is not None and not ref.strip():
+            raise UserError(f"{flag} needs a run id or name")
+    if resume is not None and (config_path or overrides or from_run is not None):
         raise UserError("--resume continues a run exactly as configured: it takes no config file, overrides or --from")
-    if from_run and config_path:
+    if from_run is not None and config_path:
         raise UserError("--from takes overrides only (the config comes from the run)")
+    if skip_missing and resume is None:
+        raise UserError("--skip-missing-checkpoints goes with --resume RUN")
     # A fresh run's config is checked before the registry is even opened: bad input writes nothing.
-    cfg = None if (resume or from_run) else C.load_config(config_path, overrides)
+    cfg = None if (resume is not None or from_run is not None) else C.load_config(config_path, overrides)
     if dry_run:
         from grpoctl.train.dry_run import describe_dry_run
 
         typer.echo(describe_dry_run(cfg if cfg is not None else C.load_config(None, overrides)))
         return
 
+    if cfg is not None:
+        status = _start_fresh(cfg, db)
+    elif resume is not None:
+        status = _resume(resume, skip_missing, db)
+    else:
+        status = _start_from(from_run, overrides, db)
+    raise typer.Exit(0 if status == "finished" else 1)
+
+
+def _start_fresh(cfg, db: str | None) -> str:
+    # Everything that can be wrong (device, model, data, template, output directories)
+    # is checked before the registry is opened, since opening it creates a file.
     from grpoctl.registry import Registry
 
-    if resume or from_run:
-        registry = Registry(db, must_exist=True)
-    else:
-        # Only checked here (nothing is created): the registry is opened, and created if
-        # new, just before the run starts, when everything else has been checked too.
-        Registry.check(db, write=True)
-        registry = None
-    parent = run = None
-    if resume:
-        run = registry.get_run(resume)
-        _check_resumable(registry, run)
-        cfg = C.from_dict(json.loads(run.config))
-    elif from_run:
-        source = registry.get_run(from_run)
-        base = json.loads(source.config)
-        base["name"] = None
-        cfg = C.apply_overrides(C.from_dict(base), overrides)
-        parent = source.name
-    if registry is None:
-        registry = Registry(db)
-    if cfg.name and not resume:
+    Registry.check(db, write=True)  # creates nothing: the registry is opened just below
+    data = _preflight(cfg)
+    registry = Registry(db)
+    if cfg.name:
         _check_name_free(registry, cfg.name)
-
     _setup_logging()
     _setup_threads(cfg)
     from grpoctl.train import trainer  # heavy: torch, transformers
 
-    status = trainer.resume(cfg, registry, run, say=typer.echo) if resume else trainer.start(
-        cfg, registry, parent=parent, say=typer.echo)
-    raise typer.Exit(0 if status == "finished" else 1)
+    return trainer.start(cfg, registry, say=typer.echo, data=data)
+
+
+def _resume(ref: str, skip_missing: bool, db: str | None) -> str:
+    from grpoctl import config as C
+    from grpoctl.registry import Registry
+    from grpoctl.train.checkpoint import pick_resume_checkpoint
+    from grpoctl.train.setup import check_model_dir, check_writable
+
+    registry = Registry(db, must_exist=True)
+    run = registry.get_run(ref)
+    _check_resumable(registry, run)
+    cfg = C.from_dict(json.loads(run.config))
+    # A checkpoint whose files are gone is refused here, before anything about the run changes.
+    checkpoint, skipped = pick_resume_checkpoint(registry.checkpoints(run.id), run.name, skip_missing)
+    check_model_dir(checkpoint.path, cfg)
+    if run.output_dir:
+        check_writable(run.output_dir, f"run {run.name}'s checkpoint directory")
+    data = _preflight(cfg, need_model=cfg.loss.kl_beta > 0)  # the KL reference is the initial model
+    for step, why in skipped:
+        typer.echo(f"note: skipping the step-{step} checkpoint ({why})", err=True)
+    _setup_logging()
+    _setup_threads(cfg)
+    from grpoctl.train import trainer
+
+    return trainer.resume(cfg, registry, run, say=typer.echo, checkpoint=checkpoint, data=data)
+
+
+def _start_from(ref: str, overrides: list[str], db: str | None) -> str:
+    from grpoctl import config as C
+    from grpoctl.registry import Registry
+
+    registry = Registry(db, must_exist=True)
+    source = registry.get_run(ref)
+    base = json.loads(source.config)
+    base["name"] = None
+    cfg = C.apply_overrides(C.from_dict(base), overrides)
+    if cfg.name:
+        _check_name_free(registry, cfg.name)
+    data = _preflight(cfg)
+    _setup_logging()
+    _setup_threads(cfg)
+    from grpoctl.train import trainer
+
+    return trainer.start(cfg, registry, parent=source.name, say=typer.echo, data=data)
+
+
+def _warn(message: str) -> None:
+    typer.echo(message, err=True)
+
+
+def _preflight(cfg, **kw):
+    from grpoctl.train.threads import wait_passively
+
+    wait_passively()  # OpenMP reads it once, when torch is imported (by setup, just below)
+    from grpoctl.train.setup import preflight  # torch: only once the flags and config are known good
+
+    return preflight(cfg, warn=_warn, **kw)
 
 
 def _check_name_free(registry, name: str) -> None:
@@ -152,31 +210,28 @@ def evaluate_checkpoint(
     db: DbOption = None,
 ) -> None:
     from grpoctl import config as C
-    from grpoctl.registry import Registry
 
+    for flag, value in (("--subset", subset), ("--max-tokens", max_tokens)):
+        if value is not None and value < 1:
+            raise UserError(f"{flag} must be at least 1, got {value}")
     path = Path(ckpt_dir)
     if not (path / "config.json").is_file():
         raise UserError(f"{ckpt_dir} is not a model directory (no config.json)")
-    registry = Registry(db)
+    from grpoctl.registry import Registry
     from grpoctl.train.threads import wait_passively
 
     wait_passively()  # before torch's first import, just below
-    from grpoctl.train.checkpoint import run_of_checkpoint  # noqa: E402  (torch only past validation)
+    from grpoctl.train.checkpoint import run_of_checkpoint  # noqa: E402  (torch only past the flags)
+    from grpoctl.train.setup import check_model_dir
 
+    check_model_dir(path)
     marker = run_of_checkpoint(path)
-    run = None
-    if marker:
-        try:
-            run = registry.get_run(marker["run"])
-        except UserError:
-            run = None
+    Registry.check(db, write=True)
+    registry, run = _registry_of(db, marker)
     base = json.loads(run.config) if run else {}
-    if not run and not (prompt and max_tokens):
-        typer.echo(f"note: no grpoctl run wrote {ckpt_dir}; using the defaults for what is not given "
-                   "(--prompt r1_zero_compact, --max-tokens 32: the tiny model's)", err=True)
     overrides = [f"model.path={path}"]
     if subset is not None or not run:
-        overrides.append(f"eval.subset={subset or 1024}")
+        overrides.append(f"eval.subset={subset if subset is not None else 1024}")
     if seed is not None:
         overrides.append(f"eval.subset_seed={seed}")
     if prompt:
@@ -189,17 +244,41 @@ def evaluate_checkpoint(
         overrides.append(f"data.source={source}")
     if greedy is not None:
         overrides.append(f"eval.greedy={str(greedy).lower()}")
-    if max_tokens:
+    if max_tokens is not None:
         overrides += [f"eval.max_tokens={max_tokens}"]
     cfg = C.apply_overrides(C.from_dict(base) if base else C.load_config(None, []), overrides)
+    check_model_dir(path, cfg)
+    eval_data = _preflight(cfg, need_model=False, need_train=False, writes=False)
+    if not run and not (prompt and max_tokens):
+        typer.echo(f"note: no grpoctl run wrote {ckpt_dir}; using the defaults for what is not given "
+                   "(--prompt r1_zero_compact, --max-tokens 32: the tiny model's)", err=True)
+    if registry is None:
+        registry = Registry(db)
 
     _setup_logging()
     _setup_threads(cfg)
     from grpoctl.train.evaluate_checkpoint import run_eval
 
-    result = run_eval(cfg, registry, path, run, marker, say=typer.echo)
+    result = run_eval(cfg, registry, path, run, marker, say=typer.echo, data=eval_data)
     typer.echo(
         f"accuracy {result.accuracy:.4f} (n={result.n}), format rate {result.format_rate:.3f}, "
         f"mean response length {result.mean_response_length:.1f}"
         + (f" → recorded for run {run.name}" if run else " → recorded (no run known for this checkpoint)")
     )
+
+
+def _registry_of(db: str | None, marker: dict | None):
+    """(registry, run) for a checkpoint's marker, read without creating a registry: a
+    checkpoint no registry here knows is evaluated with the defaults."""
+    if not marker:
+        return None, None
+    from grpoctl.registry import Registry
+
+    try:
+        registry = Registry(db, must_exist=True)
+    except UserError:  # no registry yet
+        return None, None
+    try:
+        return registry, registry.get_run(marker["run"])
+    except UserError:
+        return registry, None

@@ -10,11 +10,12 @@ from grpoctl.data.hub import load_hub_dataset
 from grpoctl.data.load import SOURCES, load_examples
 from grpoctl.data.stream import PromptStream
 from grpoctl.data.subsets import eval_subset
-from grpoctl.data.synthetic import split_of, synthetic_examples
+from grpoctl.data.synthetic import ENUMERATE_LIMIT, problem_count, split_of, synthetic_examples
 
 __all__ = [
     "SOURCES",
     "DataError",
+    "ENUMERATE_LIMIT",
     "Example",
     "PromptStream",
     "eval_subset",
@@ -25,6 +26,7 @@ __all__ = [
     "load_hub_dataset",
     "load_jsonl",
     "load_math_jsonl",
+    "problem_count",
     "split_gsm8k",
     "split_of",
     "subset_hash",

@@ -8,43 +8,69 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from grpoctl.data.examples import DataError, Example
 from grpoctl.data.records import example_from_record
 
 
-def read_bytes(path: str | Path) -> bytes:
-    """The file's bytes, with the usual OS errors turned into one-line DataErrors."""
+# One problem is a few KB (MATH's longest line is under 10 KB): a line past this is not a
+# problem but a broken or hostile file, and parsing it could take all the memory there is.
+MAX_LINE_BYTES = 4 * 1024 * 1024
+
+
+@contextmanager
+def _open(path: str | Path):
+    """The file opened for reading, with the usual OS errors turned into one-line DataErrors."""
     try:
-        return Path(path).read_bytes()
+        handle = open(path, "rb")
     except FileNotFoundError:
         raise DataError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise DataError(f"{path}: is a directory, expected a .jsonl file") from None
     except PermissionError:
         raise DataError(f"{path}: permission denied") from None
+    with handle:
+        yield handle
+
+
+def _no_constants(name: str):
+    raise ValueError(f"{name} is not JSON")
 
 
 def read_jsonl(path: str | Path) -> Iterator[tuple[int, object]]:
-    """(line number, parsed value) for each non-blank line; line numbers are 1-based."""
-    data = read_bytes(path)
+    """(line number, parsed value) for each non-blank line; line numbers are 1-based.
+
+    The file is read a line at a time, and no line may hold more than MAX_LINE_BYTES.
+    Python's json accepts NaN and Infinity, which are not JSON (and no answer): refused.
+    """
     found = False
-    for number, raw in enumerate(data.split(b"\n"), start=1):
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise DataError(f"{path}:{number}: not valid UTF-8") from None
-        if number == 1:
-            line = line.removeprefix("\ufeff")  # a BOM some Windows tools write
-        if not line.strip():
-            continue
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path}:{number}: invalid JSON ({exc.msg})") from None
-        found = True
-        yield number, value
+    with _open(path) as handle:
+        for number, raw in enumerate(iter(lambda: handle.readline(MAX_LINE_BYTES + 1), b""), start=1):
+            if len(raw) > MAX_LINE_BYTES:
+                raise DataError(f"{path}:{number}: line longer than {MAX_LINE_BYTES // 2**20} MB, "
+                                "the most one problem may take")
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise DataError(f"{path}:{number}: not valid UTF-8") from None
+            if number == 1:
+                line = line.removeprefix("\ufeff")  # a BOM some Windows tools write
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line, parse_constant=_no_constants)
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{path}:{number}: invalid JSON ({exc.msg})") from None
+            except ValueError as exc:
+                raise DataError(f"{path}:{number}: invalid JSON ({exc})") from None
+            except RecursionError:
+                raise DataError(f"{path}:{number}: invalid JSON (nested too deeply to parse)") from None
+            except MemoryError:
+                raise DataError(f"{path}:{number}: invalid JSON (too large to parse in the memory there is)") from None
+            found = True
+            yield number, value
     if not found:
         raise DataError(f"{path}: empty file")
 

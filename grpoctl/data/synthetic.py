@@ -18,10 +18,10 @@ import math
 import random
 from collections.abc import Iterator, Sequence
 
+from grpoctl.config_checks import SYNTHETIC_OPERATORS as OPERATORS  # canonical order: ("*", "+") == ("+", "*")
 from grpoctl.data.examples import Example
 
 SPLITS = ("train", "eval")
-OPERATORS = ("+", "-", "*")  # canonical order, so ("*", "+") and ("+", "*") agree
 EVAL_PER_MILLE = 100  # 10% of all problems are eval-only
 
 # Below this many problems the whole space is listed and sampled without
@@ -106,6 +106,14 @@ def _check(
     if not ops or unknown:
         raise ValueError(f"ops must be among {' '.join(OPERATORS)}, got {' '.join(map(str, ops)) or 'none'}")
     return tuple(op for op in OPERATORS if op in ops)
+
+
+def problem_count(min_digits: int = 2, max_digits: int = 2, ops: Sequence[str] = ("+",),
+                  num_operands: int = 2) -> int:
+    """How many problems these knobs make (both splits); above ENUMERATE_LIMIT a split
+    cannot be listed whole, only drawn from (`n` given)."""
+    return _Space(min_digits, max_digits, _check("train", None, min_digits, max_digits, ops, num_operands),
+                  num_operands).size
 
 
 def synthetic_examples(

@@ -30,6 +30,9 @@ from grpoctl.errors import UserError
 
 # --------------------------------------------------------------------------- value specs
 
+# `a..b:n` makes one run per point: past this, the count is a typo, not a plan.
+MAX_POINTS = 1000
+
 
 def parse_values(spec: str) -> list[Any]:
     """`a..b` (the 1-3-10 log series), `a..b:n` (n log-spaced points) or `a,b,c`."""
@@ -42,6 +45,9 @@ def parse_values(spec: str) -> list[Any]:
     if any(item == "" for item in items):
         raise UserError(f"--values {spec!r} has an empty item")
     values = [parse_scalar(item) for item in items]
+    for item, value in zip(items, values):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise UserError(f"--values {spec!r}: {item!r} is not a finite number")
     if len(set(map(repr, values))) != len(values):
         raise UserError(f"--values {spec!r} repeats a value")
     return values
@@ -77,6 +83,8 @@ def _parse_range(spec: str) -> list[float | int]:
             raise UserError(f"--values {spec!r}: the point count after ':' must be an integer") from None
         if n < 2:
             raise UserError(f"--values {spec!r}: a range needs at least 2 points (use a single value instead)")
+        if n > MAX_POINTS:
+            raise UserError(f"--values {spec!r}: at most {MAX_POINTS} points (one run each)")
         values = [lo * (hi / lo) ** (i / (n - 1)) for i in range(n)]
         values = [_round(v, 3) for v in values]
     else:
@@ -88,9 +96,12 @@ def _parse_range(spec: str) -> list[float | int]:
 
 def _bound(text: str, spec: str) -> float:
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         raise UserError(f"--values {spec!r}: {text.strip() or 'an empty bound'!r} is not a number") from None
+    if not math.isfinite(value):
+        raise UserError(f"--values {spec!r}: {text.strip()!r} is not a finite number")
+    return value
 
 
 def _looks_int(text: str) -> bool:

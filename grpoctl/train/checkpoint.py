@@ -17,6 +17,9 @@ from pathlib import Path
 
 import torch
 
+from grpoctl.errors import UserError
+from grpoctl.train.faults import fault_point
+
 STATE_FILE = "trainer_state.pt"
 RUN_FILE = "grpoctl_run.json"  # lets `grpoctl eval CKPT_DIR` link its result to the run
 
@@ -46,29 +49,93 @@ def restore_rng(rng: dict) -> None:
     random.setstate(rng["python"])
 
 
+class CheckpointWriteError(Exception):
+    """A checkpoint could not be written (a full disk, a read-only directory): one line."""
+
+
 def save_checkpoint(path: Path, model, tokenizer, state: TrainerState, run_name: str) -> Path:
     tmp = path.with_name(path.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    model.save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
-    torch.save(state.__dict__, tmp / STATE_FILE)
-    (tmp / RUN_FILE).write_text(json.dumps({"run": run_name, "step": state.step}))
-    # Renamed into place only when complete: a kill mid-save never leaves a torn checkpoint.
-    shutil.rmtree(path, ignore_errors=True)
-    tmp.rename(path)
+    fault_point("checkpoint-write", state.step)
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        torch.save(state.__dict__, tmp / STATE_FILE)
+        (tmp / RUN_FILE).write_text(json.dumps({"run": run_name, "step": state.step}))
+        fault_point("checkpoint-rename", state.step)
+        # Renamed into place only when complete: a kill mid-save never leaves a torn checkpoint.
+        shutil.rmtree(path, ignore_errors=True)
+        tmp.rename(path)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointWriteError(f"cannot write the step {state.step} checkpoint at {path}: {exc}") from exc
     return path
 
 
 def load_trainer_state(path: Path) -> TrainerState:
-    data = torch.load(Path(path) / STATE_FILE, map_location="cpu", weights_only=False)
-    return TrainerState(**data)
+    file = Path(path) / STATE_FILE
+    try:
+        data = torch.load(file, map_location="cpu", weights_only=False)
+        return TrainerState(**data)
+    except Exception as exc:  # truncated, not a torch file, another version's fields
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise UserError(f"{file} is unreadable ({type(exc).__name__}: {first[:200]})") from None
+
+
+def checkpoint_problem(path: Path) -> str | None:
+    """Why the checkpoint at `path` cannot be resumed from (its files missing or
+    corrupt), or None when it looks whole. Reads headers, not the weights."""
+    from grpoctl.train.setup import check_model_dir
+
+    path = Path(path)
+    if not path.is_dir():
+        return f"{path} does not exist"
+    try:
+        check_model_dir(path)
+    except UserError as exc:
+        return str(exc)
+    state = path / STATE_FILE
+    if not state.is_file() or state.stat().st_size == 0:
+        return f"{state} is {'empty' if state.is_file() else 'missing'}"
+    return None
+
+
+def pick_resume_checkpoint(checkpoints: list, run_name: str, skip_missing: bool = False) -> tuple:
+    """The checkpoint to resume from: the newest one, whose files must be whole; with
+    `skip_missing`, the newest one whose files are. Returns it with the (step, why)
+    of each newer one skipped; refuses in one line that names the step whose files are gone."""
+    if not checkpoints:
+        raise UserError(f"run '{run_name}' has no checkpoint to resume from (it stopped before its first one)")
+    skipped: list[tuple[int, str]] = []
+    for checkpoint in sorted(checkpoints, key=lambda c: c.step, reverse=True):
+        problem = checkpoint_problem(Path(checkpoint.path))
+        if problem is None:
+            if skipped and not skip_missing:
+                step, why = skipped[0]
+                raise UserError(f"run '{run_name}': the files of its step {step} checkpoint are missing or damaged "
+                                f"({why}); `--skip-missing-checkpoints` resumes from step {checkpoint.step} instead")
+            return checkpoint, skipped
+        skipped.append((checkpoint.step, problem))
+    steps = ", ".join(str(step) for step, _ in skipped)
+    which = f"checkpoints (steps {steps}) are" if len(skipped) > 1 else f"step {steps} checkpoint are"
+    raise UserError(f"run '{run_name}': the files of its {which} missing or damaged ({skipped[0][1]}) "
+                    f"and no older one is left: start again with `grpoctl train --from {run_name}`")
 
 
 def run_of_checkpoint(path: Path) -> dict | None:
     """{'run': name, 'step': N} for a checkpoint grpoctl wrote, else None."""
     marker = Path(path) / RUN_FILE
-    return json.loads(marker.read_text()) if marker.exists() else None
+    if not marker.exists():
+        return None
+    try:
+        data = json.loads(marker.read_text(encoding="utf-8"))
+    except (ValueError, OSError) as exc:
+        raise UserError(f"{marker} is unreadable ({str(exc).splitlines()[0]}): delete it to evaluate the "
+                        "checkpoint as an unknown model") from None
+    if not (isinstance(data, dict) and isinstance(data.get("run"), str) and isinstance(data.get("step"), int)):
+        raise UserError(f"{marker} does not name a run and step: delete it to evaluate the checkpoint as an unknown model")
+    return data
 
 
 def select_for_deletion(checkpoints: list, keep_last: int, keep_best: int) -> list:

@@ -13,9 +13,10 @@ from grpoctl.train.evaluate import eval_record, eval_sampling, evaluate
 from grpoctl.train.setup import load_policy, load_run_data, pick_device, pick_dtype
 
 
-def run_eval(cfg, registry, path: Path, run, marker: dict | None, say=print):
+def run_eval(cfg, registry, path: Path, run, marker: dict | None, say=print, data=None):
+    """Evaluate the model at `path`; `data` is the already loaded (and checked) RunData, if any."""
     device = pick_device(cfg)
-    data = load_run_data(cfg, need_train=False)
+    data = data or load_run_data(cfg, need_train=False)
     model, tokenizer = load_policy(str(path), device, pick_dtype(cfg, device), gradient_checkpointing=False)
     model.eval()
     backend = make_backend(cfg, model, tokenizer, str(path), say=say)

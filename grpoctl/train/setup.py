@@ -1,10 +1,15 @@
 """Everything a run needs before its first step: device, model, tokenizer, data, backend.
 
 Kept apart from the loop so that the loop reads as the algorithm and nothing else.
+
+`preflight` checks all of it that can be wrong (device, model directory, data files,
+template, writable output directories) without writing a byte, so that `grpoctl train`
+and `grpoctl eval` can refuse bad input before the registry or outputs/ exist.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from dataclasses import dataclass
@@ -12,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from grpoctl.data import DataError, Example, eval_subset, file_hash, load_examples
+from grpoctl.data import ENUMERATE_LIMIT, DataError, Example, eval_subset, file_hash, load_examples, problem_count
 from grpoctl.errors import UserError
 from grpoctl.prompts import load_template
 
@@ -38,6 +43,122 @@ def pick_dtype(cfg, device: torch.device) -> torch.dtype:
     return {"float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.model.dtype]
 
 
+# What a model directory must hold to be loaded (weights: safetensors, sharded or not, or
+# the older pytorch_model.bin; a tokenizer: any of the files transformers reads one from).
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def preflight(cfg, warn=print, need_model: bool = True, need_train: bool = True, writes: bool = True) -> RunData:
+    """Check what a run needs and load its data, writing nothing; returns the data.
+
+    Raises UserError naming the first problem. `need_model=False` skips model.path (a
+    resume loads its checkpoint instead, checked on its own); `writes=False` skips the
+    output directories (an eval writes no checkpoints).
+    """
+    pick_device(cfg)
+    if need_model:
+        check_model_path(cfg)
+    if cfg.rollout.backend == "vllm":
+        from grpoctl.rollout.vllm import vllm_available
+
+        ok, why = vllm_available()
+        if not ok:
+            raise UserError(f"rollout.backend=vllm but vllm is unavailable ({why}); use rollout.backend=hf or auto")
+    data = load_run_data(cfg, need_train=need_train, warn=warn)
+    if writes:
+        check_writable(cfg.checkpoint.dir, "checkpoint.dir")
+        if need_model and cfg.model.path.startswith("tiny"):
+            check_writable(cfg.runtime.cache_dir, "runtime.cache_dir")
+    return data
+
+
+def check_model_path(cfg) -> None:
+    """model.path names the tiny model, a loadable model directory, or (online) a hub id."""
+    path = cfg.model.path
+    if path == "tiny" or path.startswith("tiny@"):
+        syn = cfg.data.synthetic
+        count = problem_count(syn.min_digits, syn.max_digits, tuple(syn.ops), syn.num_operands)
+        if count > ENUMERATE_LIMIT:
+            raise UserError(f"model.path={path}: the tiny warm-start trains on every synthetic problem, and these "
+                            f"data.synthetic settings make {count:,} (at most {ENUMERATE_LIMIT:,}); "
+                            "use a model directory, or fewer digits or operands")
+        return
+    if Path(path).is_dir():
+        check_model_dir(path, cfg)
+    elif Path(path).exists():
+        raise UserError(f"model.path={path} is a file, expected a model directory")
+    elif os.environ.get("HF_HUB_OFFLINE") == "1":
+        raise UserError(f"model.path={path}: no such directory, and HF_HUB_OFFLINE=1 forbids the hub")
+    elif path.startswith((".", "/", "~")) or path.count("/") != 1:
+        raise UserError(f"model.path={path}: no such directory (and not a hub id such as Qwen/Qwen2.5-Math-1.5B)")
+
+
+def check_model_dir(path: str | Path, cfg=None) -> dict:
+    """The model's config.json, once the directory is seen to hold what loading it needs.
+
+    Reads config.json and the safetensors headers (not the weights): a truncated or
+    corrupt file is refused in one line here instead of a traceback from deep inside
+    transformers. With `cfg`, also refuses generation lengths the model has no room for.
+    """
+    path = Path(path)
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise UserError(f"{path} is not a model directory (no config.json)")
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (ValueError, OSError) as exc:
+        raise UserError(f"{config_file}: not a readable model config ({str(exc).splitlines()[0]})") from None
+    if not isinstance(config, dict):
+        raise UserError(f"{config_file}: not a model config (expected a JSON object)")
+    if not any((path / name).is_file() for name in WEIGHT_FILES):
+        raise UserError(f"{path}: no model weights (expected model.safetensors)")
+    for weights in sorted(path.glob("*.safetensors")):
+        _check_safetensors(weights)
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            shards = set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values())
+        except (ValueError, KeyError, TypeError, AttributeError, OSError) as exc:
+            raise UserError(f"{index}: not a readable weight index ({type(exc).__name__})") from None
+        missing = sorted(s for s in shards if not (path / s).is_file())
+        if missing:
+            raise UserError(f"{path}: weight shard {missing[0]} is missing ({len(missing)} of {len(shards)})")
+    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        raise UserError(f"{path}: no tokenizer (expected tokenizer.json or tokenizer_config.json)")
+    positions = config.get("max_position_embeddings")
+    if cfg is not None and isinstance(positions, int):
+        for key in ("rollout.max_tokens", "eval.max_tokens"):
+            value = cfg.rollout.max_tokens if key.startswith("rollout") else cfg.eval.max_tokens
+            if value >= positions:
+                raise UserError(f"{key}={value} leaves no room for the prompt: the model at {path} has "
+                                f"{positions} positions (max_position_embeddings)")
+    return config
+
+
+def _check_safetensors(file: Path) -> None:
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(file), framework="pt"):
+            pass  # opening reads and checks the header and the file's length, not the tensors
+    except (SafetensorError, OSError) as exc:
+        raise UserError(f"{file}: corrupt or truncated safetensors ({str(exc).splitlines()[0]})") from None
+
+
+def check_writable(path: str | Path, key: str) -> None:
+    """`path` is a directory we may write into, or one we could create: checked, not tried."""
+    target = Path(path).absolute()
+    probe = target
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UserError(f"{key}={path}: {probe} is a file, not a directory")
+    # os.access honours read-only mounts and the immutable flag even for root
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise UserError(f"{key}={path}: {probe} is not writable")
+
+
 def resolve_model_dir(cfg, say=print) -> str:
     """A local directory (or hub id) to load the policy from; builds the tiny warm-start if asked."""
     path = cfg.model.path
@@ -53,11 +174,14 @@ def resolve_model_dir(cfg, say=print) -> str:
 def load_policy(model_dir: str, device: torch.device, dtype: torch.dtype, gradient_checkpointing: bool):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from safetensors import SafetensorError
+
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
-    except OSError as exc:
-        raise UserError(f"cannot load a model from {model_dir}: {str(exc).splitlines()[0]}") from None
+    except (OSError, ValueError, KeyError, SafetensorError) as exc:  # missing, corrupt or unknown-architecture files
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise UserError(f"cannot load a model from {model_dir}: {first}") from None
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
@@ -78,18 +202,28 @@ class RunData:
     data_hash: str  # of the eval data: what makes two evals comparable
 
 
-def load_run_data(cfg, need_train: bool = True) -> RunData:
+def load_run_data(cfg, need_train: bool = True, warn=None) -> RunData:
+    """The run's train problems, eval subset and template; `warn` hears of a subset
+    larger than the eval data (all of it is used)."""
     d = cfg.data
     try:
         template = load_template(cfg.prompt.template)
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:
         raise UserError(str(exc)) from None
     try:
         if d.source == "synthetic":
             knobs = dict(min_digits=d.synthetic.min_digits, max_digits=d.synthetic.max_digits,
                          ops=tuple(d.synthetic.ops), num_operands=d.synthetic.num_operands)
-            train = load_examples("synthetic", split="train", n=d.train_size, seed=cfg.seed, **knobs)
-            pool = load_examples("synthetic", split="eval", n=None, seed=0, **knobs)
+            if problem_count(**knobs) <= ENUMERATE_LIMIT:
+                train = load_examples("synthetic", split="train", n=d.train_size, seed=cfg.seed, **knobs)
+                pool = load_examples("synthetic", split="eval", n=None, seed=0, **knobs)
+            else:
+                # Too many problems to list: draw what the run can use. The split is a
+                # hash of the question, so the two draws never share a problem.
+                steps_prompts = cfg.loop.n_grpo_steps * (cfg.rollout.rollout_batch_size // cfg.rollout.group_size)
+                train = load_examples("synthetic", split="train", n=d.train_size or steps_prompts,
+                                      seed=cfg.seed, **knobs)
+                pool = load_examples("synthetic", split="eval", n=cfg.eval.subset, seed=cfg.eval.subset_seed, **knobs)
             data_hash = "synthetic:" + ",".join(f"{k}={v}" for k, v in sorted(knobs.items()))
         else:
             fields = dict(question_key=d.question_field, answer_key=d.answer_field) if d.source in ("jsonl", "math") else {}
@@ -104,6 +238,12 @@ def load_run_data(cfg, need_train: bool = True) -> RunData:
             data_hash = file_hash(d.eval_path) if Path(d.eval_path).is_file() else f"hub:{d.eval_path}:{d.eval_split}"
     except DataError as exc:
         raise UserError(str(exc)) from None
+    except ImportError as exc:  # data.source=hub without the `datasets` package
+        raise UserError(str(exc).splitlines()[0]) from None
+    except ValueError as exc:  # the synthetic task's own argument checks
+        raise UserError(f"data.synthetic: {exc}") from None
+    if warn is not None and cfg.eval.subset > len(pool):
+        warn(f"warning: eval.subset={cfg.eval.subset} but the eval data has {len(pool)} problems: evaluating on all of them")
     evals = eval_subset(pool, cfg.eval.subset, cfg.eval.subset_seed)
     # No eval problem is ever trained on, even when a user's files overlap: the whole pool
     # is held out, so another --subset or seed later never scores trained-on problems.

@@ -1,9 +1,9 @@
 """A run's life: set up, step through the GRPO loop, record, checkpoint, end with a status.
 
 finished: all steps done. diverged: a non-finite loss or gradient (the last good
-checkpoint stays). interrupted: Ctrl-C, after writing what it had. failed: any other
-error, stored with the run. `resume()` continues a run from its last checkpoint after
-deleting the rows it wrote past that checkpoint.
+checkpoint stays). interrupted: Ctrl-C or SIGTERM (preemption), after writing what it had
+(see StopRequest). failed: any other error, stored with the run. `resume()` continues a
+run from a checkpoint after deleting the rows it wrote past that checkpoint.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import signal
 import threading
 import time
 import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,14 +29,17 @@ from grpoctl.registry.claims import ClaimLost
 from grpoctl.rollout import make_backend
 from grpoctl.train import loop
 from grpoctl.train.checkpoint import (
+    CheckpointWriteError,
     TrainerState,
     capture_rng,
     checkpoint_dir,
     load_trainer_state,
+    pick_resume_checkpoint,
     restore_rng,
     save_checkpoint,
     select_for_deletion,
 )
+from grpoctl.train.faults import fault_point
 from grpoctl.train.evaluate import eval_record, eval_sampling, evaluate
 from grpoctl.train.memory import MemoryTracker
 from grpoctl.train.optim import build_optimizer
@@ -67,6 +71,8 @@ class RunContext:
     last_accuracy: float | None = None
     last_checkpoint_step: int | None = None
     step_accuracy: float | None = None  # eval accuracy of the last step, if it evaluated
+    stop: StopRequest | None = None
+    step_start: tuple | None = None  # (data position, RNG states) when the step in flight began
 
 
 def default_run_name(cfg) -> str:
@@ -77,10 +83,10 @@ def default_run_name(cfg) -> str:
     return name.replace("/", "_").replace(" ", "")
 
 
-def start(cfg, registry, parent: str | None = None, say=print) -> str:
-    """A new run from a validated config. Returns the final status."""
+def start(cfg, registry, parent: str | None = None, say=print, data=None) -> str:
+    """A new run from a validated config (and its data, if already loaded). Returns the final status."""
     name = cfg.name or default_run_name(cfg)
-    ctx = _prepare(cfg, registry, say)
+    ctx = _prepare(cfg, registry, say, data=data)
     ctx.run = registry.create_run(
         name=name, config=to_dict(cfg), config_diff=config_diff(cfg), config_hash=config_hash(cfg),
         seed=cfg.seed, total_steps=cfg.loop.n_grpo_steps, group=cfg.group, variant=cfg.variant,
@@ -91,15 +97,12 @@ def start(cfg, registry, parent: str | None = None, say=print) -> str:
     return _run(ctx, fresh=True)
 
 
-def resume(cfg, registry, run, say=print) -> str:
-    """Continue `run` from its newest checkpoint."""
-    ckpts = registry.checkpoints(run.id)
-    if not ckpts:
-        raise UserError(f"run '{run.name}' has no checkpoint to resume from (checkpoint.every={cfg.checkpoint.every})")
-    last = max(ckpts, key=lambda c: c.step)
+def resume(cfg, registry, run, say=print, checkpoint=None, data=None) -> str:
+    """Continue `run` from `checkpoint` (default: its newest, whose files must be whole)."""
+    last = checkpoint or pick_resume_checkpoint(registry.checkpoints(run.id), run.name)[0]
     state = load_trainer_state(Path(last.path))
     # Weights come from the checkpoint; the KL reference stays the run's initial policy.
-    ctx = _prepare(cfg, registry, say, model_dir=last.path)
+    ctx = _prepare(cfg, registry, say, model_dir=last.path, data=data)
     # The one-writer claim, before the first write: of two resumers, one stops here.
     registry.claim_run(run.id)
     ctx.run = run
@@ -117,12 +120,12 @@ def resume(cfg, registry, run, say=print) -> str:
     return _run(ctx, fresh=False)
 
 
-def _prepare(cfg, registry, say, model_dir: str | None = None) -> RunContext:
+def _prepare(cfg, registry, say, model_dir: str | None = None, data=None) -> RunContext:
     if cfg.runtime.threads:
         torch.set_num_threads(cfg.runtime.threads)
     torch.manual_seed(cfg.seed)
     device = pick_device(cfg)
-    data = load_run_data(cfg)
+    data = data or load_run_data(cfg)
     initial_dir = resolve_model_dir(cfg, say=say) if (model_dir is None or cfg.loss.kl_beta > 0) else None
     model_dir = model_dir or initial_dir
     model, tokenizer = load_policy(model_dir, device, pick_dtype(cfg, device), cfg.model.gradient_checkpointing)
@@ -145,31 +148,45 @@ def _prepare(cfg, registry, say, model_dir: str | None = None) -> RunContext:
 def _run(ctx: RunContext, fresh: bool) -> str:
     cfg, registry, run = ctx.cfg, ctx.registry, ctx.run
     status, error = "finished", None
-    stop = StopRequest()
-    try:
-        with ctx.progress, stop, Heartbeat(registry, run.id):
-            if fresh and cfg.eval.at_start:
-                metrics, samples = _evaluate(ctx, step=0)
-                registry.log_step(run.id, 0, metrics, samples=samples)
-            while ctx.step < cfg.loop.n_grpo_steps:
-                _one_step(ctx, ctx.step + 1)
+    stop = ctx.stop = StopRequest(cfg.runtime.on_signal)
+    with stop:  # held until the status is recorded: a signal must not kill the bookkeeping
+        try:
+            with ctx.progress, Heartbeat(registry, run.id):
+                if fresh and cfg.eval.at_start:
+                    metrics, samples = _evaluate(ctx, step=0)
+                    registry.log_step(run.id, 0, metrics, samples=samples)
+                while ctx.step < cfg.loop.n_grpo_steps and not stop.requested:
+                    try:
+                        _one_step(ctx, ctx.step + 1)
+                    except AbandonStep:
+                        # Nothing of the step touched the weights or the optimizer: rewind the
+                        # data and the RNG, and the state is exactly that of the last step.
+                        position, rng = ctx.step_start
+                        ctx.stream.seek(position)
+                        restore_rng(rng)
+                        log.warning(f"{stop.requested}: abandoned step {ctx.step + 1} before it updated the weights")
                 if stop.requested and ctx.step < cfg.loop.n_grpo_steps:
                     if ctx.last_checkpoint_step != ctx.step:
                         _checkpoint(ctx, ctx.step, ctx.step_accuracy)  # so --resume continues from here
-                    raise KeyboardInterrupt
-    except loop.Diverged as exc:
-        status, error = "diverged", str(exc)
-    except KeyboardInterrupt:
-        status, error = "interrupted", "interrupted by the user (Ctrl-C)"
-    except ClaimLost:  # another process owns the run now: write nothing more
+                    status, error = "interrupted", stop.reason()
+        except loop.Diverged as exc:
+            status, error = "diverged", str(exc)
+        except CheckpointWriteError as exc:  # a full disk, a read-only directory: the run cannot go on
+            status, error = "failed", str(exc)
+        except KeyboardInterrupt:  # a second signal
+            status, error = "interrupted", stop.reason(at_once=True)
+        except ClaimLost:  # another process owns the run now: write nothing more
+            stop.closing = True
+            ctx.backend.close()
+            raise
+        except Exception as exc:  # recorded with the run, then re-raised for the CLI to report
+            stop.closing = True
+            registry.set_status(run.id, "failed", error=f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+            ctx.backend.close()
+            raise
+        stop.closing = True
+        registry.set_status(run.id, status, error=error)
         ctx.backend.close()
-        raise
-    except Exception as exc:  # recorded with the run, then re-raised for the CLI to report
-        registry.set_status(run.id, "failed", error=f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
-        ctx.backend.close()
-        raise
-    registry.set_status(run.id, status, error=error)
-    ctx.backend.close()
     ctx.progress.final(status, error, ctx.last_accuracy)
     return status
 
@@ -177,17 +194,22 @@ def _run(ctx: RunContext, fresh: bool) -> str:
 def _one_step(ctx: RunContext, step: int) -> None:
     cfg, t = ctx.cfg, {}
     t0 = time.perf_counter()
-    ctx.memory.start_step()
-    prompts, truths, _ = loop.step_prompts(cfg, ctx.stream, ctx.data.template)
-    with loop.timed(t, "time/rollout"):
-        rollouts = loop.generate_rollouts(ctx.backend, prompts, cfg, step)
-    mem = ctx.memory.boundary("rollout")
-    ctx.backend.before_training()
-    timeouts_before = loop.grading_timeouts()
-    with loop.timed(t, "time/reward"):
-        batch = loop.make_rollout_batch(cfg, rollouts, truths, ctx.tokenizer.pad_token_id)
-    with loop.timed(t, "time/old_log_probs"):
-        loop.add_old_and_ref_log_probs(cfg, ctx.model, ctx.ref_model, batch)
+    ctx.step_start = (ctx.stream.position, capture_rng())
+    with abortable(ctx.stop):  # until training begins, a signal may abandon the step (checkpoint_now)
+        fault_point("step-start", step)
+        ctx.memory.start_step()
+        prompts, truths, _ = loop.step_prompts(cfg, ctx.stream, ctx.data.template)
+        with loop.timed(t, "time/rollout"):
+            rollouts = loop.generate_rollouts(ctx.backend, prompts, cfg, step)
+        fault_point("step-rollouts", step)
+        mem = ctx.memory.boundary("rollout")
+        ctx.backend.before_training()
+        timeouts_before = loop.grading_timeouts()
+        with loop.timed(t, "time/reward"):
+            batch = loop.make_rollout_batch(cfg, rollouts, truths, ctx.tokenizer.pad_token_id)
+        with loop.timed(t, "time/old_log_probs"):
+            loop.add_old_and_ref_log_probs(cfg, ctx.model, ctx.ref_model, batch)
+    fault_point("step-train", step)
     with loop.timed(t, "time/train"):
         per_opt, summary, ctx.opt_step = loop.train_on_rollouts(
             cfg, ctx.model, ctx.optimizer, ctx.scheduler, batch, step, ctx.opt_step, memory=ctx.memory)
@@ -270,25 +292,76 @@ class Heartbeat(threading.Thread):
         self._done.set()
 
 
-class StopRequest:
-    """The first Ctrl-C (or SIGINT from a sweep) ends the run after the step in flight,
-    with a checkpoint; a second one stops at once."""
+class AbandonStep(BaseException):
+    """Raised by the signal handler inside a step that has not touched the weights yet.
 
-    def __init__(self):
-        self.requested = False
-        self._previous = None
+    A BaseException, like KeyboardInterrupt, so that no `except Exception` on the way
+    (a grader that scores errors as wrong, say) can swallow it."""
+
+
+class StopRequest:
+    """SIGINT (Ctrl-C) and SIGTERM (preemption: Kubernetes, SLURM and Ray send it) end a
+    run cleanly, marked `interrupted`, with a checkpoint that `--resume` continues from.
+
+    On the first signal, with runtime.on_signal=finish_step (the default) the step in
+    flight finishes and is checkpointed. With checkpoint_now a step that is still
+    generating or grading, which has not touched the weights, the optimizer or the
+    scheduler, is abandoned at once and the last completed step is checkpointed; a step
+    whose updates have begun finishes first, since no consistent state exists mid-update.
+    A second signal of either kind stops at once: the step in flight is not recorded, and
+    resume continues from the last checkpoint written.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, on_signal: str = "finish_step"):
+        self.on_signal = on_signal
+        self.requested: str | None = None  # the first signal's name
+        self.again: str | None = None  # the second's
+        self.abortable = False  # inside the part of a step that may be abandoned
+        self.closing = False  # the run is recording its end: nothing left to stop
+        self._previous: dict = {}
 
     def _handle(self, signum, frame):
+        name = signal.Signals(signum).name
+        if self.closing:
+            log.warning(f"{name}: the run is recording its end; it exits in a moment")
+            return
         if self.requested or threading.current_thread() is not threading.main_thread():
+            self.again = name
             raise KeyboardInterrupt
-        self.requested = True
-        log.warning("stopping after this step (Ctrl-C again to stop now)")
+        self.requested = name
+        if self.on_signal == "checkpoint_now" and self.abortable:
+            self.abortable = False
+            raise AbandonStep
+        log.warning(f"{name}: stopping after this step ({'Ctrl-C' if name == 'SIGINT' else name} again to stop now)")
+
+    def reason(self, at_once: bool = False) -> str:
+        first = "the user (Ctrl-C)" if self.requested == "SIGINT" else self.requested or "the user (Ctrl-C)"
+        if at_once and self.again:
+            return (f"stopped at once by a second signal ({self.again} after {self.requested}); "
+                    "the step in flight was not recorded")
+        return f"interrupted by {first}"
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
+            for sig in self.SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
     def __exit__(self, *exc):
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+
+
+@contextmanager
+def abortable(stop: StopRequest | None):
+    """The block during which a checkpoint_now signal abandons the step."""
+    if stop is None:
+        yield
+        return
+    stop.abortable = True
+    try:
+        yield
+    finally:
+        stop.abortable = False

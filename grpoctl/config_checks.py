@@ -1,0 +1,284 @@
+"""Which config values are valid: the choices, the range of every number (one table),
+and the rules that tie keys together. `validate` refuses the first problem in one line.
+
+OmegaConf already enforces each key's type; this says which values of that type make
+sense. A value outside its range (NaN and infinity included) is refused with one line
+that names the key and the range, before anything runs:
+
+    optimizer.max_grad_norm must be a finite number > 0, got -1.0
+
+Without it, a negative max_grad_norm flips the sign of every gradient (training silently
+runs uphill), betas of 1 make AdamW divide by zero, and NaN learning rates or
+temperatures surface as tracebacks deep inside torch.
+
+Intervals are written as in mathematics: `(0, 1]` excludes 0 and includes 1. Every
+numeric field of the config's dataclasses must have a row here (a test checks that), so
+a key added later cannot skip its check.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from grpoctl.errors import UserError
+
+SEED_LIMIT = 2**32 - 1  # seeds are combined into torch generator seeds (< 2**63) without overflow
+
+CHOICES = {
+    "rollout.backend": ("auto", "vllm", "hf"),
+    "loss.loss_type": ("no_baseline", "reinforce_with_baseline", "grpo_clip", "grpo_no_clip"),
+    "loss.length_normalization": ("mean", "constant", "microbatch"),
+    "loss.importance_level": ("token", "sequence"),
+    "prompt.reward": ("r1_zero", "question_only"),
+    "optimizer.name": ("adamw", "adamw8bit"),
+    "optimizer.lr_schedule": ("constant", "cosine"),
+    "model.dtype": ("auto", "float32", "bfloat16"),
+    "runtime.device": ("auto", "cpu", "cuda"),
+    "data.source": ("synthetic", "math", "gsm8k", "jsonl", "hub"),
+    "runtime.on_signal": ("finish_step", "checkpoint_now"),
+}
+
+# What the synthetic task can compute (data/synthetic.py takes them from here, so
+# that checking a config needs no data code).
+SYNTHETIC_OPERATORS = ("+", "-", "*")
+
+
+@dataclass(frozen=True)
+class Interval:
+    low: float
+    high: float
+    low_closed: bool
+    high_closed: bool
+
+    @classmethod
+    def parse(cls, text: str) -> Interval:
+        match = re.fullmatch(r"([\[(])\s*([^,\s]+)\s*,\s*([^,\s]+)\s*([\])])", text)
+        if not match:
+            raise ValueError(f"not an interval: {text!r}")
+        left, low, high, right = match.groups()
+        return cls(float(low), float(high), left == "[", right == "]")
+
+    def __contains__(self, value: float) -> bool:
+        if isinstance(value, float) and not math.isfinite(value):
+            return False  # (an int of any size compares exactly with the bounds)
+        above = value >= self.low if self.low_closed else value > self.low
+        below = value <= self.high if self.high_closed else value < self.high
+        return above and below
+
+    def __str__(self) -> str:
+        if self.high == math.inf:
+            return f"{'>=' if self.low_closed else '>'} {_number(self.low)}"
+        left, right = "[" if self.low_closed else "(", "]" if self.high_closed else ")"
+        return f"in {left}{_number(self.low)}, {_number(self.high)}{right}"
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if value.is_integer() else repr(value)
+
+
+@dataclass(frozen=True)
+class Rule:
+    interval: Interval
+    note: str = ""  # why, when the range is not obvious
+    nullable: bool = False  # None is allowed (means "off" or "all")
+    length: int | None = None  # for lists: exactly this many items
+
+
+def rule(interval: str, note: str = "", nullable: bool = False, length: int | None = None) -> Rule:
+    return Rule(Interval.parse(interval), note, nullable, length)
+
+
+# One row per numeric key (lists: the range of each item).
+RANGES: dict[str, Rule] = {
+    "seed": rule(f"[0, {SEED_LIMIT}]"),
+    "model.tiny.hidden_size": rule("[1, inf)"),
+    "model.tiny.num_hidden_layers": rule("[1, inf)"),
+    "model.tiny.num_attention_heads": rule("[1, inf)"),
+    "model.tiny.num_key_value_heads": rule("[1, inf)"),
+    "model.tiny.intermediate_size": rule("[1, inf)"),
+    "model.warmstart.steps": rule("[1, inf)"),
+    "model.warmstart.batch_size": rule("[1, inf)"),
+    "model.warmstart.lr": rule("(0, inf)"),
+    "model.warmstart.target_accuracy": rule("(0, 1]"),
+    "model.warmstart.check_every": rule("[1, inf)"),
+    "model.warmstart.save_steps": rule("[1, inf)"),
+    # Bounded so that a typo (max_digits=200) is caught rather than turned into prompts
+    # longer than any model here was built for.
+    "data.synthetic.min_digits": rule("[1, 18]"),
+    "data.synthetic.max_digits": rule("[1, 18]"),
+    "data.synthetic.num_operands": rule("[2, 16]"),
+    "data.train_size": rule("[1, inf)", "null for all of them", nullable=True),
+    "rollout.rollout_batch_size": rule("[1, inf)"),
+    "rollout.group_size": rule("[2, inf)", "advantages compare the rollouts of a group, so at least 2"),
+    "rollout.temperature": rule("(0, inf)"),
+    "rollout.top_p": rule("(0, 1]"),
+    "rollout.min_tokens": rule("[0, inf)"),
+    "rollout.max_tokens": rule("[1, inf)"),
+    "rollout.generation_batch_size": rule("[1, inf)"),
+    "rollout.vllm.gpu_memory_utilization": rule("(0, 1]"),
+    "rollout.vllm.sleep_level": rule("[1, 2]"),
+    "rollout.vllm.max_model_len": rule("[1, inf)"),
+    "rollout.vllm.cpu_kvcache_space_gb": rule("(0, inf)"),
+    "loss.advantage_eps": rule("[0, inf)"),
+    # The ratio is clipped to [1 - cliprange, 1 + cliprange]: at 1 or more the lower
+    # clip is gone (ratios are never negative), which is a different loss.
+    "loss.cliprange": rule("(0, 1)", "the lower clip is 1 - cliprange"),
+    "loss.cliprange_high": rule("(0, inf)", "null for symmetric clipping", nullable=True),
+    "loss.kl_beta": rule("[0, inf)"),
+    "optimizer.lr": rule("(0, inf)"),
+    "optimizer.betas": rule("[0, 1)", length=2),
+    "optimizer.weight_decay": rule("[0, inf)"),
+    "optimizer.warmup_steps": rule("[0, inf)"),
+    "optimizer.min_lr_ratio": rule("[0, 1]"),
+    "optimizer.max_grad_norm": rule("(0, inf)", "gradients are scaled down to this norm"),
+    "loop.n_grpo_steps": rule("[1, inf)"),
+    "loop.epochs_per_rollout_batch": rule("[1, inf)"),
+    "loop.train_batch_size": rule("[1, inf)"),
+    "loop.gradient_accumulation_steps": rule("[1, inf)"),
+    "eval.every": rule("[0, inf)", "0 evaluates only at the start and the end"),
+    "eval.subset": rule("[1, inf)"),
+    "eval.subset_seed": rule(f"[0, {SEED_LIMIT}]"),
+    "eval.batch_size": rule("[1, inf)"),
+    "eval.temperature": rule("(0, inf)", "eval.greedy=true decodes greedily"),
+    "eval.top_p": rule("(0, 1]"),
+    "eval.max_tokens": rule("[1, inf)"),
+    "checkpoint.every": rule("[0, inf)", "0 saves only the last step"),
+    "checkpoint.keep_last": rule("[1, inf)", "resume needs the newest"),
+    "checkpoint.keep_best": rule("[0, inf)"),
+    "logging.samples_per_step": rule("[0, inf)"),
+    "runtime.threads": rule("[0, inf)", "0 is torch's default"),
+}
+
+# Text values that mean nothing when empty (a path, a field name, a stop string).
+NON_EMPTY = (
+    "model.path", "prompt.template", "checkpoint.dir", "runtime.cache_dir", "data.question_field",
+    "data.answer_field", "data.train_split", "data.eval_split", "data.train_path", "data.eval_path",
+    "rollout.stop",
+)
+
+
+def check_ranges(cfg: DictConfig) -> None:
+    """Refuse the first value outside its range, naming the key and the range."""
+    for key, r in RANGES.items():
+        value = OmegaConf.select(cfg, key)
+        if value is None and r.nullable:
+            continue
+        if isinstance(value, ListConfig):
+            items = list(value)
+            if (r.length is not None and len(items) != r.length) or not all(_number_in(v, r) for v in items):
+                count = {2: "two numbers"}.get(r.length, "numbers") if r.length else "numbers"
+                raise UserError(f"{key} must be {count} {r.interval}{_note(r)}, got {_show(items)}")
+        elif not _number_in(value, r):
+            kind = "an integer" if isinstance(value, int) else "a finite number"
+            raise UserError(f"{key} must be {kind} {r.interval}{_note(r)}, got {_show(value)}")
+    for key in NON_EMPTY:
+        value = OmegaConf.select(cfg, key)
+        texts = list(value) if isinstance(value, ListConfig) else [value]
+        if any(isinstance(t, str) and not t.strip() for t in texts):
+            raise UserError(f"{key} must not be empty, got {_show(value if not isinstance(value, ListConfig) else texts)}")
+
+
+def _number_in(value: Any, r: Rule) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value in r.interval
+
+
+def _note(r: Rule) -> str:
+    return f" ({r.note})" if r.note else ""
+
+
+def _show(value: Any) -> str:
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def validate(cfg: DictConfig) -> None:
+    """Refuse bad values and impossible combinations with one line that names what would be valid.
+
+    In order: choices, the range of every number (RANGES), run names, then the rules
+    that tie keys together.
+    """
+    for key, choices in CHOICES.items():
+        value = OmegaConf.select(cfg, key)
+        if value not in choices:
+            raise UserError(f"{key}={value!r} is not one of: {', '.join(choices)}")
+    check_ranges(cfg)
+    for key in ("name", "group", "variant"):  # a run's labels
+        _check_label(key, cfg[key])
+
+    r, loop, loss = cfg.rollout, cfg.loop, cfg.loss
+    if r.rollout_batch_size % r.group_size:
+        raise UserError(
+            f"rollout.rollout_batch_size ({r.rollout_batch_size}) must be divisible by "
+            f"rollout.group_size ({r.group_size})"
+        )
+    if r.rollout_batch_size % loop.train_batch_size:
+        raise UserError(
+            f"rollout.rollout_batch_size ({r.rollout_batch_size}) must be divisible by "
+            f"loop.train_batch_size ({loop.train_batch_size})"
+        )
+    if loop.train_batch_size % loop.gradient_accumulation_steps:
+        raise UserError(
+            f"loop.train_batch_size ({loop.train_batch_size}) must be divisible by "
+            f"loop.gradient_accumulation_steps ({loop.gradient_accumulation_steps})"
+        )
+    if r.min_tokens > r.max_tokens:
+        raise UserError(f"rollout.min_tokens ({r.min_tokens}) exceeds rollout.max_tokens ({r.max_tokens})")
+    off_policy = loop.epochs_per_rollout_batch > 1 or loop.train_batch_size < r.rollout_batch_size
+    if off_policy and loss.loss_type in ("no_baseline", "reinforce_with_baseline"):
+        raise UserError(
+            f"loss.loss_type={loss.loss_type} is on-policy only; with off-policy reuse "
+            "(epochs_per_rollout_batch > 1 or train_batch_size < rollout_batch_size) use grpo_clip or grpo_no_clip"
+        )
+    if loss.importance_level == "sequence" and loss.loss_type in ("no_baseline", "reinforce_with_baseline"):
+        raise UserError(
+            f"loss.importance_level=sequence (GSPO) weighs an importance ratio that loss.loss_type={loss.loss_type} "
+            "does not have: use grpo_clip or grpo_no_clip, or importance_level=token"
+        )
+    expected_reward = {"question_only": "question_only"}.get(cfg.prompt.template, None)
+    if expected_reward and cfg.prompt.reward != expected_reward:
+        raise UserError("prompt.template=question_only answers in \\boxed{}: set prompt.reward=question_only")
+    if cfg.prompt.template.startswith("r1_zero") and cfg.prompt.reward != "r1_zero":
+        raise UserError(f"prompt.template={cfg.prompt.template} answers in <answer> tags: set prompt.reward=r1_zero")
+    if cfg.data.source != "synthetic" and cfg.data.train_path is None:
+        raise UserError(f"data.source={cfg.data.source} needs data.train_path (a jsonl file or hub dataset name)")
+    _check_synthetic(cfg.data.synthetic)
+    _check_tiny(cfg.model)
+
+
+def _check_label(key: str, value: str | None) -> None:
+    """A run's name, group and variant name directories and fill one-line messages."""
+    if value is None:
+        return
+    if not value.strip() or value.strip() in (".", "..") or len(value) > 200:
+        raise UserError(f"{key}={value[:40]!r} is not usable as a name: give 1-200 characters, not '.' or '..'")
+    if any(not c.isprintable() for c in value):
+        raise UserError(f"{key}={value[:40]!r} contains a control character (a newline or tab, say)")
+
+
+def _check_synthetic(syn: DictConfig) -> None:
+    if syn.min_digits > syn.max_digits:
+        raise UserError(f"data.synthetic.min_digits ({syn.min_digits}) exceeds data.synthetic.max_digits ({syn.max_digits})")
+    ops = list(syn.ops)
+    if not ops or any(op not in SYNTHETIC_OPERATORS for op in ops):
+        raise UserError(f"data.synthetic.ops must be a non-empty list of {', '.join(SYNTHETIC_OPERATORS)}, got {ops}")
+
+
+def _check_tiny(model: DictConfig) -> None:
+    t = model.tiny
+    if t.hidden_size % t.num_attention_heads or (t.hidden_size // t.num_attention_heads) % 2:
+        raise UserError(f"model.tiny.hidden_size ({t.hidden_size}) must split into model.tiny.num_attention_heads "
+                        f"({t.num_attention_heads}) heads of an even size (rotary embeddings rotate pairs)")
+    if t.num_attention_heads % t.num_key_value_heads:
+        raise UserError(f"model.tiny.num_attention_heads ({t.num_attention_heads}) must be divisible by "
+                        f"model.tiny.num_key_value_heads ({t.num_key_value_heads})")
+    path = model.path
+    if path.startswith("tiny@"):
+        at = path.partition("@")[2]
+        saved = ", ".join(str(s) for s in model.warmstart.save_steps)
+        if not at.isdigit() or int(at) not in model.warmstart.save_steps:
+            raise UserError(f"model.path={path}: the warm-start keeps its weights at steps {saved} "
+                            "(model.warmstart.save_steps) and at its end (model.path=tiny)")
