@@ -41,8 +41,9 @@ QWEN_MATH_15B = dict(hidden_size=1536, num_hidden_layers=28, num_attention_heads
                      intermediate_size=8960, vocab_size=151936, tie_word_embeddings=True,
                      max_position_embeddings=4096, rope_theta=10000.0, rms_norm_eps=1e-6)
 
-# --scale cpu: the same code paths on sizes a CPU runs in seconds.
-CPU_MODEL = dict(QWEN_MATH_15B, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+# --scale cpu: the same code paths on sizes a CPU runs in seconds. head_dim 64, since
+# vLLM's CPU attention refuses smaller heads (16 is "Unsupported CPU attention configuration").
+CPU_MODEL = dict(QWEN_MATH_15B, hidden_size=128, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
                  intermediate_size=128, vocab_size=4096, max_position_embeddings=1024)
 CPU_OVERRIDES = ["runtime.device=cpu", "rollout.rollout_batch_size=8", "rollout.group_size=4", "rollout.max_tokens=8",
                  "loop.train_batch_size=8", "loop.gradient_accumulation_steps=4", "eval.max_tokens=8",
