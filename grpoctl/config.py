@@ -421,17 +421,18 @@ def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
 
 # Keys that do not change what a run computes: they name it (name, group, variant), say
 # where its files go or how it is shown (checkpoint.*, runtime.cache_dir, logging.*), or
-# change only its speed or how a stop request is met (runtime.threads, eval.batch_size,
-# runtime.on_signal). A key ending in "." covers
+# change only its speed (runtime.threads, eval.batch_size). A key ending in "." covers
 # its whole section.
 HASH_EXCLUDED = ("name", "group", "variant", "checkpoint.", "runtime.threads", "runtime.cache_dir",
-                 "runtime.on_signal", "logging.", "eval.batch_size")
+                 "logging.", "eval.batch_size")
 # Config keys added AFTER this definition of the hash (identity v2), each with the value
 # that keeps the behaviour runs had before the key existed. At that value the key is left
 # out of the hash, so adding it changes no existing run's identity and sweeps keep finding
 # their members; at any other value it is part of the hash. Adding a key to the config
 # means adding it here (tests/test_config.py checks that every key is accounted for).
-NEUTRAL_DEFAULTS: dict[str, Any] = {}
+NEUTRAL_DEFAULTS: dict[str, Any] = {
+    "runtime.on_signal": "finish_step",  # how a stop request is met; finish_step is what runs did
+}
 
 
 def hashed_items(cfg: DictConfig | dict) -> dict[str, Any]:

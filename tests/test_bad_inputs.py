@@ -248,7 +248,7 @@ for name, args, expect, new in [
     ("resume-unknown", ["train", "--resume", "nope"], "no run named 'nope'", False),
     ("resume-ambiguous-prefix", ["train", "--resume", "alpha"], "matches 2 runs", False),
     ("resume-finished", ["train", "--resume", "done"], "already finished", False),
-    ("resume-live", ["train", "--resume", "live"], "still running", False),
+    ("resume-live", ["train", "--resume", "live"], "is being written by", False),
     ("resume-no-checkpoint", ["train", "--resume", "nockpt"], "no checkpoint", False),
     ("resume-checkpoint-files-missing", ["train", "--resume", "gone"], "step 2", False),
     ("resume-files-missing-skip", ["train", "--resume", "gone", "--skip-missing-checkpoints"], "step 2", True),

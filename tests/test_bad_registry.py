@@ -135,6 +135,13 @@ def old_schema(tmp: Path) -> Path:
     return path
 
 
+def old_schema_read_only(tmp: Path) -> Path:
+    # Writable, an old SQLite registry is upgraded on open; read-only, it cannot be.
+    path = old_schema(tmp)
+    path.chmod(0o444)
+    return path
+
+
 @dataclass
 class Case:
     id: str
@@ -172,7 +179,8 @@ CASES = [
     Case("newer-schema-upgrade", newer_schema, UPGRADE, "newer than this grpoctl"),
     Case("column-missing", column_missing, LIST, "missing columns git_commit"),
     Case("column-missing-upgrade", column_missing, UPGRADE, "in a layout no grpoctl made"),
-    Case("older-schema-read", old_schema, LIST, "older than this grpoctl's (0004): run `grpoctl db upgrade"),
+    Case("older-schema-read-only", old_schema_read_only, LIST,
+         "older than this grpoctl's (0004): run `grpoctl db upgrade", unprivileged=True),
     Case("scheme-foo", "foo://registry", LIST, "unknown database URL scheme 'foo://'"),
     Case("scheme-http", "http://example.com/registry", TRAIN, "unknown database URL scheme 'http://'"),
     Case("driver-mysql", "mysql://me@127.0.0.1/registry", LIST, "driver 'mysqldb' for mysql:// is not installed"),

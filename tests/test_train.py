@@ -109,13 +109,13 @@ def test_sigkilled_run_resumes_to_the_same_result(tiny_model_dir, tmp_path):
     straight = run_cli(DIGIT_TRAIN + ["train", *overrides, "name=straight"], tmp_path)
     assert straight.returncode == 0, straight.stderr[-2000:]
 
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.Popen(DIGIT_TRAIN + ["train", *overrides, "name=killed"], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Killed by its own fault hook as step 6 starts (past the step-3 checkpoint, before the
+    # end): a step takes a fraction of a second now, too quick to aim a kill at from outside.
+    env = dict(os.environ, PYTHONPATH=str(REPO), GRPOCTL_FAULT="step-start@6:KILL")
+    killed = subprocess.run(DIGIT_TRAIN + ["train", *overrides, "name=killed"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     db = tmp_path / "registry.db"
-    _wait_for_step(db, "killed", 5, proc)  # past the step-3 checkpoint, before the end
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
     assert run_status(db, "killed")[0] == "running"  # nobody marked it: it died
 
     resumed = run_cli(DIGIT_TRAIN + ["train", "--resume", "killed"], tmp_path)

@@ -124,24 +124,27 @@ def sqlite_path(url: URL) -> Path | None:
     return Path(database)
 
 
-def _read_only_flags(path: Path) -> str | None:
+def _read_only_flags(path: Path, probe: bool = False) -> str | None:
     """How a reader opens `path`: None for a normal connection (query_only: it still
     cleans up its -wal and -shm files when it closes), `mode=ro` when we may not write
     the file, `immutable=1` too when nobody may write its directory (so no writer can
-    exist, and SQLite could not create its WAL index there)."""
+    exist, and SQLite could not create its WAL index there) or when the connection only
+    probes which schema a file we may not write has: `mode=ro` on a WAL file would leave
+    a -shm and a -wal file beside one we may be about to refuse untouched."""
     directory = path.absolute().parent
     if os.access(path, os.W_OK) and os.access(directory, os.W_OK | os.X_OK):
         return None
-    if not os.access(directory, os.W_OK) and not path.with_name(path.name + "-wal").exists():
+    no_wal = not path.with_name(path.name + "-wal").exists()
+    if no_wal and (probe or not os.access(directory, os.W_OK)):
         return "mode=ro&immutable=1"
     return "mode=ro"
 
 
-def make_engine(url: URL, read_only: bool = False) -> Engine:
+def make_engine(url: URL, read_only: bool = False, probe: bool = False) -> Engine:
     """An engine for `url`; for SQLite, with the pragmas and BEGIN handling above.
 
     `read_only`: the engine cannot write (SQLite: see the module docstring; PostgreSQL:
-    its transactions are read-only).
+    its transactions are read-only). `probe`: it only reads which schema the registry has.
     """
     if url.get_backend_name() == "postgresql":
         # Defaults only: whatever the URL's query says (sslmode, application_name, ...) wins.
@@ -156,7 +159,7 @@ def make_engine(url: URL, read_only: bool = False) -> Engine:
 
     path = sqlite_path(url)
     target: URL | str = url
-    flags = _read_only_flags(path) if path is not None and read_only and path.exists() else None
+    flags = _read_only_flags(path, probe) if path is not None and read_only and path.exists() else None
     if flags:
         target = f"sqlite:///file:{quote(str(path.resolve()))}?{flags}&uri=true"
     # sqlite3's own `timeout` is its busy handler; the pragma below sets the same value,

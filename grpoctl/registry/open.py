@@ -15,6 +15,7 @@ database, is named with host, port, user and database, never with the password.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from grpoctl.registry import schema
 from grpoctl.registry.engine import make_engine, public_url, redact_text, sqlite_path, writer_engine
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+log = logging.getLogger("grpoctl")
 
 
 class NoRegistry(UserError):
@@ -181,7 +183,7 @@ def _check_can_write(engine: Engine, url: URL) -> None:
 def _inspect(url: URL, path: Path | None) -> str:
     """The registry's schema state, seen through a read-only connection for a SQLite file,
     so that a file we end up refusing is not touched (not even by the WAL pragma)."""
-    engine = make_engine(url, read_only=True)
+    engine = make_engine(url, read_only=True, probe=True)
     try:
         state = _state(engine, url)
         if state != schema.HEAD:
@@ -217,9 +219,19 @@ def _fixable(state: str, url: URL, write: bool, upgrade: bool) -> None:
             raise NoRegistry(f"database {where} has no grpoctl registry yet (a command that writes, "
                              "e.g. `grpoctl db upgrade`, creates it)")
         return
-    # Older: SQLite upgrades on open by a command that writes; PostgreSQL only by `db upgrade`.
-    if not write or not (upgrade or url.get_backend_name() == "sqlite"):
+    # Older: SQLite upgrades on open, after a backup, whenever its file can be written (a
+    # reader too: the user should not have to learn a command to keep reading their own
+    # file); PostgreSQL, shared by many, only by `db upgrade` under its lock.
+    path = sqlite_path(url)
+    if path is not None and (write or _writable_file(path)):
+        return
+    if not (write and upgrade):
         raise UserError(schema.older_message(where, state, _db_hint(url), url.get_backend_name()))
+
+
+def _writable_file(path: Path) -> bool:
+    """Whether this process may rewrite the SQLite file (and put its backup beside it)."""
+    return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
 
 
 def check_registry(url: URL, write: bool, must_exist: bool = False) -> None:
@@ -269,9 +281,19 @@ def open_registry(url: URL, write: bool, must_exist: bool = False, paths_root: s
                 _refusal(state, engine, url)
         _fixable(state, url, write, upgrade)
         if state != schema.HEAD:
-            state, backup = _migrate(engine, url, paths_root)
+            # A reader's engine cannot write: an old SQLite file is upgraded through a writer.
+            migrator = engine if write else make_engine(url, read_only=False)
+            try:
+                found, backup = _migrate(migrator, url, paths_root)
+            finally:
+                if migrator is not engine:
+                    migrator.dispose()
             if report is not None:
                 report["backup"] = backup
+            elif found != schema.HEAD:  # upgraded by opening it, not by `db upgrade`: say so
+                log.warning(f"note: upgraded registry {_where(url)} from schema revision {found} to "
+                            f"{schema.HEAD} (the registry before: {backup})")
+            state = found
         if report is not None:
             report["from"] = state
         if write:

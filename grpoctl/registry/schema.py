@@ -10,10 +10,11 @@ that time has no `alembic_version` table but has its eight tables, and is recogn
   every migration (SQLite: in a temporary file linked into place when complete, so no
   one ever sees half a registry; PostgreSQL: under an advisory lock, in one transaction,
   so several first commands at once wait for one another instead of colliding).
-- older: SQLite is copied to `registry.db.bak-<revision>` and upgraded, by a command
-  that writes; PostgreSQL is refused in one line naming `grpoctl db upgrade`, which
-  upgrades under the advisory lock. Commands that only read never run DDL: they are
-  refused with the same line.
+- older: SQLite is copied to `registry.db.bak-<revision>` and upgraded, by any command
+  that can write the file (one that only reads too, saying so in a note: the file is the
+  user's own); a SQLite file it cannot write is refused in one line naming `grpoctl db
+  upgrade`. PostgreSQL is refused in that line by every command but `grpoctl db upgrade`,
+  which upgrades under the advisory lock: commands that read it never run DDL.
 - newer than this code, or not a grpoctl registry: refused in one line, untouched.
 
 There is no downgrade: migrations go forward only (the README says so).
