@@ -162,3 +162,12 @@ def test_a_metric_key_is_stored_once_even_without_a_claim(two):
     with pytest.raises(IntegrityError):
         a.log_step(run.id, 1, {"y": 1.0, "x": 3.0})
     assert a.metric_series(run.id) == {"x": [(1, 1.0)]} and a.get_run(run.id).last_step == 1
+
+
+def test_a_run_finished_by_a_racing_resumer_is_not_claimed_again(two):
+    # The loser of a resume race may have read the run before the winner finished it.
+    a, b = two
+    run = new_run(a)
+    a.set_status(run.id, "finished")
+    with pytest.raises(UserError, match=r"^run 'run-a' already finished$"):
+        b.claim_run(run.id)

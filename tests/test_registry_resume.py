@@ -81,7 +81,10 @@ def test_two_resumers_at_once_one_is_refused_and_no_row_is_duplicated(db_url, tm
         assert codes == [0, 2], [(c, e[-1500:]) for c, _, e in outcomes]
         refused = next(err for code, _, err in outcomes if code == 2)
         lines = refused.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith(f"error: run '{name}' is being written by pid"), refused
+        # The loser either meets the winner's claim or, when the winner's few steps were done
+        # before the loser's claim (the steps are fast), a finished run: never a second trainer.
+        assert len(lines) == 1 and (lines[0].startswith(f"error: run '{name}' is being written by pid")
+                                    or lines[0] == f"error: run '{name}' already finished"), refused
         keys = metric_keys(db_url, name)
         assert len(keys) == len(set(keys)), "a metric key was written twice"
         assert sorted({s for s, o, n in keys if n == "train/reward"}) == list(range(1, STEPS + 1))

@@ -93,7 +93,8 @@ class ClaimRecords:
             run = session.get(Run, run_id)
             if run is None:
                 raise UserError(f"no run with id {run_id}")
-            refusal = claim_refusal(run)
+            # A resumer that read the run before a racing one finished it must not train it again.
+            refusal = f"run '{run.name}' already finished" if run.status == "finished" else claim_refusal(run)
             if refusal:
                 raise UserError(refusal)
             token = secrets.token_hex(16)
