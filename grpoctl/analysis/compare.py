@@ -17,7 +17,6 @@ for the handful of metrics it shows; no pandas, no matplotlib, no torch, no omeg
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from collections import defaultdict
@@ -31,11 +30,10 @@ from grpoctl.analysis.baseline import LAST_K, BaselineComparison, compare_to_bas
 from grpoctl.analysis.health import HEALTH_METRICS, Flag, Series, run_flags
 from grpoctl.errors import UserError
 from grpoctl.registry import EvalResult, Metric, Registry, Run, effective_status
+from grpoctl.rules import variant_hash, variant_items
 
 # The only metrics fetched whole (everything else is aggregated in SQL).
 SERIES_METRICS = HEALTH_METRICS
-# Keys that name or display a run rather than define it; seeds fold instead of differing.
-NOT_COMPARED = {"name", "group", "variant", "seed", "logging.live"}
 # What makes two evals comparable, and the config keys that would explain a difference.
 EVAL_FIELDS = {
     "decoding": "eval.",
@@ -52,8 +50,8 @@ class RunData:
 
     run: Run
     status: str  # effective: "stale" for a running run that stopped heartbeating
-    config: dict[str, Any]  # flattened, minus NOT_COMPARED
-    fold: str  # hash of the config minus the seed: runs that differ only by seed share it
+    config: dict[str, Any]  # the keys that define its variant (rules.variant_items), flattened
+    fold: str  # rules.variant_hash: runs that differ only by seed share it
     series: dict[str, Series] = field(default_factory=dict)
     evals: list[tuple[int, float, int | None]] = field(default_factory=list)  # (step, accuracy, n)
     eval_meta: list[dict] = field(default_factory=list)
@@ -132,17 +130,6 @@ def resolve_runs(registry: Registry, refs: list[str]) -> tuple[str, list[Run], l
 # --------------------------------------------------------------------------- loading
 
 
-def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
-    # Same as grpoctl.config.flatten, repeated so compare does not import omegaconf.
-    out: dict[str, Any] = {}
-    for key, value in d.items():
-        if isinstance(value, dict):
-            out.update(flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def _fetch(conn, query) -> list[tuple]:
     """Rows of a Core query straight from the DBAPI cursor, as plain tuples.
 
@@ -178,9 +165,8 @@ def load_run_data(registry: Registry, runs: list[Run], extra_metric: str | None 
     """Configs, the health series, evals, s/step and peak memory of `runs`."""
     data = {}
     for run in runs:
-        config = {k: v for k, v in flatten(json.loads(run.config)).items() if k not in NOT_COMPARED}
-        fold = hashlib.sha1(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
-        data[run.id] = RunData(run, effective_status(run), config, fold)
+        config = json.loads(run.config)
+        data[run.id] = RunData(run, effective_status(run), variant_items(config), variant_hash(config))
     ids = list(data)
     if not ids:
         return []

@@ -26,6 +26,7 @@ from grpoctl.cli.options import DbOption
 from grpoctl.errors import UserError
 from grpoctl.registry import Registry, Run, effective_status
 from grpoctl.registry.models import utcnow
+from grpoctl.rules import SHOWN_STATUSES, STATUS_STYLES, flatten, format_number
 
 runs_app = typer.Typer(
     help="List, show and inspect the runs in the registry.", no_args_is_help=True
@@ -39,8 +40,6 @@ RunArgument = Annotated[
 # The headline figures of a run, as the trainer names them (first one found wins).
 REWARD_METRICS = ("train/reward", "train/reward_mean")
 EVAL_METRIC = "eval/accuracy"
-STATUS_STYLES = {"running": "cyan", "finished": "green", "failed": "red",
-                 "diverged": "magenta", "interrupted": "yellow", "stale": "yellow"}
 
 
 def register(app: typer.Typer) -> None:
@@ -54,16 +53,6 @@ def _open(db: str | None, write: bool = False) -> Registry:
 
 
 # ---- formatting ---------------------------------------------------------------------
-
-
-def _number(value: float | None, digits: int = 3) -> str:
-    if value is None:
-        return "-"
-    if math.isnan(value) or math.isinf(value):
-        return str(value)
-    if value != 0 and not 1e-3 <= abs(value) < 1e6:  # tiny learning rates, byte counts
-        return f"{value:.{digits}g}"
-    return f"{value:.{digits}f}"
 
 
 def _when(moment: datetime | None, short: bool = False) -> str:
@@ -123,17 +112,6 @@ def _jsonable(row) -> dict:
     return out
 
 
-def _flatten(tree: dict, prefix: str = "") -> list[tuple[str, object]]:
-    """{"a": {"b": 1}} -> [("a.b", 1)]: config diffs read best as dotted keys."""
-    items = []
-    for key, value in tree.items():
-        if isinstance(value, dict) and value:
-            items.extend(_flatten(value, f"{prefix}{key}."))
-        else:
-            items.append((f"{prefix}{key}", value))
-    return items
-
-
 def _clip(text: str, head: int = 160, tail: int = 320) -> str:
     # Prompts are a long template with the question at the end: keep both ends.
     if len(text) <= head + tail + 20:
@@ -154,8 +132,8 @@ def list_runs(
     db: DbOption = None,
 ) -> None:
     """List runs, newest first."""
-    if status is not None and status not in STATUS_STYLES:
-        raise UserError(f"unknown status '{status}' (expected one of {', '.join(STATUS_STYLES)})")
+    if status is not None and status not in SHOWN_STATUSES:
+        raise UserError(f"unknown status '{status}' (expected one of {', '.join(SHOWN_STATUSES)})")
     if limit is not None and limit < 1:
         raise UserError("--limit must be at least 1")
     registry = _open(db)
@@ -182,8 +160,8 @@ def list_runs(
     for run in runs:
         table.add_row(
             str(run.id), Text(run.name), Text(run.group or ""), _status(run, now), _progress(run),
-            _number(_eval_accuracy(registry, run, last[run.id])),
-            _number(_first(last[run.id], REWARD_METRICS)),
+            format_number(_eval_accuracy(registry, run, last[run.id])),
+            format_number(_first(last[run.id], REWARD_METRICS)),
             _when(run.created_at, short=True), _duration(run, now),
         )
     console.print(table)
@@ -255,7 +233,7 @@ def _show_text(registry: Registry, run: Run) -> None:
             fields.add_row(label, value if isinstance(value, Text) else Text(value))
     console.print(Panel(fields, title=title, title_align="left"))
 
-    diff = _flatten(json.loads(run.config_diff))
+    diff = list(flatten(json.loads(run.config_diff)).items())  # config diffs read best as dotted keys
     console.print("[bold]Config diff from defaults[/]" + ("" if diff else ": none"))
     for key, value in diff:
         console.print(Text.assemble(("  " + key, "cyan"), f" = {json.dumps(value)}"))
@@ -267,7 +245,7 @@ def _show_text(registry: Registry, run: Run) -> None:
         metrics.add_column(style="dim")
         metrics.add_column(justify="right")
         for name in sorted(last):
-            metrics.add_row(name, _number(last[name], 4))
+            metrics.add_row(name, format_number(last[name], 4))
         console.print(metrics)
 
     evals = registry.evals(run.id)
@@ -276,8 +254,8 @@ def _show_text(registry: Registry, run: Run) -> None:
         for column in ("step", "n", "accuracy", "format", "mean len", "data", "grader"):
             table.add_column(column)
         for e in evals:
-            table.add_row("-" if e.step is None else str(e.step), str(e.n), _number(e.accuracy),
-                          _number(e.format_rate), f"{e.mean_response_length:.0f}",
+            table.add_row("-" if e.step is None else str(e.step), str(e.n), format_number(e.accuracy),
+                          format_number(e.format_rate), f"{e.mean_response_length:.0f}",
                           Text(e.data_source), Text(e.grader))
         console.print(table)
 
@@ -287,7 +265,7 @@ def _show_text(registry: Registry, run: Run) -> None:
         for column in ("step", "path", "eval acc", "on disk"):
             table.add_column(column)
         for c in checkpoints:
-            table.add_row(str(c.step), Text(c.path), _number(c.eval_accuracy),
+            table.add_row(str(c.step), Text(c.path), format_number(c.eval_accuracy),
                           "deleted" if c.deleted else "yes")
         console.print(table)
 
@@ -321,9 +299,9 @@ def samples(
         style = "green" if sample.reward > 0 else "red"
         title = Text.assemble(
             f"step {sample.step} · {sample.kind} · ",
-            (f"reward {_number(sample.reward, 2)}", f"bold {style}"),
-            f" (format {_number(sample.format_reward, 2)}, "
-            f"answer {_number(sample.answer_reward, 2)})",
+            (f"reward {format_number(sample.reward, 2)}", f"bold {style}"),
+            f" (format {format_number(sample.format_reward, 2)}, "
+            f"answer {format_number(sample.answer_reward, 2)})",
         )
         body = Group(
             Text("prompt", style="dim"), Text(_clip(sample.prompt)),

@@ -14,10 +14,9 @@ Extras beyond CS336, each off by default:
 
 import torch
 
-from .masked import masked_mean
+from grpoctl.rules import IMPORTANCE_LEVELS, LOSS_TYPES, RATIO_FREE_LOSSES
 
-LOSS_TYPES = ("no_baseline", "reinforce_with_baseline", "grpo_clip", "grpo_no_clip")
-IMPORTANCE_LEVELS = ("token", "sequence")
+from .masked import masked_mean
 
 
 def _per_sequence(values: torch.Tensor) -> torch.Tensor:
@@ -171,7 +170,7 @@ def compute_policy_gradient_loss(
         raise ValueError(f"unknown loss_type {loss_type!r}; valid types: {', '.join(LOSS_TYPES)}")
     if importance_level not in IMPORTANCE_LEVELS:
         raise ValueError(f"unknown importance_level {importance_level!r}; valid levels: {', '.join(IMPORTANCE_LEVELS)}")
-    if importance_level == "sequence" and loss_type not in ("grpo_clip", "grpo_no_clip"):
+    if importance_level == "sequence" and loss_type in RATIO_FREE_LOSSES:
         raise ValueError(f"importance_level='sequence' needs a ratio: use grpo_clip or grpo_no_clip, not {loss_type!r}")
 
     if loss_type == "no_baseline":

@@ -15,10 +15,10 @@ and so how much gradient each token gets:
 
 import torch
 
+from grpoctl.rules import LENGTH_NORMALIZATIONS
+
 from .losses import compute_policy_gradient_loss
 from .masked import masked_mean, masked_min_max, masked_normalize
-
-LENGTH_NORMALIZATIONS = ("mean", "constant", "microbatch")
 
 
 def _only_response(values: torch.Tensor | None, mask: torch.Tensor) -> torch.Tensor | None:

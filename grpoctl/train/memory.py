@@ -18,8 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grpoctl.errors import UserError
-
-MiB, GiB = 2**20, 2**30
+from grpoctl.rules import (  # noqa: F401  (MiB, GiB: memory's units, imported from here too)
+    GiB,
+    MiB,
+    format_bytes,
+    format_count,
+    resolve_backend,
+    resolve_device,
+    resolve_dtype,
+    vllm_installed,
+)
 
 # ============================================================================ measured
 
@@ -277,28 +285,13 @@ class MemoryEstimate:
         return "\n".join([head, *rows, *self.notes])
 
 
-def format_bytes(n: int) -> str:
-    return f"{n / GiB:.2f} GiB" if n >= GiB else f"{n / MiB:.1f} MiB"
-
-
-def format_count(n: int) -> str:
-    return f"{n / 1e9:.3g}B" if n >= 1e9 else f"{n / 1e6:.3g}M"
-
-
-def resolve_device(cfg) -> str:
+def estimate_device(cfg) -> str:
+    """The device a run of `cfg` would take here (runtime.device=auto asks torch)."""
     if cfg.runtime.device != "auto":
         return cfg.runtime.device
     import torch
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def resolve_backend(cfg) -> str:
-    if cfg.rollout.backend != "auto":
-        return cfg.rollout.backend
-    import importlib.util
-
-    return "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
+    return resolve_device("auto", torch.cuda.is_available())
 
 
 def estimate_prompt_tokens(cfg) -> int:
@@ -336,9 +329,9 @@ def estimate_peak_memory(
     """
     from grpoctl.config import derived_sizes
 
-    device = resolve_device(cfg)
+    device = estimate_device(cfg)
     on_gpu = device == "cuda"
-    dtype = cfg.model.dtype if cfg.model.dtype != "auto" else ("bfloat16" if on_gpu else "float32")
+    dtype = resolve_dtype(cfg.model.dtype, device)
     b = 2 if dtype == "bfloat16" else 4
     p = arch.num_params()
     mb = derived_sizes(cfg).microbatch_size
@@ -379,7 +372,7 @@ def estimate_peak_memory(
                        f"{mb} x {seq} x {arch.vocab_size} vocab x {per_el} B ({copies})"))
 
     notes = []
-    backend = resolve_backend(cfg)
+    backend = resolve_backend(cfg.rollout.backend, vllm_installed())
     v = cfg.rollout.vllm
     if backend == "vllm" and on_gpu:
         sleep = bool(v.sleep_mode)

@@ -20,6 +20,7 @@ import torch
 from grpoctl.data import ENUMERATE_LIMIT, DataError, Example, eval_subset, file_hash, load_examples, problem_count
 from grpoctl.errors import UserError
 from grpoctl.prompts import load_template
+from grpoctl.rules import resolve_backend, resolve_device, resolve_dtype, vllm_installed
 
 log = logging.getLogger("grpoctl")
 
@@ -28,9 +29,7 @@ def pick_device(cfg) -> torch.device:
     want = cfg.runtime.device
     if want == "cuda" and not torch.cuda.is_available():
         raise UserError("runtime.device=cuda but torch sees no CUDA device (use runtime.device=cpu or auto)")
-    if want == "auto":
-        want = "cuda" if torch.cuda.is_available() else "cpu"
-    return torch.device(want)
+    return torch.device(resolve_device(want, torch.cuda.is_available()))
 
 
 def device_name(device: torch.device) -> str:
@@ -38,9 +37,7 @@ def device_name(device: torch.device) -> str:
 
 
 def pick_dtype(cfg, device: torch.device) -> torch.dtype:
-    if cfg.model.dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.model.dtype]
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[resolve_dtype(cfg.model.dtype, device.type)]
 
 
 # What a model directory must hold to be loaded (weights: safetensors, sharded or not, or
@@ -59,12 +56,16 @@ def preflight(cfg, warn=print, need_model: bool = True, need_train: bool = True,
     pick_device(cfg)
     if need_model:
         check_model_path(cfg)
-    if cfg.rollout.backend == "vllm":
+    if resolve_backend(cfg.rollout.backend, vllm_installed()) == "vllm":
         from grpoctl.rollout.vllm import vllm_available
 
         ok, why = vllm_available()
+        if not ok and cfg.rollout.backend == "vllm":
+            alternatives = "hf" if vllm_installed() else "hf or auto"
+            raise UserError(f"rollout.backend=vllm but vllm is unavailable ({why}); use rollout.backend={alternatives}")
         if not ok:
-            raise UserError(f"rollout.backend=vllm but vllm is unavailable ({why}); use rollout.backend=hf or auto")
+            raise UserError(f"rollout.backend=auto means vllm where it is installed, and this one does not import "
+                            f"({why}); use rollout.backend=hf")
     data = load_run_data(cfg, need_train=need_train, warn=warn)
     if writes:
         check_writable(cfg.checkpoint.dir, "checkpoint.dir")
