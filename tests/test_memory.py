@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from grpoctl.config import load_config
-from grpoctl.train.memory import (
+from grpoctl.train.memory import MemoryTracker
+from grpoctl.train.memory_estimate import (
     GiB,
     KNOWN_CONFIGS,
-    MemoryTracker,
     activation_bytes_per_token_layer,
     arch_from_hf_config,
     arch_from_model_path,

@@ -13,7 +13,13 @@ from omegaconf import OmegaConf
 
 from grpoctl.config import derived_sizes
 from grpoctl.rules import resolve_backend, vllm_installed
-from grpoctl.train.memory import GiB, arch_from_model_path, estimate_device, estimate_peak_memory, visible_device_bytes
+from grpoctl.train.memory_estimate import (
+    GiB,
+    arch_from_model_path,
+    estimate_device,
+    estimate_peak_memory,
+    visible_device_bytes,
+)
 
 
 def describe_dry_run(cfg, device_total_bytes: int | None = None) -> str:
