@@ -26,7 +26,7 @@ from grpoctl.cli.options import DbOption
 from grpoctl.errors import UserError
 from grpoctl.registry import Registry, Run, effective_status
 from grpoctl.registry.models import utcnow
-from grpoctl.rules import SHOWN_STATUSES, STATUS_STYLES, flatten, format_number
+from grpoctl.rules import SHOWN_STATUSES, STATUS_STYLES, flatten, format_number, headline_accuracy
 
 runs_app = typer.Typer(
     help="List, show and inspect the runs in the registry.", no_args_is_help=True
@@ -37,9 +37,7 @@ RunArgument = Annotated[
     str, typer.Argument(metavar="RUN", help="Run id, name, or a unique prefix of its name.")
 ]
 
-# The headline figures of a run, as the trainer names them (first one found wins).
-REWARD_METRICS = ("train/reward", "train/reward_mean")
-EVAL_METRIC = "eval/accuracy"
+REWARD_METRIC = "train/reward"  # the mean reward over a step's rollouts, as the trainer names it
 
 
 def register(app: typer.Typer) -> None:
@@ -79,20 +77,10 @@ def _progress(run: Run) -> str:
     return f"{max(run.last_step, 0)}/{run.total_steps}"
 
 
-def _eval_accuracy(registry: Registry, run: Run, last: dict[str, float]) -> float | None:
-    """The last `eval/accuracy` the trainer logged, else the latest stored eval.
-
-    The trainer's own evals come first: a later `grpoctl eval` of a checkpoint on other
-    data is linked to the run too, but is not the run's headline figure.
-    """
-    if EVAL_METRIC in last:
-        return last[EVAL_METRIC]
-    evals = registry.evals(run.id)
-    return evals[-1].accuracy if evals else None
-
-
-def _first(values: dict[str, float], names: tuple[str, ...]) -> float | None:
-    return next((values[n] for n in names if n in values), None)
+def _accuracy(curve) -> float | None:
+    """A run's headline accuracy (grpoctl.rules.headline_accuracy), as `compare` shows it too."""
+    point = headline_accuracy(curve)
+    return None if point is None else point[1]
 
 
 def _finite_or_none(value):
@@ -143,7 +131,8 @@ def list_runs(
         console.print("No runs match." if filtered else
                       "No runs yet. Start one with `grpoctl train`.")
         return
-    last = registry.last_metrics([r.id for r in runs], (*REWARD_METRICS, EVAL_METRIC))
+    ids = [r.id for r in runs]
+    last, curves = registry.last_metrics(ids, (REWARD_METRIC,)), registry.eval_curves(ids)
     now = utcnow()
     # No vertical rules: nine columns must fit an 80-column terminal.
     table = Table(title=f"{len(runs)} run{'s' if len(runs) != 1 else ''}", title_justify="left",
@@ -160,8 +149,8 @@ def list_runs(
     for run in runs:
         table.add_row(
             str(run.id), Text(run.name), Text(run.group or ""), _status(run, now), _progress(run),
-            format_number(_eval_accuracy(registry, run, last[run.id])),
-            format_number(_first(last[run.id], REWARD_METRICS)),
+            format_number(_accuracy(curves[run.id])),
+            format_number(last[run.id].get(REWARD_METRIC)),
             _when(run.created_at, short=True), _duration(run, now),
         )
     console.print(table)

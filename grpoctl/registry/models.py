@@ -108,6 +108,10 @@ class EvalResult(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow)
 
 
+# The EvalResult fields that make two evals comparable (`compare` warns when they differ).
+COMPARABLE_EVAL_FIELDS = ("decoding", "subset_hash", "data_hash", "template_hash", "grader")
+
+
 class Sample(SQLModel, table=True):
     """A few completions per step, so a run can be read, not just plotted."""
 

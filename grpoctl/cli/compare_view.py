@@ -1,7 +1,8 @@
 """A `CompareTable` as text: a rich table, markdown, or records for JSON and CSV.
 
-Kept apart from compare.py, which only works out the numbers: `report` reuses the
-markdown, and scripts read the JSON (raw numbers, no formatting, the spreads alongside).
+The view of analysis/compare.py, which only works out the numbers: `report` reuses the
+markdown, and scripts read the JSON (raw numbers, no formatting, the spreads alongside;
+a number that is not finite is null, so strict JSON parsers accept it).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from typing import Any
 
 from grpoctl.analysis import stats
@@ -280,11 +282,22 @@ def records(table: CompareTable) -> list[dict]:
     return out
 
 
+def _finite(value: Any) -> Any:
+    """`value` with every NaN or infinity inside it replaced by None (JSON has neither)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
 def to_json(table: CompareTable) -> str:
     payload = {"title": table.title, "at_step": table.at_step, "rank_by": table.rank_by,
                "warnings": table.warnings, "baseline": comparison_summary(table),
                "baseline_note": table.baseline_note or None, "rows": records(table)}
-    return json.dumps(payload, indent=2, default=str) + "\n"
+    return json.dumps(_finite(payload), indent=2, default=str, allow_nan=False) + "\n"
 
 
 def to_csv(table: CompareTable) -> str:

@@ -1,4 +1,4 @@
-"""`grpoctl report NAME`: a markdown report of a sweep, with PNG plots, in one folder.
+"""What `grpoctl report NAME` writes: a markdown report of a sweep, with PNG plots, in one folder.
 
 It answers the questions the seed's write-ups answer for each ablation: what varied and
 what was held fixed, the numbers side by side, the curves (eval accuracy, reward,
@@ -13,9 +13,10 @@ import json
 from datetime import datetime, timezone
 from pathlib import Path
 
-from grpoctl.analysis import stats, tables
+from grpoctl.analysis import stats
 from grpoctl.analysis.baseline import LAST_K, BaselineComparison, Versus
 from grpoctl.analysis.compare import CompareTable, Row, build_compare_table
+from grpoctl.cli import compare_view as tables
 from grpoctl.errors import UserError
 from grpoctl.registry import Registry
 from grpoctl.rules import format_config_value, variant_items
@@ -34,7 +35,7 @@ def write_report(registry: Registry, name: str, folder: Path | None = None, base
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"cannot write the report to {folder}: {exc.strerror}") from None
-    from grpoctl.analysis.plots import plot_all  # matplotlib: only now
+    from grpoctl.cli.report_plots import plot_all  # matplotlib: only now
 
     plots = plot_all(table.rows, folder, name)
     text = "\n".join(_sections(registry, name, table, plots)) + "\n"
