@@ -135,7 +135,7 @@ class RolloutConfig:
 @dataclass
 class LossConfig:
     loss_type: str = "grpo_clip"  # no_baseline | reinforce_with_baseline | grpo_clip | grpo_no_clip
-    length_normalization: str = "mean"  # mean | constant | microbatch
+    length_normalization: str = "mean"  # mean | constant | microbatch | token (grpo/train_step.py)
     use_std_normalization: bool = True
     advantage_eps: float = 1e-6
     cliprange: float = 0.2

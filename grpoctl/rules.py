@@ -24,7 +24,7 @@ LOSS_TYPES = ("no_baseline", "reinforce_with_baseline", "grpo_clip", "grpo_no_cl
 # The losses without an importance ratio: they can only learn from the policy that sampled.
 RATIO_FREE_LOSSES = ("no_baseline", "reinforce_with_baseline")
 # How a sequence's token losses become the number the gradient is taken of (grpo/train_step.py).
-LENGTH_NORMALIZATIONS = ("mean", "constant", "microbatch")
+LENGTH_NORMALIZATIONS = ("mean", "constant", "microbatch", "token")
 IMPORTANCE_LEVELS = ("token", "sequence")
 REWARDS = ("r1_zero", "question_only")
 DATA_SOURCES = ("synthetic", "math", "gsm8k", "jsonl", "hub")

@@ -135,6 +135,7 @@ def train_on_rollouts(cfg, model, optimizer, scheduler, batch: RolloutBatch, ste
         order = torch.randperm(n, generator=generator) if sizes.off_policy else torch.arange(n)
         for start in range(0, n, loop.train_batch_size):
             micro_stats: list[dict] = []
+            batch_tokens = int(batch.response_mask[order[start : start + loop.train_batch_size]].sum())
             for m in range(start, start + loop.train_batch_size, sizes.microbatch_size):
                 idx = order[m : m + sizes.microbatch_size]
                 # Rows are right-padded to the longest sequence of the whole rollout batch;
@@ -165,6 +166,7 @@ def train_on_rollouts(cfg, model, optimizer, scheduler, batch: RolloutBatch, ste
                     importance_level=loss_cfg.importance_level,
                     ref_log_probs=None if batch.ref_log_probs is None else batch.ref_log_probs[idx, :width].to(device),
                     kl_beta=loss_cfg.kl_beta,
+                    batch_response_tokens=batch_tokens,
                 )
                 if not math.isfinite(meta["loss"]):
                     raise Diverged(f"non-finite loss at step {step} (optimizer step {opt_step})")
