@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import sqlite3
@@ -245,3 +246,30 @@ def test_from_run_and_eval_of_its_checkpoint(tiny_model_dir, tmp_path):
         row = conn.execute("SELECT e.n, e.step, e.checkpoint_path FROM evalresult e JOIN run r ON r.id = e.run_id "
                            "WHERE r.name='child' AND e.checkpoint_path IS NOT NULL").fetchone()
     assert row[0] == 8 and row[1] == 1 and row[2].endswith("step-1")
+
+
+def test_grading_errors_are_counted_each_step_and_flagged(tiny_model_dir, tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(REPO), GRPOCTL_TEST_GRADER_ERRORS="1")
+    overrides = fast_overrides(tiny_model_dir, tmp_path, **{"loop.n_grpo_steps": 2, "checkpoint.every": 0})
+    out = subprocess.run(DIGIT_TRAIN + ["train", *overrides, "name=broken-grader"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    errors = {(s, n): v for s, o, n, v in metric_rows(tmp_path / "registry.db", "broken-grader")
+              if n.endswith("/grading_errors") and o is None}
+    # One failed grading per rollout (16 a step) and per eval problem (16, at steps 0 and 2).
+    assert errors == {(1, "train/grading_errors"): 16, (2, "train/grading_errors"): 16,
+                      (0, "eval/grading_errors"): 16, (2, "eval/grading_errors"): 16}
+    shown = subprocess.run(grpoctl_cmd("compare", "broken-grader", "--format", "json"), cwd=tmp_path,
+                           env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert "grading errors@0" in json.loads(shown.stdout)["rows"][0]["health"]
+
+
+def test_token_length_normalization_trains(tiny_model_dir, tmp_path):
+    overrides = fast_overrides(tiny_model_dir, tmp_path, **{"loop.n_grpo_steps": 1, "eval.at_start": "false",
+                                                            "loss.length_normalization": "token"})
+    out = run_cli(DIGIT_TRAIN + ["train", *overrides, "name=token"], tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    losses = [v for s, o, n, v in metric_rows(tmp_path / "registry.db", "token") if n == "train/loss" and o is None]
+    grads = [v for s, o, n, v in metric_rows(tmp_path / "registry.db", "token") if n == "train/grad_norm"]
+    assert len(losses) == 1 and math.isfinite(losses[0]) and grads and all(g > 0 for g in grads)

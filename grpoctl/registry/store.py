@@ -211,11 +211,14 @@ class Registry(SweepRecords, ClaimRecords, RunSummaries):
         metrics: dict[str, float],
         opt_metrics: Iterable[tuple[int, dict[str, float]]] = (),
         samples: Iterable[dict] = (),
+        eval: dict | None = None,
     ) -> None:
-        """Commit one GRPO step: its metrics, per-optimizer-step metrics and samples.
+        """Commit one GRPO step: its metrics, per-optimizer-step metrics, samples and eval
+        (the EvalResult fields but run and step), if it evaluated.
 
         One transaction, so a step is either fully recorded or absent, and `last_step`
-        always names a complete step (resume starts after it). None values are skipped.
+        always names a complete step (resume starts after it): an eval is never left
+        without its step. None values are skipped.
         """
         rows = [
             {"run_id": run_id, "step": step, "opt_step": None, "name": k, "value": _stored(v)}
@@ -230,12 +233,15 @@ class Registry(SweepRecords, ClaimRecords, RunSummaries):
                 if v is not None
             )
         sample_rows = [{"run_id": run_id, "step": step, **s} for s in samples]
+        eval_row = None if eval is None else EvalResult(run_id=run_id, step=step, **eval).model_dump(exclude={"id"})
         with self._writer.begin() as conn:
             self._fence(conn, run_id, last_step=step, heartbeat_at=utcnow())
             if rows:
                 conn.execute(insert(Metric), rows)
             if sample_rows:
                 conn.execute(insert(Sample), sample_rows)
+            if eval_row is not None:
+                conn.execute(insert(EvalResult), [eval_row])
 
     def heartbeat(self, run_id: int) -> None:
         """The trainer is alive: renews its claim's lease (and fails if it was lost)."""

@@ -31,6 +31,6 @@ def run_eval(cfg, registry, path: Path, run, marker: dict | None, say=print, dat
         run_id=run.id if run else None,
         step=marker["step"] if (run and marker) else None,
         checkpoint_path=str(path.resolve()),
-        **eval_record(outcome, examples=data.eval, data_source=cfg.data.source, data_hash=data.data_hash,
+        **eval_record(outcome, examples=data.eval, data_source=data.eval_source, data_hash=data.data_hash,
                       template_name=data.template_name, template=data.template, sampling=sampling),
     )

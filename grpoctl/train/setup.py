@@ -201,6 +201,7 @@ class RunData:
     template_name: str
     template: str
     data_hash: str  # of the eval data: what makes two evals comparable
+    eval_source: str  # the eval data's data source (recorded with each eval)
 
 
 def load_run_data(cfg, need_train: bool = True, warn=None) -> RunData:
@@ -252,4 +253,5 @@ def load_run_data(cfg, need_train: bool = True, warn=None) -> RunData:
     train = [ex for ex in train if ex.question.strip() not in held_out]
     if need_train and not train:
         raise UserError("no training examples left after removing the eval problems")
-    return RunData(train=train, eval=evals, template_name=cfg.prompt.template, template=template, data_hash=data_hash)
+    return RunData(train=train, eval=evals, template_name=cfg.prompt.template, template=template, data_hash=data_hash,
+                   eval_source=d.source)
