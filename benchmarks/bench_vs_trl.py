@@ -135,7 +135,7 @@ def child_trl(model_dir: str, steps: int) -> dict:
     from grpoctl.data import PromptStream
     from grpoctl.prompts import format_prompt
     from grpoctl.rewards import get_reward_fn
-    from grpoctl.train.setup import load_run_data
+    from grpoctl.data.run_data import load_run_data
 
     torch.set_num_threads(1)
     cfg = load_config(None, grpoctl_overrides(model_dir, steps))

@@ -97,6 +97,11 @@ class DataConfig:
     question_field: str = "problem"
     answer_field: str = "answer"
     train_size: int | None = None  # cap on training examples (synthetic: how many to draw)
+    # The eval data's own format, for training on one dataset and evaluating on another
+    # (GSM8K, then MATH500); null: the same as source, question_field and answer_field.
+    eval_source: str | None = None
+    eval_question_field: str | None = None
+    eval_answer_field: str | None = None
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
 
 

@@ -144,8 +144,8 @@ RANGES: dict[str, Rule] = {
 # Text values that mean nothing when empty (a path, a field name, a stop string).
 NON_EMPTY = (
     "model.path", "prompt.template", "checkpoint.dir", "runtime.cache_dir", "data.question_field",
-    "data.answer_field", "data.train_split", "data.eval_split", "data.train_path", "data.eval_path",
-    "rollout.stop",
+    "data.answer_field", "data.eval_question_field", "data.eval_answer_field", "data.train_split",
+    "data.eval_split", "data.train_path", "data.eval_path", "rollout.stop",
 )
 
 

@@ -44,10 +44,11 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "model.dtype": DTYPES,
     "runtime.device": DEVICES,
     "data.source": DATA_SOURCES,
+    "data.eval_source": DATA_SOURCES,
     "runtime.on_signal": ("finish_step", "checkpoint_now"),
 }
 # Keys of CHOICES that may also be null, and what null means.
-NULL_MEANS: dict[str, str] = {}
+NULL_MEANS = {"data.eval_source": "the same as data.source"}
 
 # What the registry stores as a run's status; "stale" is shown, never stored: a running
 # run whose heartbeat stopped (registry.store.effective_status).
@@ -140,6 +141,9 @@ HASH_EXCLUDED = ("name", "group", "variant", "checkpoint.", "runtime.threads", "
 # means adding it here (tests/test_run_identity.py checks that every key is accounted for).
 NEUTRAL_DEFAULTS: dict[str, Any] = {
     "runtime.on_signal": "finish_step",  # how a stop request is met; finish_step is what runs did
+    "data.eval_source": None,  # evaluate in data.source's format, as every run did
+    "data.eval_question_field": None,  # ... with data.question_field
+    "data.eval_answer_field": None,  # ... and data.answer_field
 }
 
 

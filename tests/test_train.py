@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, fast_overrides, grpoctl_cmd
+from conftest import REPO, SHARED_DATA, fast_overrides, grpoctl_cmd
 
 DIGIT_TRAIN = [sys.executable, str(REPO / "tests" / "digit_reward_train.py")]
 
@@ -177,7 +177,7 @@ def test_dry_run_prints_sizes_without_writing(tmp_path):
 def test_default_eval_set_is_held_out_from_training_and_warm_start():
     from grpoctl.config import load_config
     from grpoctl.data import split_of
-    from grpoctl.train.setup import load_run_data
+    from grpoctl.data.run_data import load_run_data
 
     for seed in (0, 1, 2):
         data = load_run_data(load_config(None, [f"seed={seed}"]))
@@ -273,3 +273,46 @@ def test_token_length_normalization_trains(tiny_model_dir, tmp_path):
     losses = [v for s, o, n, v in metric_rows(tmp_path / "registry.db", "token") if n == "train/loss" and o is None]
     grads = [v for s, o, n, v in metric_rows(tmp_path / "registry.db", "token") if n == "train/grad_norm"]
     assert len(losses) == 1 and math.isfinite(losses[0]) and grads and all(g > 0 for g in grads)
+
+
+def shortest(source: Path, dest: Path, key: str, n: int) -> Path:
+    """The `n` records of a shared jsonl file with the shortest `key`, copied as they are:
+    the tiny model has 1,024 positions, and one token per character."""
+    lines = [line for line in source.read_text().splitlines() if line.strip()]
+    lines.sort(key=lambda line: len(json.loads(line)[key]))
+    dest.write_text("\n".join(lines[:n]) + "\n")
+    return dest
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "gsm8k_test.jsonl").exists() or not (SHARED_DATA / "math500_test.jsonl").exists(),
+                    reason="../shared/data is not there")
+def test_train_on_gsm8k_and_evaluate_on_math500(tiny_model_dir, tmp_path):
+    gsm8k = shortest(SHARED_DATA / "gsm8k_test.jsonl", tmp_path / "gsm8k_short.jsonl", "question", 64)
+    math500 = shortest(SHARED_DATA / "math500_test.jsonl", tmp_path / "math500_short.jsonl", "problem", 24)
+    overrides = fast_overrides(tiny_model_dir, tmp_path, **{
+        "loop.n_grpo_steps": 2, "data.source": "gsm8k", "data.train_path": gsm8k,
+        "data.eval_source": "math", "data.eval_path": math500})
+    out = run_cli(grpoctl_cmd("train", *overrides, "name=cross"), tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    db = tmp_path / "registry.db"
+    with sqlite3.connect(db) as conn:
+        evals = conn.execute("SELECT step, n, data_source, data_hash FROM evalresult ORDER BY step").fetchall()
+        prompts = conn.execute("SELECT kind, prompt, ground_truth FROM sample").fetchall()
+        ckpt = conn.execute("SELECT path FROM checkpoint WHERE deleted = 0 ORDER BY step DESC").fetchone()[0]
+    from grpoctl.data import file_hash
+
+    assert evals == [(0, 16, "math", file_hash(math500)), (2, 16, "math", file_hash(math500))]
+    problems = {json.loads(line)["problem"] for line in math500.read_text().splitlines()}
+    questions = {json.loads(line)["question"] for line in gsm8k.read_text().splitlines()}
+    assert all(any(q in p for q in questions) for kind, p, _ in prompts if kind == "train")
+    assert all(any(q in p for q in problems) for kind, p, _ in prompts if kind == "eval")
+    assert {kind for kind, _, _ in prompts} == {"train", "eval"}
+
+    # `grpoctl eval --data` evaluates on that file, in its own format, whatever the run trained on.
+    for path, source, n in ((gsm8k, "gsm8k", 8), (math500, "math", 8)):
+        evaluated = run_cli(grpoctl_cmd("eval", ckpt, "--data", str(path), "--subset", str(n)), tmp_path)
+        assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+        with sqlite3.connect(db) as conn:
+            row = conn.execute("SELECT n, data_source, data_hash FROM evalresult WHERE checkpoint_path IS NOT NULL "
+                               "ORDER BY id DESC").fetchone()
+        assert row == (n, source, file_hash(path))

@@ -17,6 +17,7 @@ import typer
 
 from grpoctl.cli.options import DbOption
 from grpoctl.errors import UserError
+from grpoctl.rules import reward_for_template
 
 
 def register(app: typer.Typer) -> None:
@@ -202,7 +203,7 @@ def evaluate_checkpoint(
     ckpt_dir: Annotated[str, typer.Argument(metavar="CKPT_DIR", help="A Hugging Face model directory.")],
     subset: Annotated[Optional[int], typer.Option(help="How many eval problems, deterministic by --seed [default: the run's eval.subset, else 1024].", show_default=False)] = None,
     data: Annotated[Optional[str], typer.Option(help="Eval jsonl (MATH or GSM8K shape); default: the run's eval data.")] = None,
-    source: Annotated[Optional[str], typer.Option(help="math | gsm8k | jsonl | synthetic; default: guessed from --data.")] = None,
+    source: Annotated[Optional[str], typer.Option(help="Its format (data.eval_source): math | gsm8k | jsonl | synthetic; default: guessed from --data.")] = None,
     prompt: Annotated[Optional[str], typer.Option(help="r1_zero | question_only | r1_zero_compact (or a template file).")] = None,
     seed: Annotated[Optional[int], typer.Option(help="Seed of the subset choice [default: the run's, else 0].", show_default=False)] = None,
     greedy: Annotated[Optional[bool], typer.Option("--greedy/--sample", help="Decoding; default: the run's eval setting.")] = None,
@@ -235,13 +236,16 @@ def evaluate_checkpoint(
     if seed is not None:
         overrides.append(f"eval.subset_seed={seed}")
     if prompt:
-        reward = "question_only" if prompt == "question_only" else "r1_zero"
-        overrides += [f"prompt.template={prompt}", f"prompt.reward={reward}"]
+        overrides.append(f"prompt.template={prompt}")
+        reward = reward_for_template(prompt)  # a template file keeps the run's reward
+        if reward:
+            overrides.append(f"prompt.reward={reward}")
+    # The eval data only: the run's training data is neither needed nor read.
     if data:
         guessed = source or ("gsm8k" if "gsm8k" in Path(data).name.lower() else "math")
-        overrides += [f"data.source={guessed}", f"data.eval_path={data}", f"data.train_path={data}"]
+        overrides += [f"data.eval_source={guessed}", f"data.eval_path={data}"]
     elif source:
-        overrides.append(f"data.source={source}")
+        overrides.append(f"data.eval_source={source}")
     if greedy is not None:
         overrides.append(f"eval.greedy={str(greedy).lower()}")
     if max_tokens is not None:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from grpoctl.rollout import RolloutBackend
     from grpoctl.train.memory import MemoryTracker
     from grpoctl.train.progress import Progress
-    from grpoctl.train.setup import RunData
+    from grpoctl.data.run_data import RunData
     from grpoctl.train.stop import StopRequest
 
 
