@@ -10,7 +10,8 @@ from pathlib import Path
 
 from grpoctl.rollout import make_backend
 from grpoctl.train.evaluate import eval_record, eval_sampling, evaluate
-from grpoctl.train.setup import load_policy, load_run_data, pick_device, pick_dtype
+from grpoctl.data.run_data import load_run_data
+from grpoctl.train.setup import load_policy, pick_device, pick_dtype
 
 
 def run_eval(cfg, registry, path: Path, run, marker: dict | None, say=print, data=None):

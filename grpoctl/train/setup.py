@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from grpoctl.data import ENUMERATE_LIMIT, problem_count
-from grpoctl.data.run_data import RunData, load_run_data  # noqa: F401  (load_run_data: also imported from here)
+from grpoctl.data.run_data import RunData, load_run_data
 from grpoctl.errors import UserError
 from grpoctl.rules import resolve_backend, resolve_device, resolve_dtype, vllm_installed
 

@@ -39,7 +39,8 @@ from grpoctl.train.memory import MemoryTracker
 from grpoctl.train.optim import build_optimizer
 from grpoctl.train.progress import Progress
 from grpoctl.train.schedule import build_scheduler
-from grpoctl.train.setup import device_name, load_policy, load_run_data, pick_device, pick_dtype, resolve_model_dir
+from grpoctl.data.run_data import load_run_data
+from grpoctl.train.setup import device_name, load_policy, pick_device, pick_dtype, resolve_model_dir
 from grpoctl.train.step import Diverged, checkpoint, evaluate_before_training, grpo_step
 from grpoctl.train.stop import AbandonStep, StopRequest
 
