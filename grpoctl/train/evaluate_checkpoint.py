@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from grpoctl.data.run_data import load_run_data
 from grpoctl.rollout import make_backend
 from grpoctl.train.evaluate import eval_record, eval_sampling, evaluate
-from grpoctl.data.run_data import load_run_data
 from grpoctl.train.setup import load_policy, pick_device, pick_dtype
 
 

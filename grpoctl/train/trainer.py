@@ -23,6 +23,7 @@ import torch
 
 from grpoctl.config import config_diff, config_hash, derived_sizes, to_dict
 from grpoctl.data import PromptStream
+from grpoctl.data.run_data import load_run_data
 from grpoctl.grpo import PolicyGradientLoss
 from grpoctl.registry.claims import ClaimLost
 from grpoctl.rollout import make_backend
@@ -39,7 +40,6 @@ from grpoctl.train.memory import MemoryTracker
 from grpoctl.train.optim import build_optimizer
 from grpoctl.train.progress import Progress
 from grpoctl.train.schedule import build_scheduler
-from grpoctl.data.run_data import load_run_data
 from grpoctl.train.setup import device_name, load_policy, pick_device, pick_dtype, resolve_model_dir
 from grpoctl.train.step import Diverged, checkpoint, evaluate_before_training, grpo_step
 from grpoctl.train.stop import AbandonStep, StopRequest
