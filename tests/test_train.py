@@ -316,3 +316,36 @@ def test_train_on_gsm8k_and_evaluate_on_math500(tiny_model_dir, tmp_path):
             row = conn.execute("SELECT n, data_source, data_hash FROM evalresult WHERE checkpoint_path IS NOT NULL "
                                "ORDER BY id DESC").fetchone()
         assert row == (n, source, file_hash(path))
+
+
+def test_dry_run_of_from_and_resume_shows_the_runs_config(tmp_path):
+    from conftest import registry_rows
+
+    from grpoctl.config import config_diff, config_hash, load_config, to_dict
+    from grpoctl.registry import Registry
+
+    db = str(tmp_path / "registry.db")
+    cfg = load_config(None, ["lr=0.0123", "group_size=16", "steps=7"])
+    with Registry(db) as registry:
+        run = registry.create_run(name="parent", config=to_dict(cfg), config_diff=config_diff(cfg),
+                                  config_hash=config_hash(cfg), seed=0, total_steps=7)
+        registry.set_status(run.id, "interrupted")
+    before = registry_rows(db)
+    for args, lr in ((["--resume", "parent"], "0.0123"), (["--from", "parent"], "0.0123"),
+                     (["--from", "parent", "lr=0.5"], "0.5")):
+        out = run_cli(grpoctl_cmd("train", *args, "--dry-run", "--db", db), tmp_path, timeout=60)
+        assert out.returncode == 0, out.stderr
+        config = out.stdout.split("derived sizes:")[0]
+        assert f"\n  lr: {lr}\n" in config and "\n  group_size: 16\n" in config and "\n  n_grpo_steps: 7\n" in config
+        assert "prompts_per_rollout_batch: 16" in out.stdout  # 256 rollouts / 16 per group
+    assert registry_rows(db) == before  # a dry run writes nothing
+    missing = run_cli(grpoctl_cmd("train", "--from", "nope", "--dry-run", "--db", db), tmp_path, timeout=60)
+    assert missing.returncode == 2 and missing.stderr.strip() == "error: no run named 'nope'"
+
+
+def test_version():
+    out = subprocess.run(grpoctl_cmd("--version"), capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, PYTHONPATH=str(REPO)))
+    from grpoctl import __version__
+
+    assert out.returncode == 0 and out.stdout == f"grpoctl {__version__}\n"

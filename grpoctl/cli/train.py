@@ -92,7 +92,13 @@ def train(
     if dry_run:
         from grpoctl.train.dry_run import describe_dry_run
 
-        typer.echo(describe_dry_run(cfg if cfg is not None else C.load_config(None, overrides)))
+        if cfg is None:  # the run's own config (and --from's overrides), read without writing
+            from grpoctl.registry import Registry
+
+            with Registry(db, must_exist=True, readonly=True) as registry:
+                source = registry.get_run(resume or from_run)
+            cfg = C.from_dict(json.loads(source.config)) if resume is not None else _config_from(source, overrides)
+        typer.echo(describe_dry_run(cfg))
         return
 
     if cfg is not None:
@@ -147,14 +153,11 @@ def _resume(ref: str, skip_missing: bool, db: str | None) -> str:
 
 
 def _start_from(ref: str, overrides: list[str], db: str | None) -> str:
-    from grpoctl import config as C
     from grpoctl.registry import Registry
 
     registry = Registry(db, must_exist=True)
     source = registry.get_run(ref)
-    base = json.loads(source.config)
-    base["name"] = None
-    cfg = C.apply_overrides(C.from_dict(base), overrides)
+    cfg = _config_from(source, overrides)
     if cfg.name:
         _check_name_free(registry, cfg.name)
     data = _preflight(cfg)
@@ -163,6 +166,15 @@ def _start_from(ref: str, overrides: list[str], db: str | None) -> str:
     from grpoctl.train import trainer
 
     return trainer.start(cfg, registry, parent=source.name, say=typer.echo, data=data)
+
+
+def _config_from(source, overrides: list[str]):
+    """A new run's config for `--from RUN`: RUN's, unnamed, with `overrides` on top."""
+    from grpoctl import config as C
+
+    base = json.loads(source.config)
+    base["name"] = None
+    return C.apply_overrides(C.from_dict(base), overrides)
 
 
 def _warn(message: str) -> None:
