@@ -5,8 +5,9 @@ loads Qwen, `grpoctl eval` and vLLM included) and `trainer_state.pt`: the run's
 TrainState (train/state.py: step, optimizer step, data position, eval accuracies) with the
 optimizer's, the scheduler's and the RNGs' states beside it, so `grpoctl train --resume
 RUN` continues exactly where the run stopped. Files written before TrainState existed
-hold its first fields under the same names, and load. Retention keeps the last `keep_last` and the best `keep_best` by eval
-accuracy: a 1.5B-parameter checkpoint is several GB.
+hold its first fields under the same names, and load. Retention keeps the last
+`keep_last` and the best `keep_best` by eval accuracy: a 1.5B-parameter checkpoint is
+several GB.
 """
 
 from __future__ import annotations

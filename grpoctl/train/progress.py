@@ -10,9 +10,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-
-def _fmt(value, spec=".3f") -> str:
-    return "-" if value is None else format(value, spec)
+from grpoctl.rules import format_number
 
 
 def eta_seconds(recent_step_seconds: list[float], step: int, total: int) -> tuple[float, float]:
@@ -63,11 +61,12 @@ class Progress:
     def _line(self, step: int, m: dict, acc) -> str:
         per_step, eta = self._rate()
         return (
-            f"step {step}/{self.total}  reward {_fmt(m.get('train/reward'))}  "
-            f"eval {_fmt(acc)}  entropy {_fmt(m.get('train/token_entropy'))}  "
-            f"len {_fmt(m.get('train/response_length'), '.1f')}  gnorm {_fmt(m.get('train/grad_norm'))}  "
+            f"step {step}/{self.total}  reward {format_number(m.get('train/reward'))}  "
+            f"eval {format_number(acc)}  entropy {format_number(m.get('train/token_entropy'))}  "
+            f"len {format_number(m.get('train/response_length'), 1)}  "
+            f"gnorm {format_number(m.get('train/grad_norm'))}  "
             f"{per_step:.2f} s/step  eta {_clock(eta)}  "
-            f"mem {_fmt(m.get('mem/peak'), '.0f')} MiB"
+            f"mem {format_number(m.get('mem/peak'), 0)} MiB"
         )
 
     def _panel(self, step: int, m: dict, acc) -> Table:
@@ -76,12 +75,12 @@ class Progress:
         for col in ("step", "train reward", "eval acc", "entropy", "mean len", "grad norm", "s/step", "ETA", "peak MiB"):
             table.add_column(col, justify="right")
         table.add_row(
-            f"{step}/{self.total}", _fmt(m.get("train/reward")), _fmt(acc), _fmt(m.get("train/token_entropy")),
-            _fmt(m.get("train/response_length"), ".1f"), _fmt(m.get("train/grad_norm")), f"{per_step:.2f}",
-            _clock(eta), _fmt(m.get("mem/peak"), ".0f"),
+            f"{step}/{self.total}", format_number(m.get("train/reward")), format_number(acc),
+            format_number(m.get("train/token_entropy")), format_number(m.get("train/response_length"), 1),
+            format_number(m.get("train/grad_norm")), f"{per_step:.2f}", _clock(eta), format_number(m.get("mem/peak"), 0),
         )
         return table
 
     def final(self, status: str, error: str | None, eval_accuracy: float | None) -> None:
         note = f" ({error.splitlines()[0]})" if error else ""
-        self.console.print(f"run {status}{note}; last eval accuracy {_fmt(eval_accuracy)}", highlight=False)
+        self.console.print(f"run {status}{note}; last eval accuracy {format_number(eval_accuracy)}", highlight=False)
