@@ -54,6 +54,7 @@ NULL_MEANS = {"data.eval_source": "the same as data.source"}
 # run whose heartbeat stopped (registry.store.effective_status).
 RUN_STATUSES = ("running", "finished", "failed", "diverged", "interrupted")
 SHOWN_STATUSES = (*RUN_STATUSES, "stale")
+ENDED_BADLY = ("failed", "diverged")  # a sweep retries these on request; plots draw them dashed
 STATUS_STYLES = {"running": "cyan", "finished": "green", "failed": "red", "diverged": "magenta",
                  "interrupted": "yellow", "stale": "yellow"}
 

@@ -19,7 +19,6 @@ functions); the outer loop over steps, and a run's start and end, are train/trai
 
 from __future__ import annotations
 
-import logging
 import math
 import shutil
 from dataclasses import dataclass, field, replace
@@ -28,8 +27,12 @@ from pathlib import Path
 import torch
 
 from grpoctl.config import derived_sizes
-from grpoctl.grpo import collate_prompt_and_output_ids, get_response_log_probs_shared_prompts
-from grpoctl.grpo import normalize_group_rewards, summarize_group_rewards
+from grpoctl.grpo import (
+    collate_prompt_and_output_ids,
+    get_response_log_probs_shared_prompts,
+    normalize_group_rewards,
+    summarize_group_rewards,
+)
 from grpoctl.prompts import format_prompt
 from grpoctl.rewards import get_reward_fn, grading_stats
 from grpoctl.rollout.base import Rollouts, SamplingSettings
@@ -39,8 +42,6 @@ from grpoctl.train.evaluate import eval_record, eval_sampling, evaluate
 from grpoctl.train.faults import fault_point
 from grpoctl.train.phases import Phases
 from grpoctl.train.stop import abortable
-
-log = logging.getLogger("grpoctl")
 
 
 class Diverged(Exception):
