@@ -17,12 +17,12 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
     from grpoctl.data import PromptStream
+    from grpoctl.data.run_data import RunData
     from grpoctl.grpo import PolicyGradientLoss
     from grpoctl.registry import Registry, Run
     from grpoctl.rollout import RolloutBackend
     from grpoctl.train.memory import MemoryTracker
     from grpoctl.train.progress import Progress
-    from grpoctl.data.run_data import RunData
     from grpoctl.train.stop import StopRequest
 
 
