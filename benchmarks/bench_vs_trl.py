@@ -75,7 +75,7 @@ class Clock:
 def child_grpoctl(model_dir: str, steps: int) -> dict:
     """`grpoctl train` (its CLI, in this process, in a fresh directory), each step timed."""
     from grpoctl import cli
-    from grpoctl.train import loop, trainer
+    from grpoctl.train import step as grpo, trainer
 
     records: list[dict] = []
 
@@ -90,21 +90,21 @@ def child_grpoctl(model_dir: str, steps: int) -> dict:
                 rec[phase] = tuple(a + b for a, b in zip(rec.get(phase, (0.0, 0.0)), (wall, cpu)))
         return wrapper
 
-    one_step, make_batch = trainer._one_step, loop.make_rollout_batch
+    one_step, score = trainer.grpo_step, grpo.score_rollouts
 
-    def step(ctx, i):
+    def step(run, i):
         records.append({})
-        timed(one_step, "total")(ctx, i)
+        timed(one_step, "total")(run, i)
 
-    def counting_make_batch(cfg, rollouts, *args, **kwargs):
+    def counting_score(run, rollouts, *args, **kwargs):
         records[-1]["tokens"] = sum(len(r) for r in rollouts.response_ids)
-        return make_batch(cfg, rollouts, *args, **kwargs)
+        return score(run, rollouts, *args, **kwargs)
 
-    loop.make_rollout_batch = counting_make_batch
-    for name in ("generate_rollouts", "make_rollout_batch", "add_old_and_ref_log_probs"):
-        setattr(loop, name, timed(getattr(loop, name), "rollout"))
-    trainer._one_step = step
-    trainer._evaluate = timed(trainer._evaluate, "eval")  # the last step evaluates; TRL does not: left out
+    grpo.score_rollouts = counting_score
+    for name in ("generate_rollouts", "score_rollouts", "add_old_and_ref_log_probs"):
+        setattr(grpo, name, timed(getattr(grpo, name), "rollout"))
+    trainer.grpo_step = step
+    grpo.evaluate_policy = timed(grpo.evaluate_policy, "eval")  # the last step evaluates; TRL does not: left out
 
     os.chdir(tempfile.mkdtemp(prefix="bench-vs-trl-grpoctl-"))
     sys.argv = ["grpoctl", "train", *grpoctl_overrides(model_dir, steps), "name=bench"]
@@ -131,20 +131,20 @@ def child_trl(model_dir: str, steps: int) -> dict:
     from transformers import AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from grpoctl.config import load_config
+    from grpoctl.config import derived_sizes, load_config
     from grpoctl.data import PromptStream
+    from grpoctl.prompts import format_prompt
     from grpoctl.rewards import get_reward_fn
-    from grpoctl.train.loop import step_prompts
-    from grpoctl.train.setup import load_run_data
+    from grpoctl.data.run_data import load_run_data
 
     torch.set_num_threads(1)
     cfg = load_config(None, grpoctl_overrides(model_dir, steps))
     data = load_run_data(cfg)
     stream = PromptStream(data.train, seed=cfg.seed)
     rows = []
-    for _ in range(steps):
-        prompts, truths, _ = step_prompts(cfg, stream, data.template)
-        rows += [{"prompt": p, "answer": t} for p, t in zip(prompts, truths[::GROUP])]
+    for _ in range(steps):  # the prompts grpoctl's steps draw (train/step.py: next_prompts)
+        examples = stream.next_batch(derived_sizes(cfg).prompts_per_rollout_batch)
+        rows += [{"prompt": format_prompt(data.template, ex.question), "answer": ex.answer} for ex in examples]
     reward_fn = get_reward_fn("r1_zero")
     tokens = []
 

@@ -14,8 +14,6 @@ This module imports no torch: the sweep launcher and `--dry-run` resolve configs
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,8 +21,20 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from grpoctl.config_checks import CHOICES, validate  # noqa: F401  (CHOICES re-exported)
+from grpoctl.config_checks import validate
 from grpoctl.errors import UserError
+from grpoctl.rules import is_off_policy
+
+# A run's identity is a project rule (grpoctl/rules.py); these names stay importable from
+# here, where the sweep planner and older scripts look for them.
+from grpoctl.rules import (  # noqa: F401  (re-exported)
+    CHOICES,
+    HASH_EXCLUDED,
+    NEUTRAL_DEFAULTS,
+    config_hash,
+    flatten,
+    hashed_items,
+)
 
 # --------------------------------------------------------------------------- the tree
 
@@ -87,6 +97,11 @@ class DataConfig:
     question_field: str = "problem"
     answer_field: str = "answer"
     train_size: int | None = None  # cap on training examples (synthetic: how many to draw)
+    # The eval data's own format, for training on one dataset and evaluating on another
+    # (GSM8K, then MATH500); null: the same as source, question_field and answer_field.
+    eval_source: str | None = None
+    eval_question_field: str | None = None
+    eval_answer_field: str | None = None
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
 
 
@@ -125,7 +140,7 @@ class RolloutConfig:
 @dataclass
 class LossConfig:
     loss_type: str = "grpo_clip"  # no_baseline | reinforce_with_baseline | grpo_clip | grpo_no_clip
-    length_normalization: str = "mean"  # mean | constant | microbatch
+    length_normalization: str = "mean"  # mean | constant | microbatch | token (grpo/train_step.py)
     use_std_normalization: bool = True
     advantage_eps: float = 1e-6
     cliprange: float = 0.2
@@ -405,62 +420,6 @@ def _diff(default: dict, actual: dict) -> dict:
     return out
 
 
-def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
-    """{'loss': {'loss_type': 'x'}} -> {'loss.loss_type': 'x'}."""
-    out: dict[str, Any] = {}
-    for key, value in d.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, dict):
-            out.update(flatten(value, path + "."))
-        else:
-            out[path] = value
-    return out
-
-
-# --------------------------------------------------------------------------- run identity
-
-# Keys that do not change what a run computes: they name it (name, group, variant), say
-# where its files go or how it is shown (checkpoint.*, runtime.cache_dir, logging.*), or
-# change only its speed (runtime.threads, eval.batch_size). A key ending in "." covers
-# its whole section.
-HASH_EXCLUDED = ("name", "group", "variant", "checkpoint.", "runtime.threads", "runtime.cache_dir",
-                 "logging.", "eval.batch_size")
-# Config keys added AFTER this definition of the hash (identity v2), each with the value
-# that keeps the behaviour runs had before the key existed. At that value the key is left
-# out of the hash, so adding it changes no existing run's identity and sweeps keep finding
-# their members; at any other value it is part of the hash. Adding a key to the config
-# means adding it here (tests/test_config.py checks that every key is accounted for).
-NEUTRAL_DEFAULTS: dict[str, Any] = {
-    "runtime.on_signal": "finish_step",  # how a stop request is met; finish_step is what runs did
-}
-
-
-def hashed_items(cfg: DictConfig | dict) -> dict[str, Any]:
-    """The flattened keys and values that define a run: what `config_hash` hashes."""
-    data = to_dict(cfg) if isinstance(cfg, DictConfig) else cfg
-    items = {}
-    for key, value in flatten(data).items():
-        if key in HASH_EXCLUDED or key.startswith(tuple(k for k in HASH_EXCLUDED if k.endswith("."))):
-            continue
-        if key in NEUTRAL_DEFAULTS and value == NEUTRAL_DEFAULTS[key]:
-            continue
-        items[key] = value
-    return items
-
-
-def config_hash(cfg: DictConfig | dict) -> str:
-    """The identity of a run: a hash of the keys that change what it computes.
-
-    A pure function of the resolved config (a DictConfig or its plain dict). Excluded
-    are the keys in HASH_EXCLUDED; keys added to the config later are dropped while at
-    their neutral default (NEUTRAL_DEFAULTS), so a new option never renames old runs.
-    The registry's migration 0002 holds a frozen copy of this definition, to rewrite
-    the hashes that the earlier definition stored; changing it again needs a migration.
-    """
-    blob = json.dumps(hashed_items(cfg), sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
 @dataclass(frozen=True)
 class DerivedSizes:
     prompts_per_rollout_batch: int
@@ -475,5 +434,5 @@ def derived_sizes(cfg: DictConfig) -> DerivedSizes:
         prompts_per_rollout_batch=r.rollout_batch_size // r.group_size,
         microbatch_size=loop.train_batch_size // loop.gradient_accumulation_steps,
         optimizer_steps_per_grpo_step=loop.epochs_per_rollout_batch * r.rollout_batch_size // loop.train_batch_size,
-        off_policy=loop.epochs_per_rollout_batch > 1 or loop.train_batch_size < r.rollout_batch_size,
+        off_policy=is_off_policy(loop.epochs_per_rollout_batch, loop.train_batch_size, r.rollout_batch_size),
     )

@@ -26,22 +26,9 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from grpoctl.errors import UserError
+from grpoctl.rules import CHOICES, NULL_MEANS, RATIO_FREE_LOSSES, is_off_policy, reward_for_template
 
 SEED_LIMIT = 2**32 - 1  # seeds are combined into torch generator seeds (< 2**63) without overflow
-
-CHOICES = {
-    "rollout.backend": ("auto", "vllm", "hf"),
-    "loss.loss_type": ("no_baseline", "reinforce_with_baseline", "grpo_clip", "grpo_no_clip"),
-    "loss.length_normalization": ("mean", "constant", "microbatch"),
-    "loss.importance_level": ("token", "sequence"),
-    "prompt.reward": ("r1_zero", "question_only"),
-    "optimizer.name": ("adamw", "adamw8bit"),
-    "optimizer.lr_schedule": ("constant", "cosine"),
-    "model.dtype": ("auto", "float32", "bfloat16"),
-    "runtime.device": ("auto", "cpu", "cuda"),
-    "data.source": ("synthetic", "math", "gsm8k", "jsonl", "hub"),
-    "runtime.on_signal": ("finish_step", "checkpoint_now"),
-}
 
 # What the synthetic task can compute (data/synthetic.py takes them from here, so
 # that checking a config needs no data code).
@@ -157,8 +144,8 @@ RANGES: dict[str, Rule] = {
 # Text values that mean nothing when empty (a path, a field name, a stop string).
 NON_EMPTY = (
     "model.path", "prompt.template", "checkpoint.dir", "runtime.cache_dir", "data.question_field",
-    "data.answer_field", "data.train_split", "data.eval_split", "data.train_path", "data.eval_path",
-    "rollout.stop",
+    "data.answer_field", "data.eval_question_field", "data.eval_answer_field", "data.train_split",
+    "data.eval_split", "data.train_path", "data.eval_path", "rollout.stop",
 )
 
 
@@ -203,8 +190,11 @@ def validate(cfg: DictConfig) -> None:
     """
     for key, choices in CHOICES.items():
         value = OmegaConf.select(cfg, key)
+        if value is None and key in NULL_MEANS:
+            continue
         if value not in choices:
-            raise UserError(f"{key}={value!r} is not one of: {', '.join(choices)}")
+            null = f" (or null: {NULL_MEANS[key]})" if key in NULL_MEANS else ""
+            raise UserError(f"{key}={value!r} is not one of: {', '.join(choices)}{null}")
     check_ranges(cfg)
     for key in ("name", "group", "variant"):  # a run's labels
         _check_label(key, cfg[key])
@@ -227,22 +217,22 @@ def validate(cfg: DictConfig) -> None:
         )
     if r.min_tokens > r.max_tokens:
         raise UserError(f"rollout.min_tokens ({r.min_tokens}) exceeds rollout.max_tokens ({r.max_tokens})")
-    off_policy = loop.epochs_per_rollout_batch > 1 or loop.train_batch_size < r.rollout_batch_size
-    if off_policy and loss.loss_type in ("no_baseline", "reinforce_with_baseline"):
+    off_policy = is_off_policy(loop.epochs_per_rollout_batch, loop.train_batch_size, r.rollout_batch_size)
+    if off_policy and loss.loss_type in RATIO_FREE_LOSSES:
         raise UserError(
             f"loss.loss_type={loss.loss_type} is on-policy only; with off-policy reuse "
             "(epochs_per_rollout_batch > 1 or train_batch_size < rollout_batch_size) use grpo_clip or grpo_no_clip"
         )
-    if loss.importance_level == "sequence" and loss.loss_type in ("no_baseline", "reinforce_with_baseline"):
+    if loss.importance_level == "sequence" and loss.loss_type in RATIO_FREE_LOSSES:
         raise UserError(
             f"loss.importance_level=sequence (GSPO) weighs an importance ratio that loss.loss_type={loss.loss_type} "
             "does not have: use grpo_clip or grpo_no_clip, or importance_level=token"
         )
-    expected_reward = {"question_only": "question_only"}.get(cfg.prompt.template, None)
+    expected_reward = reward_for_template(cfg.prompt.template)
     if expected_reward and cfg.prompt.reward != expected_reward:
-        raise UserError("prompt.template=question_only answers in \\boxed{}: set prompt.reward=question_only")
-    if cfg.prompt.template.startswith("r1_zero") and cfg.prompt.reward != "r1_zero":
-        raise UserError(f"prompt.template={cfg.prompt.template} answers in <answer> tags: set prompt.reward=r1_zero")
+        answers_in = "\\boxed{}" if expected_reward == "question_only" else "<answer> tags"
+        raise UserError(f"prompt.template={cfg.prompt.template} answers in {answers_in}: "
+                        f"set prompt.reward={expected_reward}")
     if cfg.data.source != "synthetic" and cfg.data.train_path is None:
         raise UserError(f"data.source={cfg.data.source} needs data.train_path (a jsonl file or hub dataset name)")
     _check_synthetic(cfg.data.synthetic)

@@ -11,10 +11,22 @@ import sys
 import grpoctl.rewards as rewards
 from grpoctl.cli import main
 
+_broken_grader = None
+
+
+def _raises(pred: str, truth: str):
+    raise RuntimeError("the comparison crashed (test)")
+
 
 def digit_reward(response: str, ground_truth: str) -> dict[str, float]:
+    """With GRPOCTL_TEST_GRADER_ERRORS set, each call also grades an answer with a grader
+    whose comparison raises: the real Grader scores it 0 and counts one grading error."""
+    global _broken_grader
     if os.environ.get("GRPOCTL_TEST_CRASH") and "9" in response:
         raise RuntimeError("reward function crashed (test)")
+    if os.environ.get("GRPOCTL_TEST_GRADER_ERRORS"):
+        _broken_grader = _broken_grader or rewards.Grader(check=_raises)
+        assert _broken_grader.grade("\\sqrt{2}", ground_truth) is False  # not decidable without the comparison
     share = sum(c.isdigit() for c in response) / max(len(response), 1)
     return {"format_reward": 1.0, "answer_reward": share, "reward": share}
 

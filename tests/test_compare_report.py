@@ -17,9 +17,9 @@ import pytest
 from conftest import drop_pg_database, fresh_pg_database
 from sqlalchemy import update
 
-from grpoctl.analysis import tables
+from grpoctl.cli import compare_view as tables
 from grpoctl.analysis.compare import build_compare_table
-from grpoctl.analysis.report import write_report
+from grpoctl.cli.report_view import write_report
 from grpoctl.config import config_diff, config_hash, load_config, to_dict
 from grpoctl.registry import Registry, Run
 from grpoctl.registry.models import utcnow
@@ -190,7 +190,7 @@ def test_cli_json_and_csv_parse_and_stay_clear_of_torch(db, tmp_path):
             "except SystemExit as exc:\n    assert not exc.code, exc.code\n"
             "heavy = [m for m in ('torch', 'matplotlib', 'pandas', 'transformers') if m in sys.modules]\n"
             "print('HEAVY', heavy, file=sys.stderr)\n"
-            "from grpoctl.analysis.report import write_report\n"
+            "from grpoctl.cli.report_view import write_report\n"
             "from grpoctl.registry import Registry\n"
             f"write_report(Registry({str(db)!r}), 'abl', {str(tmp_path)!r})\n"
             "print('REPORT TORCH', 'torch' in sys.modules, file=sys.stderr)\n")
@@ -456,3 +456,19 @@ def test_report_has_the_comparison_table_and_a_sentence_per_variant(study_db, tm
     assert "A difference this close to zero would need more than 100 seeds per arm" in section
     assert "- **lonely** against **base**: not tested: 1 seed(s) against the baseline's 3" in section
     assert "(bands: ± 1 sd over seeds)" not in section  # a plot title, not text
+
+
+def test_json_is_strict_json_with_null_where_a_number_is_not_finite(tmp_path):
+    path = str(tmp_path / "registry.db")
+    with Registry(path) as registry:
+        _, run = make_run(registry, "nan-a", ["seed=0"], group="nan", variant="a", steps=3)
+        registry.log_step(run.id, 3, {"train/grad_norm": float("nan"), "train/response_length": float("inf")})
+    out = grpoctl("compare", "nan", "--db", path, "--format", "json")
+    assert out.returncode == 0, out.stderr
+
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    row = json.loads(out.stdout, parse_constant=refuse)["rows"][0]
+    assert row["grad_norm"] is None and row["length"] is None  # the last values: NaN and inf
+    assert row["final_acc"] == pytest.approx(0.7) and row["entropy"] == pytest.approx(0.6)

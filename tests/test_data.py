@@ -413,3 +413,75 @@ def test_hub_loader_without_datasets_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "datasets", None)
     with pytest.raises(ImportError, match=r"pip install 'grpoctl\[hub\]'"):
         load_hub_dataset("someone/MATH", "train", "problem", "answer")
+
+
+# --------------------------------------------------------------------------- a run's train and eval data
+
+
+def run_config(*overrides):
+    from grpoctl.config import load_config
+
+    return load_config(None, list(overrides))
+
+
+def test_train_and_eval_data_in_different_formats(tmp_path):
+    """Train on a GSM8K-shaped file, evaluate on a MATH-shaped one, each with its own field
+    names; a problem in both is held out of training, whatever format each came in."""
+    from grpoctl.data.run_data import load_run_data
+    from grpoctl.errors import UserError
+
+    train = write_jsonl(tmp_path / "train.jsonl", [
+        {"question": "What is 2+3?", "answer": "2+3=5\n#### 5"},
+        {"question": "What is 7*6?", "answer": "7*6=42\n#### 42"},
+        {"question": "What is $1+1$?", "answer": "#### 2"},  # also an eval problem
+    ])
+    evals = write_jsonl(tmp_path / "eval.jsonl", [
+        {"problem": "What is $1+1$?", "solution": "$1+1=\\boxed{2}$", "answer": "2"},
+        {"problem": "Find $x$ if $x^2=9$, $x>0$.", "solution": "\\boxed{3}", "answer": "3"},
+    ])
+    base = ["data.source=jsonl", "data.question_field=question", "data.answer_field=answer",
+            f"data.train_path={train}", f"data.eval_path={evals}"]
+    data = load_run_data(run_config(*base, "data.eval_source=jsonl", "data.eval_question_field=problem"))
+    assert [ex.answer for ex in data.train] == ["5", "42"]  # GSM8K style: after the marker
+    assert sorted(ex.question for ex in data.eval) == ["Find $x$ if $x^2=9$, $x>0$.", "What is $1+1$?"]
+    assert data.eval_source == "jsonl" and data.data_hash == file_hash(evals)
+    math = load_run_data(run_config(*base, "data.eval_source=math", "data.eval_question_field=problem"))
+    assert sorted(ex.answer for ex in math.eval) == ["2", "3"] and math.eval_source == "math"
+    # Without the eval field names, the eval file is read with the train file's: refused in one line.
+    with pytest.raises(UserError, match=r"eval\.jsonl:1: missing key 'question'"):
+        load_run_data(run_config(*base, "data.eval_source=jsonl"))
+    # An eval of a checkpoint reads only the eval data (the train file may be gone by then).
+    train.unlink()
+    only_eval = load_run_data(run_config(*base, "data.eval_source=math", "data.eval_question_field=problem"),
+                              need_train=False)
+    assert only_eval.train == [] and len(only_eval.eval) == 2
+
+
+def test_synthetic_training_with_a_file_to_evaluate_on(tmp_path):
+    from grpoctl.data.run_data import load_run_data
+
+    evals = write_jsonl(tmp_path / "eval.jsonl", [{"problem": "What is $12+30$?", "answer": "42"}])
+    data = load_run_data(run_config("data.eval_source=math", f"data.eval_path={evals}"))
+    assert len(data.train) > 1000 and [ex.answer for ex in data.eval] == ["42"]
+    assert data.eval_source == "math" and data.data_hash == file_hash(evals)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["data.eval_source=csv"], "data.eval_source='csv' is not one of: synthetic, math, gsm8k, jsonl, hub "
+                               "(or null: the same as data.source)"),
+    (["data.eval_question_field=''"], "data.eval_question_field must not be empty"),
+])
+def test_eval_data_settings_are_checked(overrides, message):
+    from grpoctl.errors import UserError
+
+    with pytest.raises(UserError) as info:
+        run_config(*overrides)
+    assert str(info.value).startswith(message)
+
+
+def test_an_eval_source_without_its_file_is_named():
+    from grpoctl.data.run_data import load_run_data
+    from grpoctl.errors import UserError
+
+    with pytest.raises(UserError, match=r"^data\.eval_source=math needs data\.eval_path"):
+        load_run_data(run_config("data.eval_source=math"))

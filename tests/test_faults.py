@@ -174,6 +174,20 @@ def test_kill_9_mid_step_or_mid_checkpoint_then_resume(point, tiny_model_dir, tm
     resume_and_compare("killed", tmp_path, straight)
 
 
+def test_kill_9_between_the_eval_and_the_step_commit_leaves_neither_row(tiny_model_dir, tmp_path, straight):
+    """Step 4 evaluates; killed once its eval is done but before the step is committed, the
+    registry holds neither the eval nor the step (no eval without its step for compare to read)."""
+    out = run(["train", *overrides(tiny_model_dir, tmp_path), "name=killed"], tmp_path, fault="step-record@4:KILL")
+    assert out.returncode == -signal.SIGKILL
+    db = tmp_path / "registry.db"
+    assert status(db, "killed")[2] == 3
+    with sqlite3.connect(db) as conn:
+        evals = [s for (s,) in conn.execute("SELECT step FROM evalresult ORDER BY step")]
+        steps = sorted(s for (s,) in conn.execute("SELECT DISTINCT step FROM metric"))
+    assert evals == [0, 2] and steps == [0, 1, 2, 3]
+    resume_and_compare("killed", tmp_path, straight)
+
+
 # --------------------------------------------------------------------------- signals
 
 

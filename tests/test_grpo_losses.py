@@ -99,8 +99,12 @@ def test_kl_penalty_is_added_per_token_and_logged_without_it():
         logp, "reinforce_with_baseline", advantages=zero_adv, ref_log_probs=ref
     )
     assert torch.equal(logged_only, torch.zeros(1, 2)) and "kl" in meta
-    clip_loss, _ = compute_grpo_clip_loss(zero_adv, logp, logp, 0.2, ref_log_probs=ref, kl_beta=0.1)
+    # One place adds it, for every loss type: the dispatch (the clip loss itself has none).
+    clip_loss, _ = compute_policy_gradient_loss(logp, "grpo_clip", advantages=zero_adv, old_log_probs=logp,
+                                                cliprange=0.2, ref_log_probs=ref, kl_beta=0.1)
     assert torch.allclose(clip_loss, loss)
+    bare, meta = compute_grpo_clip_loss(zero_adv, logp, logp, 0.2)
+    assert torch.equal(bare, torch.zeros(1, 2)) and "kl" not in meta
 
 
 def test_dispatch_matches_the_variants():

@@ -5,20 +5,24 @@ import math
 import pytest
 import torch
 
-from grpoctl.grpo import masked_mean, masked_min_max, masked_normalize
+from grpoctl.grpo import masked_mean, masked_mean_or_zero, masked_min_max, masked_normalize
 
 T = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
 M = torch.tensor([[True, True, False], [False, False, False]])
 
 
 def test_masked_mean_by_hand():
-    assert torch.allclose(masked_mean(T, M, dim=-1), torch.tensor([1.5, 0.0]))
-    assert torch.allclose(masked_mean(T, M, dim=0), torch.tensor([1.0, 2.0, 0.0]))
+    # A slice with nothing selected has no mean: nan (0 / 0), as in the CS336 reference.
+    assert torch.allclose(masked_mean(T, M, dim=-1), torch.tensor([1.5, math.nan]), equal_nan=True)
+    assert torch.allclose(masked_mean(T, M, dim=0), torch.tensor([1.0, 2.0, math.nan]), equal_nan=True)
     assert masked_mean(T, M).item() == pytest.approx(1.5)
 
 
-def test_masked_mean_of_nothing_is_zero():
-    assert masked_mean(T, torch.zeros_like(M)).item() == 0.0
+def test_masked_mean_of_nothing_is_nan_and_the_training_reduction_zero():
+    assert math.isnan(masked_mean(T, torch.zeros_like(M)).item())
+    assert masked_mean_or_zero(T, torch.zeros_like(M)).item() == 0.0
+    assert torch.allclose(masked_mean_or_zero(T, M, dim=-1), torch.tensor([1.5, 0.0]))
+    assert torch.allclose(masked_mean_or_zero(T, M, dim=0), torch.tensor([1.0, 2.0, 0.0]))
 
 
 def test_masked_normalize_by_hand():
@@ -28,12 +32,14 @@ def test_masked_normalize_by_hand():
 
 
 def test_numeric_masks_work_like_bool_masks():
-    assert torch.equal(masked_mean(T, M.float(), dim=-1), masked_mean(T, M, dim=-1))
+    assert torch.allclose(masked_mean(T, M.float(), dim=-1), masked_mean(T, M, dim=-1), equal_nan=True)
+    assert torch.equal(masked_mean_or_zero(T, M.float(), dim=-1), masked_mean_or_zero(T, M, dim=-1))
     assert torch.equal(masked_normalize(T, M.long(), dim=-1), masked_normalize(T, M, dim=-1))
 
 
 @pytest.mark.parametrize("reduce", [
-    lambda t, m: masked_mean(t, m, dim=-1).sum(),
+    lambda t, m: masked_mean_or_zero(t, m, dim=-1).sum(),
+    lambda t, m: masked_mean(t, m, dim=-1)[0],  # the row with a selection (the other is nan)
     lambda t, m: masked_mean(t, m),
     lambda t, m: masked_normalize(t, m, dim=-1, normalize_constant=3.0).sum(),
 ])

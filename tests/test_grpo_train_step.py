@@ -3,7 +3,13 @@
 import pytest
 import torch
 
-from grpoctl.grpo import grpo_microbatch_train_step, sft_microbatch_train_step
+from grpoctl.grpo import (
+    PolicyGradientLoss,
+    compute_policy_gradient_loss,
+    grpo_microbatch_train_step,
+    sft_microbatch_train_step,
+    token_mean_loss,
+)
 
 LOGP = [[-1.0, -2.0, -3.0], [-0.5, -1.0, -1.0]]
 MASK = torch.tensor([[True, True, False], [True, False, False]])
@@ -59,16 +65,53 @@ def accumulated_grad(length_normalization, n_microbatches):
         grpo_microbatch_train_step(
             logp[rows], mask[rows], n_microbatches, "grpo_clip", advantages=adv[rows],
             old_log_probs=old[rows], cliprange=0.2, length_normalization=length_normalization,
-            normalize_constant=8,
+            normalize_constant=8, batch_response_tokens=int(mask.sum()),
         )
     return logp.grad
 
 
-@pytest.mark.parametrize("length_normalization", ["mean", "constant"])
+@pytest.mark.parametrize("length_normalization", ["mean", "constant", "token"])
 def test_accumulated_microbatches_equal_one_batch(length_normalization):
     one = accumulated_grad(length_normalization, 1)
     assert torch.allclose(accumulated_grad(length_normalization, 2), one, atol=1e-6)
     assert torch.allclose(accumulated_grad(length_normalization, 4), one, atol=1e-6)
+
+
+def test_token_normalization_by_hand():
+    # 3 response tokens in the batch; token losses -A log p: 1, 2 and 1 -> 4 / 3, not halved
+    # again for the 2 accumulation steps (the sum over microbatches is the mean already).
+    loss, meta, grad = step("token", batch_response_tokens=3)
+    assert loss.item() == pytest.approx(4 / 3)
+    assert meta["loss"] == pytest.approx(8 / 3)  # its mean over the 2 microbatches is the batch loss
+    assert torch.allclose(grad, torch.tensor([[-1 / 3, -1 / 3, 0.0], [-2 / 3, 0.0, 0.0]]))
+    with pytest.raises(ValueError, match="batch_response_tokens"):
+        step("token")
+
+
+def test_token_normalization_is_the_token_mean_of_ragged_responses():
+    """Accumulated over microbatches, "token" is the gradient of the plain mean over every
+    response token of the batch (responses of 6, 1, 2 and 2 tokens)."""
+    torch.manual_seed(0)
+    logp = (-torch.rand(4, 6) * 3).requires_grad_(True)
+    old = logp.detach() + 0.3 * torch.randn(4, 6)
+    adv = torch.randn(4, 1)
+    mask = torch.arange(6) < torch.tensor([6, 1, 2, 2])[:, None]
+    per_token, _ = compute_policy_gradient_loss(logp, "grpo_clip", advantages=adv, old_log_probs=old, cliprange=0.2)
+    per_token[mask].mean().backward()  # closed form: sum over the 11 tokens / 11
+    assert torch.allclose(accumulated_grad("token", 2), logp.grad, atol=1e-7)
+    assert not torch.allclose(accumulated_grad("mean", 1), logp.grad, atol=1e-3)  # mean weighs short ones more
+    assert token_mean_loss(per_token, mask, 11).item() == pytest.approx(per_token[mask].mean().item())
+
+
+def test_the_loss_object_is_the_cs336_function():
+    loss = PolicyGradientLoss("grpo_clip", "constant", cliprange=0.2, cliprange_high=0.28, normalize_constant=4)
+    logp, old = torch.tensor(LOGP, requires_grad=True), torch.tensor(LOGP) - 0.1
+    out, meta = loss.microbatch_train_step(logp, MASK, 2, advantages=ADV, old_log_probs=old)
+    same = torch.tensor(LOGP, requires_grad=True)
+    want, want_meta = grpo_microbatch_train_step(same, MASK, 2, "grpo_clip", advantages=ADV, old_log_probs=old,
+                                                 cliprange=0.2, length_normalization="constant",
+                                                 normalize_constant=4, cliprange_high=0.28)
+    assert torch.equal(out, want) and meta == want_meta and torch.equal(logp.grad, same.grad)
 
 
 def test_microbatch_normalization_depends_on_the_cut():

@@ -12,6 +12,7 @@ from grpoctl.analysis.health import (
     entropy_collapse,
     flat_reward,
     grad_explosion,
+    grading_errors,
     length_flags,
     run_flags,
 )
@@ -162,3 +163,11 @@ def test_accuracy_that_collapses_or_declines_is_flagged():
     assert accuracy_drop(series([0.4, 0.439, 0.461, 0.445, 0.492, 0.598, 0.645], every=10)) == []
     # All zeros is said once, as "stuck at 0".
     assert kinds(run_flags({"eval/accuracy": series([0.4, 0, 0, 0], every=10)})) == {"eval accuracy at 0": 10}
+
+
+def test_grading_errors_fire_at_the_first_and_count_them_all():
+    assert grading_errors(series([0, 0, 0, 0])) == []
+    flags = grading_errors(series([0, 0, 3, 0, 1]), series([0, 2], every=3))
+    assert kinds(flags) == {"grading errors": 2} and flags[0].detail == "6 answers scored 0 because grading failed"
+    healthy = healthy_run(0) | {"train/grading_errors": series([0] * 59 + [1])}
+    assert kinds(run_flags(healthy)) == {"grading errors": 59}  # one is enough: it is never noise

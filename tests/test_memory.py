@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from grpoctl.config import load_config
-from grpoctl.train.memory import (
+from grpoctl.train.memory import MemoryTracker
+from grpoctl.train.memory_estimate import (
     GiB,
     KNOWN_CONFIGS,
-    MemoryTracker,
     activation_bytes_per_token_layer,
     arch_from_hf_config,
     arch_from_model_path,
@@ -186,3 +186,32 @@ def test_cpu_tracker_reports_phase_peaks():
 
     if sys.platform.startswith("linux"):  # per-phase peaks: the 64 MiB block belongs to the first phase only
         assert first["mem/peak_after_rollout"] - second["mem/peak_after_optimizer"] > 32
+
+
+def test_phases_time_and_measure_together_nested_and_repeated():
+    import time
+
+    from grpoctl.train.phases import Phases
+
+    phases = Phases(MemoryTracker("cpu"))
+    with phases.step():
+        with phases("train"):
+            for _ in range(2):  # a phase run twice in a step adds its time, keeps its highest memory
+                with phases("backward"):
+                    block = torch.ones(48 * 2**20, dtype=torch.uint8)  # 48 MiB, touched
+                    del block
+                    time.sleep(0.01)
+            with phases("optimizer"):
+                pass
+    m = phases.metrics
+    assert m["time/backward"] >= 0.02 and m["time/train"] >= m["time/backward"] + m["time/optimizer"]
+    assert m["time/step"] >= m["time/train"]
+    for name in ("backward", "optimizer", "train"):
+        assert {f"mem/{k}_after_{name}" for k in ("peak", "reserved", "device_free")} <= set(m)
+    # The outer phase's peak covers the phases inside it, though the tracker was reset at each.
+    assert m["mem/peak_after_train"] >= m["mem/peak_after_backward"]
+    assert m["mem/peak"] == max(m[f"mem/peak_after_{n}"] for n in ("backward", "optimizer", "train"))
+    import sys
+
+    if sys.platform.startswith("linux"):
+        assert m["mem/peak_after_backward"] - m["mem/peak_after_optimizer"] > 24

@@ -372,3 +372,40 @@ def test_a_writer_waits_for_the_lock_instead_of_failing(sqlite_registry, db_path
     assert "error" not in outcome
     assert outcome["waited"] >= 0.4
     assert registry.metric_series(run.id) == {"x": [(0, 1.0)]}
+
+
+# ---- reads for tables of runs ----------------------------------------------------------
+
+
+def test_tables_of_runs_read_every_run_at_once(registry):
+    """eval_curves and run_summaries take the same few statements for 2 runs as for 12, and
+    agree on each run's curve: its trainer's evals; else (recorded before eval rows) its
+    eval/accuracy metric; never a later eval of a checkpoint."""
+    runs = []
+    for i in range(12):
+        run = new_run(registry, f"r{i}")
+        runs.append(run)
+        registry.log_step(run.id, 1, {"eval/accuracy": 0.1 * i, "time/step": 2.0 + i, "mem/peak": 100.0 + i})
+        if i % 2:  # the odd runs have eval rows, whose accuracy differs from the metric's
+            for step in (1, 0):
+                registry.add_eval(run_id=run.id, step=step, n=64, accuracy=0.5 + 0.01 * i + step, format_rate=1.0,
+                                  mean_response_length=9.0, decoding={"greedy": True}, grader="g")
+        registry.add_eval(run_id=run.id, step=1, checkpoint_path=f"/ckpt/{i}", n=8, accuracy=0.99, format_rate=1.0,
+                          mean_response_length=9.0)
+    statements = []
+    event.listen(registry.engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+
+    def reads(ids):
+        statements.clear()
+        curves = registry.eval_curves(ids)
+        summaries = registry.run_summaries(ids, ["time/step"])
+        return len(statements), curves, summaries
+
+    few, _, _ = reads([r.id for r in runs[:2]])
+    many, curves, summaries = reads([r.id for r in runs])
+    assert many == few <= 8
+    for i, run in enumerate(runs):
+        want = ([(step, 0.5 + 0.01 * i + step, 64) for step in (0, 1)] if i % 2 else [(1, pytest.approx(0.1 * i), None)])
+        assert curves[run.id] == want == summaries[run.id].evals
+        assert summaries[run.id].s_per_step == 2.0 + i and summaries[run.id].peak_mem == 100.0 + i
+        assert len(summaries[run.id].eval_meta) == (2 if i % 2 else 0)

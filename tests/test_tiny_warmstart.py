@@ -55,8 +55,12 @@ def test_shipped_weights_are_the_recipes_result(tmp_path):
 def test_another_recipe_is_built_and_cached(tmp_path):
     overrides = [f"runtime.cache_dir={tmp_path}", "model.warmstart.steps=12", "model.warmstart.check_every=6",
                  "model.warmstart.save_steps=[6]", "model.warmstart.batch_size=8", "model.tiny.intermediate_size=64"]
-    path = ws.resolve_tiny_model(load_config(None, overrides), log=lambda *_: None)
+    said = []
+    path = ws.resolve_tiny_model(load_config(None, overrides), log=said.append)
     assert path.parent.parent == tmp_path and (path / "config.json").is_file()
+    # Its progress is on screen while it builds: a line per check_every steps.
+    progress = [line for line in said if line.startswith("warm-start step ")]
+    assert [line.split()[2] for line in progress] == ["6/12:", "12/12:"] and "greedy probe accuracy" in progress[0]
     meta = json.loads((path.parent / "warmstart.json").read_text())
     assert meta["steps"] == 12 and [s for s, _ in meta["probe_curve"]] == [6, 12]
     assert (path.parent / "step-6" / "model.safetensors").is_file()

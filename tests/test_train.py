@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import sqlite3
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, fast_overrides, grpoctl_cmd
+from conftest import REPO, SHARED_DATA, fast_overrides, grpoctl_cmd
 
 DIGIT_TRAIN = [sys.executable, str(REPO / "tests" / "digit_reward_train.py")]
 
@@ -176,7 +177,7 @@ def test_dry_run_prints_sizes_without_writing(tmp_path):
 def test_default_eval_set_is_held_out_from_training_and_warm_start():
     from grpoctl.config import load_config
     from grpoctl.data import split_of
-    from grpoctl.train.setup import load_run_data
+    from grpoctl.data.run_data import load_run_data
 
     for seed in (0, 1, 2):
         data = load_run_data(load_config(None, [f"seed={seed}"]))
@@ -245,3 +246,106 @@ def test_from_run_and_eval_of_its_checkpoint(tiny_model_dir, tmp_path):
         row = conn.execute("SELECT e.n, e.step, e.checkpoint_path FROM evalresult e JOIN run r ON r.id = e.run_id "
                            "WHERE r.name='child' AND e.checkpoint_path IS NOT NULL").fetchone()
     assert row[0] == 8 and row[1] == 1 and row[2].endswith("step-1")
+
+
+def test_grading_errors_are_counted_each_step_and_flagged(tiny_model_dir, tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(REPO), GRPOCTL_TEST_GRADER_ERRORS="1")
+    overrides = fast_overrides(tiny_model_dir, tmp_path, **{"loop.n_grpo_steps": 2, "checkpoint.every": 0})
+    out = subprocess.run(DIGIT_TRAIN + ["train", *overrides, "name=broken-grader"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    errors = {(s, n): v for s, o, n, v in metric_rows(tmp_path / "registry.db", "broken-grader")
+              if n.endswith("/grading_errors") and o is None}
+    # One failed grading per rollout (16 a step) and per eval problem (16, at steps 0 and 2).
+    assert errors == {(1, "train/grading_errors"): 16, (2, "train/grading_errors"): 16,
+                      (0, "eval/grading_errors"): 16, (2, "eval/grading_errors"): 16}
+    shown = subprocess.run(grpoctl_cmd("compare", "broken-grader", "--format", "json"), cwd=tmp_path,
+                           env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert "grading errors@0" in json.loads(shown.stdout)["rows"][0]["health"]
+
+
+def test_token_length_normalization_trains(tiny_model_dir, tmp_path):
+    overrides = fast_overrides(tiny_model_dir, tmp_path, **{"loop.n_grpo_steps": 1, "eval.at_start": "false",
+                                                            "loss.length_normalization": "token"})
+    out = run_cli(DIGIT_TRAIN + ["train", *overrides, "name=token"], tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    losses = [v for s, o, n, v in metric_rows(tmp_path / "registry.db", "token") if n == "train/loss" and o is None]
+    grads = [v for s, o, n, v in metric_rows(tmp_path / "registry.db", "token") if n == "train/grad_norm"]
+    assert len(losses) == 1 and math.isfinite(losses[0]) and grads and all(g > 0 for g in grads)
+
+
+def shortest(source: Path, dest: Path, key: str, n: int) -> Path:
+    """The `n` records of a shared jsonl file with the shortest `key`, copied as they are:
+    the tiny model has 1,024 positions, and one token per character."""
+    lines = [line for line in source.read_text().splitlines() if line.strip()]
+    lines.sort(key=lambda line: len(json.loads(line)[key]))
+    dest.write_text("\n".join(lines[:n]) + "\n")
+    return dest
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "gsm8k_test.jsonl").exists() or not (SHARED_DATA / "math500_test.jsonl").exists(),
+                    reason="../shared/data is not there")
+def test_train_on_gsm8k_and_evaluate_on_math500(tiny_model_dir, tmp_path):
+    gsm8k = shortest(SHARED_DATA / "gsm8k_test.jsonl", tmp_path / "gsm8k_short.jsonl", "question", 64)
+    math500 = shortest(SHARED_DATA / "math500_test.jsonl", tmp_path / "math500_short.jsonl", "problem", 24)
+    overrides = fast_overrides(tiny_model_dir, tmp_path, **{
+        "loop.n_grpo_steps": 2, "data.source": "gsm8k", "data.train_path": gsm8k,
+        "data.eval_source": "math", "data.eval_path": math500})
+    out = run_cli(grpoctl_cmd("train", *overrides, "name=cross"), tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    db = tmp_path / "registry.db"
+    with sqlite3.connect(db) as conn:
+        evals = conn.execute("SELECT step, n, data_source, data_hash FROM evalresult ORDER BY step").fetchall()
+        prompts = conn.execute("SELECT kind, prompt, ground_truth FROM sample").fetchall()
+        ckpt = conn.execute("SELECT path FROM checkpoint WHERE deleted = 0 ORDER BY step DESC").fetchone()[0]
+    from grpoctl.data import file_hash
+
+    assert evals == [(0, 16, "math", file_hash(math500)), (2, 16, "math", file_hash(math500))]
+    problems = {json.loads(line)["problem"] for line in math500.read_text().splitlines()}
+    questions = {json.loads(line)["question"] for line in gsm8k.read_text().splitlines()}
+    assert all(any(q in p for q in questions) for kind, p, _ in prompts if kind == "train")
+    assert all(any(q in p for q in problems) for kind, p, _ in prompts if kind == "eval")
+    assert {kind for kind, _, _ in prompts} == {"train", "eval"}
+
+    # `grpoctl eval --data` evaluates on that file, in its own format, whatever the run trained on.
+    for path, source, n in ((gsm8k, "gsm8k", 8), (math500, "math", 8)):
+        evaluated = run_cli(grpoctl_cmd("eval", ckpt, "--data", str(path), "--subset", str(n)), tmp_path)
+        assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+        with sqlite3.connect(db) as conn:
+            row = conn.execute("SELECT n, data_source, data_hash FROM evalresult WHERE checkpoint_path IS NOT NULL "
+                               "ORDER BY id DESC").fetchone()
+        assert row == (n, source, file_hash(path))
+
+
+def test_dry_run_of_from_and_resume_shows_the_runs_config(tmp_path):
+    from conftest import registry_rows
+
+    from grpoctl.config import config_diff, config_hash, load_config, to_dict
+    from grpoctl.registry import Registry
+
+    db = str(tmp_path / "registry.db")
+    cfg = load_config(None, ["lr=0.0123", "group_size=16", "steps=7"])
+    with Registry(db) as registry:
+        run = registry.create_run(name="parent", config=to_dict(cfg), config_diff=config_diff(cfg),
+                                  config_hash=config_hash(cfg), seed=0, total_steps=7)
+        registry.set_status(run.id, "interrupted")
+    before = registry_rows(db)
+    for args, lr in ((["--resume", "parent"], "0.0123"), (["--from", "parent"], "0.0123"),
+                     (["--from", "parent", "lr=0.5"], "0.5")):
+        out = run_cli(grpoctl_cmd("train", *args, "--dry-run", "--db", db), tmp_path, timeout=60)
+        assert out.returncode == 0, out.stderr
+        config = out.stdout.split("derived sizes:")[0]
+        assert f"\n  lr: {lr}\n" in config and "\n  group_size: 16\n" in config and "\n  n_grpo_steps: 7\n" in config
+        assert "prompts_per_rollout_batch: 16" in out.stdout  # 256 rollouts / 16 per group
+    assert registry_rows(db) == before  # a dry run writes nothing
+    missing = run_cli(grpoctl_cmd("train", "--from", "nope", "--dry-run", "--db", db), tmp_path, timeout=60)
+    assert missing.returncode == 2 and missing.stderr.strip() == "error: no run named 'nope'"
+
+
+def test_version():
+    out = subprocess.run(grpoctl_cmd("--version"), capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, PYTHONPATH=str(REPO)))
+    from grpoctl import __version__
+
+    assert out.returncode == 0 and out.stdout == f"grpoctl {__version__}\n"

@@ -1,4 +1,4 @@
-"""`grpoctl compare`: the runs of a sweep side by side, in one table.
+"""The numbers of `grpoctl compare`: the runs of a sweep side by side, one row per variant.
 
 One row per variant: only the config keys that differ between the runs, then the
 headline numbers (final and best eval accuracy with the step of the best, final response
@@ -11,13 +11,13 @@ also set against it (analysis/baseline.py): difference, interval, p-value, verdi
 
 It has to be quick on a registry of hundreds of runs (it runs while sweeps train, and
 benchmarks/bench_compare.py holds it to a second for 100 runs x 200 steps x 30
-metrics, start-up included): rows come through SQLAlchemy Core, not the ORM, and only
-for the handful of metrics it shows; no pandas, no matplotlib, no torch, no omegaconf.
+metrics, start-up included): its reads are the registry's (registry/summaries.py: all the
+runs at once, only the handful of metrics it shows, aggregates in SQL), and it imports no
+pandas, matplotlib, torch or omegaconf. The table is drawn by cli/compare_view.py.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from collections import defaultdict
@@ -25,18 +25,16 @@ from dataclasses import dataclass, field
 from statistics import mean, stdev
 from typing import Any
 
-from sqlalchemy import func, select
-
 from grpoctl.analysis.baseline import LAST_K, BaselineComparison, compare_to_baseline
 from grpoctl.analysis.health import HEALTH_METRICS, Flag, Series, run_flags
 from grpoctl.errors import UserError
-from grpoctl.registry import EvalResult, Metric, Registry, Run, effective_status
+from grpoctl.registry import Registry, Run, effective_status
+from grpoctl.rules import EvalPoint, headline_accuracy, variant_hash, variant_items
 
 # The only metrics fetched whole (everything else is aggregated in SQL).
 SERIES_METRICS = HEALTH_METRICS
-# Keys that name or display a run rather than define it; seeds fold instead of differing.
-NOT_COMPARED = {"name", "group", "variant", "seed", "logging.live"}
-# What makes two evals comparable, and the config keys that would explain a difference.
+# What makes two evals comparable (registry.COMPARABLE_EVAL_FIELDS), and the config keys
+# that would explain a difference.
 EVAL_FIELDS = {
     "decoding": "eval.",
     "subset_hash": "eval.subset",
@@ -52,10 +50,10 @@ class RunData:
 
     run: Run
     status: str  # effective: "stale" for a running run that stopped heartbeating
-    config: dict[str, Any]  # flattened, minus NOT_COMPARED
-    fold: str  # hash of the config minus the seed: runs that differ only by seed share it
+    config: dict[str, Any]  # the keys that define its variant (rules.variant_items), flattened
+    fold: str  # rules.variant_hash: runs that differ only by seed share it
     series: dict[str, Series] = field(default_factory=dict)
-    evals: list[tuple[int, float, int | None]] = field(default_factory=list)  # (step, accuracy, n)
+    evals: list[EvalPoint] = field(default_factory=list)  # its eval curve: (step, accuracy, n)
     eval_meta: list[dict] = field(default_factory=list)
     s_per_step: float | None = None  # median of time/step
     peak_mem: float | None = None
@@ -132,91 +130,21 @@ def resolve_runs(registry: Registry, refs: list[str]) -> tuple[str, list[Run], l
 # --------------------------------------------------------------------------- loading
 
 
-def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
-    # Same as grpoctl.config.flatten, repeated so compare does not import omegaconf.
-    out: dict[str, Any] = {}
-    for key, value in d.items():
-        if isinstance(value, dict):
-            out.update(flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
-def _fetch(conn, query) -> list[tuple]:
-    """Rows of a Core query straight from the DBAPI cursor, as plain tuples.
-
-    SQLAlchemy's Row objects cost about a microsecond each, more than SQLite takes to
-    read the row: on 100 runs x 200 steps x 6 series that was most of compare's second.
-    """
-    compiled = query.compile(dialect=conn.dialect, compile_kwargs={"render_postcompile": True})
-    params = compiled.params
-    if compiled.positional:
-        params = [params[name] for name in compiled.positiontup]
-    cursor = conn.connection.dbapi_connection.cursor()
-    try:
-        cursor.execute(str(compiled), params)
-        return cursor.fetchall()
-    finally:
-        cursor.close()
-
-
-def _medians(ids: list[int], name: str):
-    """Median of a metric per run, in SQL (SQLite has no MEDIAN: rank the values with
-    window functions and average the middle one or two)."""
-    ranked = select(
-        Metric.run_id, Metric.value,
-        func.row_number().over(partition_by=Metric.run_id, order_by=Metric.value).label("rank"),
-        func.count().over(partition_by=Metric.run_id).label("n"),
-    ).where(Metric.run_id.in_(ids), Metric.name == name, Metric.opt_step.is_(None),
-            Metric.value.is_not(None)).subquery()
-    middle = ranked.c.rank.in_([(ranked.c.n + 1) // 2, (ranked.c.n + 2) // 2])
-    return select(ranked.c.run_id, func.avg(ranked.c.value)).where(middle).group_by(ranked.c.run_id)
-
-
 def load_run_data(registry: Registry, runs: list[Run], extra_metric: str | None = None) -> list[RunData]:
     """Configs, the health series, evals, s/step and peak memory of `runs`."""
-    data = {}
-    for run in runs:
-        config = {k: v for k, v in flatten(json.loads(run.config)).items() if k not in NOT_COMPARED}
-        fold = hashlib.sha1(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
-        data[run.id] = RunData(run, effective_status(run), config, fold)
-    ids = list(data)
-    if not ids:
-        return []
     names = list(SERIES_METRICS) + ([extra_metric] if extra_metric not in (None, *SERIES_METRICS) else [])
-    series_q = select(Metric.run_id, Metric.name, Metric.step, Metric.value).where(
-        Metric.run_id.in_(ids), Metric.name.in_(names), Metric.opt_step.is_(None))
-    peak_q = select(Metric.run_id, func.max(Metric.value)).where(
-        Metric.run_id.in_(ids), Metric.name == "mem/peak", Metric.opt_step.is_(None)
-    ).group_by(Metric.run_id)
-    evals_q = select(EvalResult.run_id, EvalResult.step, EvalResult.accuracy, EvalResult.n,
-                     *(getattr(EvalResult, f) for f in EVAL_FIELDS)).where(
-        # The trainer's own evals; a later `grpoctl eval CKPT` (which records its checkpoint
-        # path) may use other data or decoding and is not part of the run's curve.
-        EvalResult.run_id.in_(ids), EvalResult.checkpoint_path.is_(None))
-    # One read transaction: the queries see the same snapshot while trainers keep writing.
-    with registry.engine.connect() as conn, conn.begin():
-        for run_id, name, step, value in _fetch(conn, series_q):
-            data[run_id].series.setdefault(name, []).append((step, math.nan if value is None else value))
-        for run_id, seconds in conn.execute(_medians(ids, "time/step")):
-            data[run_id].s_per_step = seconds
-        for run_id, peak in conn.execute(peak_q):
-            data[run_id].peak_mem = peak
-        for run_id, step, accuracy, n, *meta in conn.execute(evals_q):
-            data[run_id].eval_meta.append(dict(zip(EVAL_FIELDS, meta)))
-            if step is not None:
-                data[run_id].evals.append((step, accuracy, n))
-    for rd in data.values():
-        for points in rd.series.values():
-            points.sort()  # usually sorted already: cheaper than an ORDER BY
-        rd.evals.sort()
-        if not rd.evals:  # no EvalResult rows (an older trainer): the metric, without n
-            rd.evals = [(s, v, None) for s, v in rd.series.get("eval/accuracy", [])]
+    summaries = registry.run_summaries([r.id for r in runs], names)
+    data = []
+    for run in runs:
+        config, summary = json.loads(run.config), summaries[run.id]
+        rd = RunData(run, effective_status(run), variant_items(config), variant_hash(config), series=summary.series,
+                     evals=summary.evals, eval_meta=summary.eval_meta, s_per_step=summary.s_per_step,
+                     peak_mem=summary.peak_mem)
         # Health reads eval accuracy from the same eval results the table shows.
         series = {**rd.series, "eval/accuracy": [(s, a) for s, a, _ in rd.evals]}
-        rd.flags = run_flags(series, rd.status, rd.run.last_step, rd.run.error)
-    return [data[r.id] for r in runs]
+        rd.flags = run_flags(series, rd.status, run.last_step, run.error)
+        data.append(rd)
+    return data
 
 
 # --------------------------------------------------------------------------- the numbers
@@ -239,7 +167,7 @@ def _binomial_se(p: float, n: int | None) -> float | None:
 def run_values(rd: RunData, at_step: int | None, metric: str) -> dict[str, tuple[float, float | None]]:
     """{column: (value, standard error or None)} for one run."""
     out: dict[str, tuple[float, float | None]] = {}
-    final = _at(rd.evals, at_step)
+    final = headline_accuracy(rd.evals, at_step)
     if final:
         out["final_acc"] = (final[1], _binomial_se(final[1], final[2]))
     if rd.evals and at_step is None:
@@ -366,7 +294,7 @@ def _baseline(registry: Registry, refs: list[str], rows: list[Row],
 def build_compare_table(registry: Registry, refs: list[str], metric: str | None = None,
                         at_step: int | None = None, baseline: str | None = None,
                         last_k: int = LAST_K) -> CompareTable:
-    """Everything `grpoctl compare` shows, as data (render it with analysis/tables.py)."""
+    """Everything `grpoctl compare` shows, as data (drawn by cli/compare_view.py)."""
     if last_k < 1:
         raise UserError(f"--last-k must be at least 1, got {last_k}")
     metric = metric or "eval/accuracy"

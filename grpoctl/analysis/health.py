@@ -9,8 +9,9 @@ goes flat (usually at 0), and the gradient norm spikes.
 Every check here is a pure function of a series, a list of (step, value) pairs in step
 order, and returns `Flag`s that say which step the trouble began at. A flag needs the
 condition to hold for `PERSIST` consecutive points, so one noisy step never fires one;
-the exceptions are a non-finite gradient norm (never noise: the update is garbage) and
-the run's own "diverged" status.
+the exceptions are a non-finite gradient norm (never noise: the update is garbage),
+grading errors (never noise either: a broken grader scores right answers 0, which looks
+like a flat reward) and the run's own "diverged" status.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ HEALTH_METRICS = (
     "train/grad_norm",
     "train/reward",
     "eval/accuracy",
+    "train/grading_errors",
+    "eval/grading_errors",
 )
 
 
@@ -160,6 +163,17 @@ def flat_reward(reward: Series, eps: float = 0.01, min_points: int = 6) -> list[
     return [Flag("flat reward", points[start][0], f"train reward stuck at {median(values):.2f}")]
 
 
+def grading_errors(train_errors: Series, eval_errors: Series = ()) -> list[Flag]:
+    """The first step whose grading failed (answers scored 0 because the grader raised, a
+    grading worker died, or the truth is not math), with the errors counted over the run."""
+    bad = [(step, value) for step, value in [*train_errors, *eval_errors] if value and math.isfinite(value)]
+    if not bad:
+        return []
+    step = min(s for s, _ in bad)
+    total = int(sum(v for _, v in bad))
+    return [Flag("grading errors", step, f"{total} answer{'s' if total != 1 else ''} scored 0 because grading failed")]
+
+
 def accuracy_stuck_at_zero(accuracy: Series, persist: int = PERSIST) -> list[Flag]:
     """The last `persist` (or more) evaluations all scored 0."""
     points = _finite(accuracy)
@@ -207,6 +221,7 @@ def run_flags(series: dict[str, Series], status: str | None = None,
         + length_flags(get("train/response_length", []), get("train/response_clip_fraction", []))
         + grad_explosion(get("train/grad_norm", []))
         + flat_reward(get("train/reward", []))
+        + grading_errors(get("train/grading_errors", []), get("eval/grading_errors", []))
     )
     stuck = accuracy_stuck_at_zero(get("eval/accuracy", []))
     flags += stuck or accuracy_drop(get("eval/accuracy", []))  # zeros are a drop too

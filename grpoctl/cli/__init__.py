@@ -7,8 +7,11 @@ matplotlib) happen inside the commands that need them, so `grpoctl runs` and
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
+import grpoctl
 from grpoctl.errors import UserError
 
 try:  # typer >= 0.29 carries its own copy of click (and no longer needs click itself)
@@ -26,6 +29,20 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def _version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"grpoctl {grpoctl.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print grpoctl's version and exit.")] = False,
+) -> None:
+    """GRPO for small math LLMs, with every run in an experiment registry."""
 
 
 def _register_commands() -> None:

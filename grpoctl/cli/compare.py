@@ -1,4 +1,5 @@
-"""`grpoctl compare NAME|RUN...`: a sweep's runs side by side (see analysis/compare.py).
+"""`grpoctl compare NAME|RUN...`: a sweep's runs side by side (numbers: analysis/compare.py;
+the table: cli/compare_view.py).
 
 Reads only: no torch, no matplotlib, not even omegaconf, so it answers in under a second
 on a registry of a hundred runs. Testing each variant against a baseline imports
@@ -42,8 +43,8 @@ def compare(
     each variant against the baseline (difference, 95% CI, p-value, verdict, seeds needed)."""
     if fmt not in FORMATS:
         raise UserError(f"--format {fmt!r} is not one of: {', '.join(FORMATS)}")
-    from grpoctl.analysis import tables
     from grpoctl.analysis.compare import build_compare_table
+    from grpoctl.cli import compare_view as tables
     from grpoctl.registry import Registry
 
     with Registry(db, must_exist=True, readonly=True) as registry:

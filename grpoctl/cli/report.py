@@ -1,4 +1,4 @@
-"""`grpoctl report NAME`: a markdown report with PNG plots (see analysis/report.py)."""
+"""`grpoctl report NAME`: a markdown report with PNG plots (written by cli/report_view.py)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def report(
 ) -> None:
     """Write a markdown report of a sweep: what varied, results, each variant against the
     baseline, curves, health."""
-    from grpoctl.analysis.report import write_report
+    from grpoctl.cli.report_view import write_report
     from grpoctl.registry import Registry
 
     with Registry(db, must_exist=True, readonly=True) as registry:

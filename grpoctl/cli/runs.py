@@ -26,6 +26,7 @@ from grpoctl.cli.options import DbOption
 from grpoctl.errors import UserError
 from grpoctl.registry import Registry, Run, effective_status
 from grpoctl.registry.models import utcnow
+from grpoctl.rules import SHOWN_STATUSES, STATUS_STYLES, flatten, format_number, headline_accuracy
 
 runs_app = typer.Typer(
     help="List, show and inspect the runs in the registry.", no_args_is_help=True
@@ -36,11 +37,7 @@ RunArgument = Annotated[
     str, typer.Argument(metavar="RUN", help="Run id, name, or a unique prefix of its name.")
 ]
 
-# The headline figures of a run, as the trainer names them (first one found wins).
-REWARD_METRICS = ("train/reward", "train/reward_mean")
-EVAL_METRIC = "eval/accuracy"
-STATUS_STYLES = {"running": "cyan", "finished": "green", "failed": "red",
-                 "diverged": "magenta", "interrupted": "yellow", "stale": "yellow"}
+REWARD_METRIC = "train/reward"  # the mean reward over a step's rollouts, as the trainer names it
 
 
 def register(app: typer.Typer) -> None:
@@ -54,16 +51,6 @@ def _open(db: str | None, write: bool = False) -> Registry:
 
 
 # ---- formatting ---------------------------------------------------------------------
-
-
-def _number(value: float | None, digits: int = 3) -> str:
-    if value is None:
-        return "-"
-    if math.isnan(value) or math.isinf(value):
-        return str(value)
-    if value != 0 and not 1e-3 <= abs(value) < 1e6:  # tiny learning rates, byte counts
-        return f"{value:.{digits}g}"
-    return f"{value:.{digits}f}"
 
 
 def _when(moment: datetime | None, short: bool = False) -> str:
@@ -90,20 +77,10 @@ def _progress(run: Run) -> str:
     return f"{max(run.last_step, 0)}/{run.total_steps}"
 
 
-def _eval_accuracy(registry: Registry, run: Run, last: dict[str, float]) -> float | None:
-    """The last `eval/accuracy` the trainer logged, else the latest stored eval.
-
-    The trainer's own evals come first: a later `grpoctl eval` of a checkpoint on other
-    data is linked to the run too, but is not the run's headline figure.
-    """
-    if EVAL_METRIC in last:
-        return last[EVAL_METRIC]
-    evals = registry.evals(run.id)
-    return evals[-1].accuracy if evals else None
-
-
-def _first(values: dict[str, float], names: tuple[str, ...]) -> float | None:
-    return next((values[n] for n in names if n in values), None)
+def _accuracy(curve) -> float | None:
+    """A run's headline accuracy (grpoctl.rules.headline_accuracy), as `compare` shows it too."""
+    point = headline_accuracy(curve)
+    return None if point is None else point[1]
 
 
 def _finite_or_none(value):
@@ -121,17 +98,6 @@ def _jsonable(row) -> dict:
             value = value.isoformat()
         out[key] = _finite_or_none(value)
     return out
-
-
-def _flatten(tree: dict, prefix: str = "") -> list[tuple[str, object]]:
-    """{"a": {"b": 1}} -> [("a.b", 1)]: config diffs read best as dotted keys."""
-    items = []
-    for key, value in tree.items():
-        if isinstance(value, dict) and value:
-            items.extend(_flatten(value, f"{prefix}{key}."))
-        else:
-            items.append((f"{prefix}{key}", value))
-    return items
 
 
 def _clip(text: str, head: int = 160, tail: int = 320) -> str:
@@ -154,8 +120,8 @@ def list_runs(
     db: DbOption = None,
 ) -> None:
     """List runs, newest first."""
-    if status is not None and status not in STATUS_STYLES:
-        raise UserError(f"unknown status '{status}' (expected one of {', '.join(STATUS_STYLES)})")
+    if status is not None and status not in SHOWN_STATUSES:
+        raise UserError(f"unknown status '{status}' (expected one of {', '.join(SHOWN_STATUSES)})")
     if limit is not None and limit < 1:
         raise UserError("--limit must be at least 1")
     registry = _open(db)
@@ -165,7 +131,8 @@ def list_runs(
         console.print("No runs match." if filtered else
                       "No runs yet. Start one with `grpoctl train`.")
         return
-    last = registry.last_metrics([r.id for r in runs], (*REWARD_METRICS, EVAL_METRIC))
+    ids = [r.id for r in runs]
+    last, curves = registry.last_metrics(ids, (REWARD_METRIC,)), registry.eval_curves(ids)
     now = utcnow()
     # No vertical rules: nine columns must fit an 80-column terminal.
     table = Table(title=f"{len(runs)} run{'s' if len(runs) != 1 else ''}", title_justify="left",
@@ -182,8 +149,8 @@ def list_runs(
     for run in runs:
         table.add_row(
             str(run.id), Text(run.name), Text(run.group or ""), _status(run, now), _progress(run),
-            _number(_eval_accuracy(registry, run, last[run.id])),
-            _number(_first(last[run.id], REWARD_METRICS)),
+            format_number(_accuracy(curves[run.id])),
+            format_number(last[run.id].get(REWARD_METRIC)),
             _when(run.created_at, short=True), _duration(run, now),
         )
     console.print(table)
@@ -255,7 +222,7 @@ def _show_text(registry: Registry, run: Run) -> None:
             fields.add_row(label, value if isinstance(value, Text) else Text(value))
     console.print(Panel(fields, title=title, title_align="left"))
 
-    diff = _flatten(json.loads(run.config_diff))
+    diff = list(flatten(json.loads(run.config_diff)).items())  # config diffs read best as dotted keys
     console.print("[bold]Config diff from defaults[/]" + ("" if diff else ": none"))
     for key, value in diff:
         console.print(Text.assemble(("  " + key, "cyan"), f" = {json.dumps(value)}"))
@@ -267,7 +234,7 @@ def _show_text(registry: Registry, run: Run) -> None:
         metrics.add_column(style="dim")
         metrics.add_column(justify="right")
         for name in sorted(last):
-            metrics.add_row(name, _number(last[name], 4))
+            metrics.add_row(name, format_number(last[name], 4))
         console.print(metrics)
 
     evals = registry.evals(run.id)
@@ -276,8 +243,8 @@ def _show_text(registry: Registry, run: Run) -> None:
         for column in ("step", "n", "accuracy", "format", "mean len", "data", "grader"):
             table.add_column(column)
         for e in evals:
-            table.add_row("-" if e.step is None else str(e.step), str(e.n), _number(e.accuracy),
-                          _number(e.format_rate), f"{e.mean_response_length:.0f}",
+            table.add_row("-" if e.step is None else str(e.step), str(e.n), format_number(e.accuracy),
+                          format_number(e.format_rate), f"{e.mean_response_length:.0f}",
                           Text(e.data_source), Text(e.grader))
         console.print(table)
 
@@ -287,7 +254,7 @@ def _show_text(registry: Registry, run: Run) -> None:
         for column in ("step", "path", "eval acc", "on disk"):
             table.add_column(column)
         for c in checkpoints:
-            table.add_row(str(c.step), Text(c.path), _number(c.eval_accuracy),
+            table.add_row(str(c.step), Text(c.path), format_number(c.eval_accuracy),
                           "deleted" if c.deleted else "yes")
         console.print(table)
 
@@ -321,9 +288,9 @@ def samples(
         style = "green" if sample.reward > 0 else "red"
         title = Text.assemble(
             f"step {sample.step} · {sample.kind} · ",
-            (f"reward {_number(sample.reward, 2)}", f"bold {style}"),
-            f" (format {_number(sample.format_reward, 2)}, "
-            f"answer {_number(sample.answer_reward, 2)})",
+            (f"reward {format_number(sample.reward, 2)}", f"bold {style}"),
+            f" (format {format_number(sample.format_reward, 2)}, "
+            f"answer {format_number(sample.answer_reward, 2)})",
         )
         body = Group(
             Text("prompt", style="dim"), Text(_clip(sample.prompt)),

@@ -17,6 +17,7 @@ import typer
 
 from grpoctl.cli.options import DbOption
 from grpoctl.errors import UserError
+from grpoctl.rules import reward_for_template
 
 
 def register(app: typer.Typer) -> None:
@@ -91,7 +92,13 @@ def train(
     if dry_run:
         from grpoctl.train.dry_run import describe_dry_run
 
-        typer.echo(describe_dry_run(cfg if cfg is not None else C.load_config(None, overrides)))
+        if cfg is None:  # the run's own config (and --from's overrides), read without writing
+            from grpoctl.registry import Registry
+
+            with Registry(db, must_exist=True, readonly=True) as registry:
+                source = registry.get_run(resume or from_run)
+            cfg = C.from_dict(json.loads(source.config)) if resume is not None else _config_from(source, overrides)
+        typer.echo(describe_dry_run(cfg))
         return
 
     if cfg is not None:
@@ -146,14 +153,11 @@ def _resume(ref: str, skip_missing: bool, db: str | None) -> str:
 
 
 def _start_from(ref: str, overrides: list[str], db: str | None) -> str:
-    from grpoctl import config as C
     from grpoctl.registry import Registry
 
     registry = Registry(db, must_exist=True)
     source = registry.get_run(ref)
-    base = json.loads(source.config)
-    base["name"] = None
-    cfg = C.apply_overrides(C.from_dict(base), overrides)
+    cfg = _config_from(source, overrides)
     if cfg.name:
         _check_name_free(registry, cfg.name)
     data = _preflight(cfg)
@@ -162,6 +166,15 @@ def _start_from(ref: str, overrides: list[str], db: str | None) -> str:
     from grpoctl.train import trainer
 
     return trainer.start(cfg, registry, parent=source.name, say=typer.echo, data=data)
+
+
+def _config_from(source, overrides: list[str]):
+    """A new run's config for `--from RUN`: RUN's, unnamed, with `overrides` on top."""
+    from grpoctl import config as C
+
+    base = json.loads(source.config)
+    base["name"] = None
+    return C.apply_overrides(C.from_dict(base), overrides)
 
 
 def _warn(message: str) -> None:
@@ -202,7 +215,7 @@ def evaluate_checkpoint(
     ckpt_dir: Annotated[str, typer.Argument(metavar="CKPT_DIR", help="A Hugging Face model directory.")],
     subset: Annotated[Optional[int], typer.Option(help="How many eval problems, deterministic by --seed [default: the run's eval.subset, else 1024].", show_default=False)] = None,
     data: Annotated[Optional[str], typer.Option(help="Eval jsonl (MATH or GSM8K shape); default: the run's eval data.")] = None,
-    source: Annotated[Optional[str], typer.Option(help="math | gsm8k | jsonl | synthetic; default: guessed from --data.")] = None,
+    source: Annotated[Optional[str], typer.Option(help="Its format (data.eval_source): math | gsm8k | jsonl | synthetic; default: guessed from --data.")] = None,
     prompt: Annotated[Optional[str], typer.Option(help="r1_zero | question_only | r1_zero_compact (or a template file).")] = None,
     seed: Annotated[Optional[int], typer.Option(help="Seed of the subset choice [default: the run's, else 0].", show_default=False)] = None,
     greedy: Annotated[Optional[bool], typer.Option("--greedy/--sample", help="Decoding; default: the run's eval setting.")] = None,
@@ -235,13 +248,16 @@ def evaluate_checkpoint(
     if seed is not None:
         overrides.append(f"eval.subset_seed={seed}")
     if prompt:
-        reward = "question_only" if prompt == "question_only" else "r1_zero"
-        overrides += [f"prompt.template={prompt}", f"prompt.reward={reward}"]
+        overrides.append(f"prompt.template={prompt}")
+        reward = reward_for_template(prompt)  # a template file keeps the run's reward
+        if reward:
+            overrides.append(f"prompt.reward={reward}")
+    # The eval data only: the run's training data is neither needed nor read.
     if data:
         guessed = source or ("gsm8k" if "gsm8k" in Path(data).name.lower() else "math")
-        overrides += [f"data.source={guessed}", f"data.eval_path={data}", f"data.train_path={data}"]
+        overrides += [f"data.eval_source={guessed}", f"data.eval_path={data}"]
     elif source:
-        overrides.append(f"data.source={source}")
+        overrides.append(f"data.eval_source={source}")
     if greedy is not None:
         overrides.append(f"eval.greedy={str(greedy).lower()}")
     if max_tokens is not None:

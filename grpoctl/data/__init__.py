@@ -2,7 +2,7 @@
 hub datasets, and the embedded synthetic arithmetic task; plus deterministic eval
 subsets, content hashes for the registry, and a resumable prompt stream."""
 
-from grpoctl.data.answers import last_boxed, split_gsm8k
+from grpoctl.data.answers import split_gsm8k
 from grpoctl.data.examples import DataError, Example
 from grpoctl.data.files import load_gsm8k_jsonl, load_jsonl, load_math_jsonl
 from grpoctl.data.fingerprints import file_hash, subset_hash
@@ -11,6 +11,7 @@ from grpoctl.data.load import SOURCES, load_examples
 from grpoctl.data.stream import PromptStream
 from grpoctl.data.subsets import eval_subset
 from grpoctl.data.synthetic import ENUMERATE_LIMIT, problem_count, split_of, synthetic_examples
+from grpoctl.rewards.extract import last_boxed  # MATH answers are found as the rewards find them
 
 __all__ = [
     "SOURCES",

@@ -1,16 +1,14 @@
 """Pulling the final answer out of a worked solution.
 
 MATH solutions end with the answer in `\\boxed{...}` (sometimes `\\fbox{...}`); the
-full MATH release has no separate answer field, so this is the answer there.
-GSM8K solutions end with a line `#### 42`.
+full MATH release has no separate answer field, so this is the answer there (found by
+the rewards' linear-time brace matcher, grpoctl.rewards.extract.last_boxed: one for the
+project, since the input is untrusted). GSM8K solutions end with a line `#### 42`.
 """
 
 from __future__ import annotations
 
 import re
-
-# One brace matcher for the project: the rewards' linear-time one (untrusted input).
-from grpoctl.rewards.extract import last_boxed  # noqa: F401  (re-exported)
 
 # "1,450,000" or "-3,000.5": a plain number written with thousands separators.
 _THOUSANDS = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?")

@@ -9,8 +9,7 @@ from grpoctl.data.files import load_gsm8k_jsonl, load_jsonl, load_math_jsonl
 from grpoctl.data.hub import load_hub_dataset
 from grpoctl.data.subsets import eval_subset
 from grpoctl.data.synthetic import synthetic_examples
-
-SOURCES = ("synthetic", "math", "gsm8k", "jsonl", "hub")
+from grpoctl.rules import DATA_SOURCES as SOURCES
 
 
 def load_examples(

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from grpoctl.data.answers import GSM8K_MARKER, last_boxed, split_gsm8k
+from grpoctl.data.answers import GSM8K_MARKER, split_gsm8k
 from grpoctl.data.examples import DataError, Example
+from grpoctl.rewards.extract import last_boxed
 
 SOLUTION_KEY = "solution"
 ID_KEYS = ("unique_id", "id")

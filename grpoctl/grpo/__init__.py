@@ -19,14 +19,21 @@ from .losses import (
     compute_naive_policy_gradient_loss,
     compute_policy_gradient_loss,
 )
-from .masked import masked_mean, masked_min_max, masked_normalize
+from .masked import masked_mean, masked_mean_or_zero, masked_min_max, masked_normalize
 from .tokenization import collate_prompt_and_output_ids, tokenize_prompt_and_output
-from .train_step import LENGTH_NORMALIZATIONS, grpo_microbatch_train_step, sft_microbatch_train_step
+from .train_step import (
+    LENGTH_NORMALIZATIONS,
+    PolicyGradientLoss,
+    grpo_microbatch_train_step,
+    sft_microbatch_train_step,
+    token_mean_loss,
+)
 
 __all__ = [
     "IMPORTANCE_LEVELS",
     "LENGTH_NORMALIZATIONS",
     "LOSS_TYPES",
+    "PolicyGradientLoss",
     "add_kl_penalty",
     "collate_prompt_and_output_ids",
     "compute_entropy",
@@ -41,10 +48,12 @@ __all__ = [
     "get_response_log_probs_shared_prompts",
     "grpo_microbatch_train_step",
     "masked_mean",
+    "masked_mean_or_zero",
     "masked_min_max",
     "masked_normalize",
     "normalize_group_rewards",
     "sft_microbatch_train_step",
     "summarize_group_rewards",
+    "token_mean_loss",
     "tokenize_prompt_and_output",
 ]

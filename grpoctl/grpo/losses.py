@@ -14,10 +14,9 @@ Extras beyond CS336, each off by default:
 
 import torch
 
-from .masked import masked_mean
+from grpoctl.rules import IMPORTANCE_LEVELS, LOSS_TYPES, RATIO_FREE_LOSSES
 
-LOSS_TYPES = ("no_baseline", "reinforce_with_baseline", "grpo_clip", "grpo_no_clip")
-IMPORTANCE_LEVELS = ("token", "sequence")
+from .masked import masked_mean_or_zero
 
 
 def _per_sequence(values: torch.Tensor) -> torch.Tensor:
@@ -55,7 +54,7 @@ def compute_importance_ratio(
     if importance_level == "sequence":
         if response_mask is None:
             raise ValueError("importance_level='sequence' needs response_mask to average over response tokens")
-        seq_log_ratio = masked_mean(log_ratio, response_mask, dim=-1).unsqueeze(-1)
+        seq_log_ratio = masked_mean_or_zero(log_ratio, response_mask, dim=-1).unsqueeze(-1)
         return torch.exp(seq_log_ratio).expand_as(log_ratio)
     raise ValueError(f"unknown importance_level {importance_level!r}; valid levels: {', '.join(IMPORTANCE_LEVELS)}")
 
@@ -99,14 +98,12 @@ def compute_grpo_clip_loss(
     cliprange_high: float | None = None,
     importance_level: str = "token",
     response_mask: torch.Tensor | None = None,
-    ref_log_probs: torch.Tensor | None = None,
-    kl_beta: float = 0.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO-style clipped surrogate: -min(ratio * A, clip(ratio, 1 - lo, 1 + hi) * A).
 
-    advantages: (batch, 1); policy_log_probs, old_log_probs, ref_log_probs,
-    response_mask: (batch, seq). lo = cliprange, hi = cliprange_high (defaults to
-    cliprange; larger is DAPO's clip-higher). ref_log_probs / kl_beta: see add_kl_penalty.
+    advantages: (batch, 1); policy_log_probs, old_log_probs, response_mask: (batch, seq).
+    lo = cliprange, hi = cliprange_high (defaults to cliprange; larger is DAPO's
+    clip-higher). A KL penalty is compute_policy_gradient_loss's to add, for every loss.
     Returns (loss (batch, seq), {"clipped": (batch, seq) bool, True where the clipped
     term was strictly smaller and so was taken, "ratio": (batch, seq) detached}).
     """
@@ -116,8 +113,7 @@ def compute_grpo_clip_loss(
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1 - cliprange, 1 + high) * adv
     loss = -torch.minimum(unclipped, clipped)
-    metadata = {"clipped": clipped < unclipped, "ratio": ratio.detach()}
-    return add_kl_penalty(loss, metadata, policy_log_probs, ref_log_probs, kl_beta)
+    return loss, {"clipped": clipped < unclipped, "ratio": ratio.detach()}
 
 
 def compute_grpo_no_clip_loss(
@@ -158,7 +154,7 @@ def compute_policy_gradient_loss(
     ref_log_probs: torch.Tensor | None = None,
     kl_beta: float = 0.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Dispatch to one of LOSS_TYPES and optionally add a KL penalty.
+    """Dispatch to one of LOSS_TYPES and optionally add a KL penalty (the one place one is added).
 
     policy_log_probs, old_log_probs, ref_log_probs, response_mask: (batch, seq);
     raw_rewards, advantages: (batch, 1).
@@ -171,7 +167,7 @@ def compute_policy_gradient_loss(
         raise ValueError(f"unknown loss_type {loss_type!r}; valid types: {', '.join(LOSS_TYPES)}")
     if importance_level not in IMPORTANCE_LEVELS:
         raise ValueError(f"unknown importance_level {importance_level!r}; valid levels: {', '.join(IMPORTANCE_LEVELS)}")
-    if importance_level == "sequence" and loss_type not in ("grpo_clip", "grpo_no_clip"):
+    if importance_level == "sequence" and loss_type in RATIO_FREE_LOSSES:
         raise ValueError(f"importance_level='sequence' needs a ratio: use grpo_clip or grpo_no_clip, not {loss_type!r}")
 
     if loss_type == "no_baseline":

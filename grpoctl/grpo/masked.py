@@ -33,6 +33,13 @@ def masked_normalize(
     return total / normalize_constant
 
 
+def _sum_and_count(tensor: torch.Tensor, mask: torch.Tensor, dim: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    kept, mask = _select(tensor, mask)
+    if dim is None:
+        return kept.sum(), mask.sum()
+    return kept.sum(dim=dim), mask.sum(dim=dim)
+
+
 def masked_mean(tensor: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     """Mean of the entries selected by `mask`.
 
@@ -40,14 +47,20 @@ def masked_mean(tensor: torch.Tensor, mask: torch.Tensor, dim: int | None = None
     dim=None averages over everything and returns a scalar; otherwise averages over
     `dim`, which is removed from the shape.
 
-    A slice with no selected entry has mean 0, not nan: a sequence with an empty
-    response then contributes nothing to a loss instead of poisoning it.
+    A slice with no selected entry has no mean: nan (0 / 0), as in the CS336 reference.
+    The training path reduces with `masked_mean_or_zero` instead.
     """
-    kept, mask = _select(tensor, mask)
-    if dim is None:
-        total, count = kept.sum(), mask.sum()
-    else:
-        total, count = kept.sum(dim=dim), mask.sum(dim=dim)
+    total, count = _sum_and_count(tensor, mask, dim)
+    return total / count.to(total.dtype)
+
+
+def masked_mean_or_zero(tensor: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """`masked_mean`, but 0 for a slice with no selected entry (same shapes).
+
+    The training path's reduction: a sequence with an empty response then contributes
+    nothing to a loss instead of poisoning it with nan.
+    """
+    total, count = _sum_and_count(tensor, mask, dim)
     # clamp keeps the division finite; where then zeroes the empty slices.
     mean = total / count.clamp_min(1).to(total.dtype)
     return torch.where(count > 0, mean, torch.zeros((), dtype=mean.dtype, device=mean.device))

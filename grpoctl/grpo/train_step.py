@@ -10,15 +10,24 @@ and so how much gradient each token gets:
   constant    per-sequence sum / normalize_constant (Dr. GRPO, the max generation length):
               every token weighs the same, whatever the length and the microbatching;
   microbatch  per-sequence sum / longest response in the microbatch: between the two,
-              but it depends on how the batch was cut, so accumulation is not exact.
+              but it depends on how the batch was cut, so accumulation is not exact;
+  token       the microbatch's token sum / the response tokens of its whole train batch
+              (DAPO's token-mean; TRL's loss_type="dapo", verl's loss_agg_mode="token-mean"):
+              every token of the train batch weighs the same, however it was cut, and
+              the sum over its microbatches is already the mean (no division by their count).
+
+`PolicyGradientLoss` is the loss settings of a run as one object, built once from the
+config; `grpo_microbatch_train_step` is CS336's function over the same code.
 """
+
+from dataclasses import dataclass
 
 import torch
 
-from .losses import compute_policy_gradient_loss
-from .masked import masked_mean, masked_min_max, masked_normalize
+from grpoctl.rules import LENGTH_NORMALIZATIONS
 
-LENGTH_NORMALIZATIONS = ("mean", "constant", "microbatch")
+from .losses import compute_policy_gradient_loss
+from .masked import masked_mean_or_zero, masked_min_max, masked_normalize
 
 
 def _only_response(values: torch.Tensor | None, mask: torch.Tensor) -> torch.Tensor | None:
@@ -41,7 +50,7 @@ def _per_sequence_loss(
 ) -> torch.Tensor:
     """(batch, seq) per-token loss -> (batch,) per-sequence loss."""
     if length_normalization == "mean":
-        return masked_mean(per_token, mask, dim=-1)
+        return masked_mean_or_zero(per_token, mask, dim=-1)
     if length_normalization == "constant":
         if normalize_constant is None:
             raise ValueError(
@@ -56,6 +65,22 @@ def _per_sequence_loss(
     )
 
 
+def token_mean_loss(
+    per_token_loss: torch.Tensor,
+    response_mask: torch.Tensor,
+    batch_response_tokens: float,
+) -> torch.Tensor:
+    """One microbatch's share of its train batch's token-mean loss.
+
+    per_token_loss, response_mask: (batch, seq); batch_response_tokens: the number of
+    response tokens in the whole train batch this microbatch belongs to. Returns a
+    scalar: the sum of the microbatch's response-token losses / batch_response_tokens.
+    Summed over the train batch's microbatches it is the mean over all their response
+    tokens, equal whether the batch was cut into 1, 2 or 4 microbatches.
+    """
+    return masked_normalize(per_token_loss, response_mask, normalize_constant=float(batch_response_tokens))
+
+
 @torch.no_grad()
 def _log_stats(
     microbatch_loss: torch.Tensor,
@@ -64,17 +89,80 @@ def _log_stats(
     loss_metadata: dict[str, torch.Tensor],
 ) -> dict[str, float]:
     """Python floats over the response tokens, fetched with a single device sync."""
-    stats = {"loss": microbatch_loss, "token_loss_mean": masked_mean(per_token, mask)}
+    stats = {"loss": microbatch_loss, "token_loss_mean": masked_mean_or_zero(per_token, mask)}
     if "clipped" in loss_metadata:
-        stats["clip_fraction"] = masked_mean(loss_metadata["clipped"].float(), mask)
+        stats["clip_fraction"] = masked_mean_or_zero(loss_metadata["clipped"].float(), mask)
     if "ratio" in loss_metadata:
         ratio = loss_metadata["ratio"]
-        stats["ratio_mean"] = masked_mean(ratio, mask)
+        stats["ratio_mean"] = masked_mean_or_zero(ratio, mask)
         stats["ratio_min"], stats["ratio_max"] = masked_min_max(ratio, mask)
     if "kl" in loss_metadata:
-        stats["kl"] = masked_mean(loss_metadata["kl"], mask)
+        stats["kl"] = masked_mean_or_zero(loss_metadata["kl"], mask)
     values = torch.stack([v.detach().float().reshape(()) for v in stats.values()]).tolist()
     return dict(zip(stats, values))
+
+
+@dataclass(frozen=True)
+class PolicyGradientLoss:
+    """A run's policy-gradient loss: the loss settings, built once (from cfg.loss).
+
+    See compute_policy_gradient_loss for loss_type, cliprange, cliprange_high,
+    importance_level and kl_beta, and this module's docstring for length_normalization
+    (normalize_constant is `constant`'s divisor: the max generation length).
+    """
+
+    loss_type: str
+    length_normalization: str = "mean"
+    cliprange: float | None = None
+    cliprange_high: float | None = None
+    importance_level: str = "token"
+    kl_beta: float = 0.0
+    normalize_constant: float | None = None
+
+    def microbatch_train_step(
+        self,
+        policy_log_probs: torch.Tensor,
+        response_mask: torch.Tensor,
+        gradient_accumulation_steps: int,
+        raw_rewards: torch.Tensor | None = None,
+        advantages: torch.Tensor | None = None,
+        old_log_probs: torch.Tensor | None = None,
+        ref_log_probs: torch.Tensor | None = None,
+        batch_response_tokens: float | None = None,
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """This loss on one microbatch, backpropagated: see grpo_microbatch_train_step.
+
+        batch_response_tokens: the response tokens of the whole train batch, which
+        length_normalization="token" divides by (and needs).
+        """
+        mask = response_mask.bool()
+        per_token, loss_metadata = compute_policy_gradient_loss(
+            _only_response(policy_log_probs, mask),
+            self.loss_type,
+            raw_rewards=raw_rewards,
+            advantages=advantages,
+            old_log_probs=_only_response(old_log_probs, mask),
+            cliprange=self.cliprange,
+            cliprange_high=self.cliprange_high,
+            importance_level=self.importance_level,
+            response_mask=mask,
+            ref_log_probs=_only_response(ref_log_probs, mask),
+            kl_beta=self.kl_beta,
+        )
+        if self.length_normalization == "token":
+            if batch_response_tokens is None:
+                raise ValueError("length_normalization='token' needs batch_response_tokens "
+                                 "(the response tokens of the whole train batch)")
+            loss = token_mean_loss(per_token, mask, batch_response_tokens)
+            # Logged as the value whose mean over the microbatches is the train batch's
+            # loss, as for the other normalizations.
+            microbatch_loss = loss * gradient_accumulation_steps
+        else:
+            microbatch_loss = _per_sequence_loss(per_token, mask, self.length_normalization,
+                                                 self.normalize_constant).mean()
+            loss = microbatch_loss / gradient_accumulation_steps
+        loss.backward()
+        return loss.detach(), _log_stats(microbatch_loss, per_token, mask, loss_metadata)
 
 
 def grpo_microbatch_train_step(
@@ -92,6 +180,7 @@ def grpo_microbatch_train_step(
     importance_level: str = "token",
     ref_log_probs: torch.Tensor | None = None,
     kl_beta: float = 0.0,
+    batch_response_tokens: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Policy-gradient loss of one microbatch, backpropagated.
 
@@ -99,29 +188,18 @@ def grpo_microbatch_train_step(
     (batch, seq); raw_rewards, advantages: (batch, 1).
     The per-token loss (see compute_policy_gradient_loss) is reduced per sequence by
     `length_normalization`, averaged over the batch, divided by
-    gradient_accumulation_steps, and .backward() is called on it.
+    gradient_accumulation_steps, and .backward() is called on it; "token" instead
+    divides the microbatch's token sum by batch_response_tokens (token_mean_loss).
     Returns (that scaled loss, detached; metadata of python floats over response
-    tokens: loss (unscaled), token_loss_mean, and when they apply clip_fraction,
-    ratio_mean / ratio_min / ratio_max, kl).
+    tokens: loss (unscaled: its mean over a train batch's microbatches is the batch's
+    loss), token_loss_mean, and when they apply clip_fraction, ratio_mean /
+    ratio_min / ratio_max, kl).
     """
-    mask = response_mask.bool()
-    per_token, loss_metadata = compute_policy_gradient_loss(
-        _only_response(policy_log_probs, mask),
-        loss_type,
-        raw_rewards=raw_rewards,
-        advantages=advantages,
-        old_log_probs=_only_response(old_log_probs, mask),
-        cliprange=cliprange,
-        cliprange_high=cliprange_high,
-        importance_level=importance_level,
-        response_mask=mask,
-        ref_log_probs=_only_response(ref_log_probs, mask),
-        kl_beta=kl_beta,
-    )
-    microbatch_loss = _per_sequence_loss(per_token, mask, length_normalization, normalize_constant).mean()
-    loss = microbatch_loss / gradient_accumulation_steps
-    loss.backward()
-    return loss.detach(), _log_stats(microbatch_loss, per_token, mask, loss_metadata)
+    loss = PolicyGradientLoss(loss_type, length_normalization, cliprange, cliprange_high, importance_level,
+                              kl_beta, normalize_constant)
+    return loss.microbatch_train_step(policy_log_probs, response_mask, gradient_accumulation_steps,
+                                      raw_rewards=raw_rewards, advantages=advantages, old_log_probs=old_log_probs,
+                                      ref_log_probs=ref_log_probs, batch_response_tokens=batch_response_tokens)
 
 
 def sft_microbatch_train_step(

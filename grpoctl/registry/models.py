@@ -20,14 +20,13 @@ from datetime import datetime, timezone
 from sqlalchemy import text
 from sqlmodel import Field, Index, SQLModel, UniqueConstraint
 
+from grpoctl.rules import RUN_STATUSES  # noqa: F401  (the statuses a run row may hold)
+
 
 def utcnow() -> datetime:
     # Aware, in UTC: SQLModel's datetime columns refuse naive datetimes, and they read
     # back as aware UTC datetimes on every backend (SQLite stores them without offset).
     return datetime.now(timezone.utc)
-
-
-RUN_STATUSES = ("running", "finished", "failed", "diverged", "interrupted")
 
 
 class Run(SQLModel, table=True):
@@ -107,6 +106,10 @@ class EvalResult(SQLModel, table=True):
     grader: str = ""  # e.g. "math-verify 0.9.0"
     grading_timeouts: int = 0
     created_at: datetime = Field(default_factory=utcnow)
+
+
+# The EvalResult fields that make two evals comparable (`compare` warns when they differ).
+COMPARABLE_EVAL_FIELDS = ("decoding", "subset_hash", "data_hash", "template_hash", "grader")
 
 
 class Sample(SQLModel, table=True):

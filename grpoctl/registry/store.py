@@ -48,6 +48,7 @@ from grpoctl.registry.models import (
     Tag,
     utcnow,
 )
+from grpoctl.registry.summaries import RunSummaries
 from grpoctl.registry.sweeps import SweepRecords
 
 __all__ = ["Registry", "STALE_AFTER_S", "default_db_url", "effective_status"]
@@ -100,11 +101,12 @@ def _absolute(path: str | None) -> str | None:
     return None if path is None else os.path.abspath(path)
 
 
-class Registry(SweepRecords, ClaimRecords):
+class Registry(SweepRecords, ClaimRecords, RunSummaries):
     """An experiment registry at a SQLAlchemy URL or SQLite path (default: ./registry.db).
 
     Sweep methods (get_or_create_sweep, add_sweep_member, sweep_members...) are in
-    sweeps.py, the single-writer claim (claim_run, claimable) in claims.py.
+    sweeps.py, the single-writer claim (claim_run, claimable) in claims.py, the reads
+    behind tables of runs (run_summaries, eval_curves) in summaries.py.
 
     `must_exist=True`: a missing SQLite file is an error instead of a new registry.
     `readonly=True` is for commands that only read: the registry is opened read-only and
@@ -115,8 +117,9 @@ class Registry(SweepRecords, ClaimRecords):
 
     def __init__(self, url: str | None = None, *, must_exist: bool = False, readonly: bool = False) -> None:
         self.url = resolve_url(url)
-        # `engine` is for reading (callers may query it directly); every write goes
-        # through a method here, on `_writer`, so that it takes the lock up front.
+        # `engine` is for reading, by the methods of this package (no SQL lives outside
+        # it); every write goes through a method here, on `_writer`, so that it takes
+        # the lock up front.
         self.engine = open_registry(self.url, write=not readonly, must_exist=must_exist)
         self._writer = writer_engine(self.engine)
         self._claims: dict[int, str] = {}
@@ -208,11 +211,14 @@ class Registry(SweepRecords, ClaimRecords):
         metrics: dict[str, float],
         opt_metrics: Iterable[tuple[int, dict[str, float]]] = (),
         samples: Iterable[dict] = (),
+        eval: dict | None = None,
     ) -> None:
-        """Commit one GRPO step: its metrics, per-optimizer-step metrics and samples.
+        """Commit one GRPO step: its metrics, per-optimizer-step metrics, samples and eval
+        (the EvalResult fields but run and step), if it evaluated.
 
         One transaction, so a step is either fully recorded or absent, and `last_step`
-        always names a complete step (resume starts after it). None values are skipped.
+        always names a complete step (resume starts after it): an eval is never left
+        without its step. None values are skipped.
         """
         rows = [
             {"run_id": run_id, "step": step, "opt_step": None, "name": k, "value": _stored(v)}
@@ -227,12 +233,15 @@ class Registry(SweepRecords, ClaimRecords):
                 if v is not None
             )
         sample_rows = [{"run_id": run_id, "step": step, **s} for s in samples]
+        eval_row = None if eval is None else EvalResult(run_id=run_id, step=step, **eval).model_dump(exclude={"id"})
         with self._writer.begin() as conn:
             self._fence(conn, run_id, last_step=step, heartbeat_at=utcnow())
             if rows:
                 conn.execute(insert(Metric), rows)
             if sample_rows:
                 conn.execute(insert(Sample), sample_rows)
+            if eval_row is not None:
+                conn.execute(insert(EvalResult), [eval_row])
 
     def heartbeat(self, run_id: int) -> None:
         """The trainer is alive: renews its claim's lease (and fails if it was lost)."""

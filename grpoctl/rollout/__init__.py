@@ -1,26 +1,27 @@
-"""Rollout backends: transformers `generate` everywhere, vLLM where it imports."""
+"""Rollout backends: transformers `generate` everywhere, vLLM where it is installed."""
 
 from __future__ import annotations
 
 from grpoctl.errors import UserError
 from grpoctl.rollout.base import RolloutBackend, Rollouts, SamplingSettings
+from grpoctl.rules import resolve_backend, vllm_installed
 
 
 def make_backend(cfg, model, tokenizer, model_dir: str, say=print) -> RolloutBackend:
-    """`rollout.backend`: auto takes vLLM when it imports, else transformers; says which."""
-    choice = cfg.rollout.backend
-    if choice in ("auto", "vllm"):
+    """The backend `rollout.backend` names (auto: see grpoctl.rules.resolve_backend); says which."""
+    if resolve_backend(cfg.rollout.backend, vllm_installed()) == "vllm":
         from grpoctl.rollout.vllm import VLLMRolloutBackend, vllm_available
 
         ok, why = vllm_available()
-        if ok:
-            say("rollout backend: vllm (colocated with the policy)")
-            return VLLMRolloutBackend(model_dir, cfg)
-        if choice == "vllm":
-            raise UserError(f"rollout.backend=vllm but vllm is unavailable ({why}); use rollout.backend=hf or auto")
-        say(f"rollout backend: hf (vllm unavailable: {why})")
+        if not ok:  # preflight refuses this before the run; here for callers that skip it
+            raise UserError(f"rollout.backend={cfg.rollout.backend} chose vllm, which does not import here ({why}); "
+                            "use rollout.backend=hf")
+        say("rollout backend: vllm (colocated with the policy)")
+        return VLLMRolloutBackend(model_dir, cfg)
     from grpoctl.rollout.hf import HFRolloutBackend
 
+    if cfg.rollout.backend == "auto":
+        say("rollout backend: hf (vllm is not installed)")
     return HFRolloutBackend(model, tokenizer, batch_size=cfg.rollout.generation_batch_size)
 
 

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 from grpoctl.rollout.base import Rollouts, SamplingSettings
+from grpoctl.rules import resolve_dtype
 
 log = logging.getLogger("grpoctl")
 
@@ -53,13 +54,6 @@ def vllm_available() -> tuple[bool, str]:
         first_line = (str(exc).splitlines() or [""])[0]
         return False, f"{type(exc).__name__}: {first_line}"
     return True, f"vllm {getattr(vllm, '__version__', '?')}"
-
-
-def _engine_dtype(model_dtype: str, on_gpu: bool) -> str:
-    """The policy's dtype, so that synced weights mean the same numbers in both."""
-    if model_dtype == "auto":
-        return "bfloat16" if on_gpu else "float32"
-    return model_dtype
 
 
 def _reload_in_worker(worker, weights) -> None:
@@ -141,7 +135,8 @@ class VLLMRolloutBackend:
         kwargs = dict(
             model=str(model_dir),
             tokenizer=str(model_dir),
-            dtype=_engine_dtype(cfg.model.dtype, self.on_gpu),
+            # The policy's dtype, so that synced weights mean the same numbers in both.
+            dtype=resolve_dtype(cfg.model.dtype, "cuda" if self.on_gpu else "cpu"),
             seed=int(cfg.seed),
             enable_prefix_caching=bool(v.enable_prefix_caching),
             max_model_len=_fit_max_model_len(model_dir, int(v.max_model_len)),

@@ -150,6 +150,9 @@ def _build(spec: WarmStartSpec, root: Path, log) -> None:
         if step % every == 0:
             accuracy = greedy_accuracy(model, tokenizer, probe, spec.template)
             curve.append((step, accuracy))
+            if step % spec.check_every == 0:  # progress on screen, every check_every steps
+                log(f"warm-start step {step}/{spec.steps}: greedy probe accuracy {accuracy:.2f} "
+                    f"(it stops at {spec.target_accuracy:.2f}), {time.perf_counter() - started:.0f} s")
             if accuracy >= spec.target_accuracy:
                 if previous and abs(previous[0] - spec.target_accuracy) < abs(accuracy - spec.target_accuracy):
                     accuracy, weights = previous

@@ -1,10 +1,13 @@
 """Checkpoints: a Hugging Face model directory plus what the trainer needs to resume.
 
 `step-N/` holds config.json, safetensors and the tokenizer (loadable by anything that
-loads Qwen, `grpoctl eval` and vLLM included) and `trainer_state.pt` (optimizer, RNG
-states, the data position and the step), so `grpoctl train --resume RUN` continues exactly
-where the run stopped. Retention keeps the last `keep_last` and the best `keep_best` by eval
-accuracy: a 1.5B-parameter checkpoint is several GB.
+loads Qwen, `grpoctl eval` and vLLM included) and `trainer_state.pt`: the run's
+TrainState (train/state.py: step, optimizer step, data position, eval accuracies) with the
+optimizer's, the scheduler's and the RNGs' states beside it, so `grpoctl train --resume
+RUN` continues exactly where the run stopped. Files written before TrainState existed
+hold its first fields under the same names, and load. Retention keeps the last
+`keep_last` and the best `keep_best` by eval accuracy: a 1.5B-parameter checkpoint is
+several GB.
 """
 
 from __future__ import annotations
@@ -12,27 +15,27 @@ from __future__ import annotations
 import json
 import random
 import shutil
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
 
 from grpoctl.errors import UserError
 from grpoctl.train.faults import fault_point
+from grpoctl.train.state import TrainState
 
 STATE_FILE = "trainer_state.pt"
 RUN_FILE = "grpoctl_run.json"  # lets `grpoctl eval CKPT_DIR` link its result to the run
 
 
 @dataclass
-class TrainerState:
-    step: int
-    opt_step: int
-    data_position: int
+class SavedTrainer:
+    """What trainer_state.pt holds: the run's state and the state dicts to restore beside it."""
+
+    state: TrainState
     optimizer: dict
     scheduler: dict
-    best_accuracy: float | None
-    rng: dict
+    rng: dict  # torch's and Python's generators (capture_rng)
 
 
 def checkpoint_dir(cfg, run_name: str) -> Path:
@@ -53,7 +56,8 @@ class CheckpointWriteError(Exception):
     """A checkpoint could not be written (a full disk, a read-only directory): one line."""
 
 
-def save_checkpoint(path: Path, model, tokenizer, state: TrainerState, run_name: str) -> Path:
+def save_checkpoint(path: Path, model, tokenizer, saved: SavedTrainer, run_name: str) -> Path:
+    state = saved.state
     tmp = path.with_name(path.name + ".tmp")
     fault_point("checkpoint-write", state.step)
     try:
@@ -61,7 +65,9 @@ def save_checkpoint(path: Path, model, tokenizer, state: TrainerState, run_name:
         tmp.mkdir(parents=True)
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        torch.save(state.__dict__, tmp / STATE_FILE)
+        # One flat dict, as the first trainer_state.pt files were.
+        torch.save({**asdict(state), "optimizer": saved.optimizer, "scheduler": saved.scheduler, "rng": saved.rng},
+                   tmp / STATE_FILE)
         (tmp / RUN_FILE).write_text(json.dumps({"run": run_name, "step": state.step}))
         fault_point("checkpoint-rename", state.step)
         # Renamed into place only when complete: a kill mid-save never leaves a torn checkpoint.
@@ -73,14 +79,17 @@ def save_checkpoint(path: Path, model, tokenizer, state: TrainerState, run_name:
     return path
 
 
-def load_trainer_state(path: Path) -> TrainerState:
+def load_trainer_state(path: Path) -> SavedTrainer:
     file = Path(path) / STATE_FILE
     try:
         data = torch.load(file, map_location="cpu", weights_only=False)
-        return TrainerState(**data)
+        state = TrainState(**{f.name: data[f.name] for f in fields(TrainState) if f.name in data})
+        saved = SavedTrainer(state, optimizer=data["optimizer"], scheduler=data["scheduler"], rng=data["rng"])
     except Exception as exc:  # truncated, not a torch file, another version's fields
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise UserError(f"{file} is unreadable ({type(exc).__name__}: {first[:200]})") from None
+    state.last_checkpoint_step = state.step  # it is this checkpoint (older files do not say)
+    return saved
 
 
 def checkpoint_problem(path: Path) -> str | None:

@@ -12,7 +12,14 @@ from dataclasses import asdict
 from omegaconf import OmegaConf
 
 from grpoctl.config import derived_sizes
-from grpoctl.train.memory import GiB, arch_from_model_path, estimate_peak_memory, resolve_device, visible_device_bytes
+from grpoctl.rules import resolve_backend, vllm_installed
+from grpoctl.train.memory_estimate import (
+    GiB,
+    arch_from_model_path,
+    estimate_device,
+    estimate_peak_memory,
+    visible_device_bytes,
+)
 
 
 def describe_dry_run(cfg, device_total_bytes: int | None = None) -> str:
@@ -21,7 +28,7 @@ def describe_dry_run(cfg, device_total_bytes: int | None = None) -> str:
     device_total_bytes: the memory to compare with (and to size vLLM's share by);
     default: the visible device's (CUDA) or the machine's RAM (CPU).
     """
-    device = resolve_device(cfg)
+    device = estimate_device(cfg)
     if device_total_bytes is None:
         device_total_bytes = visible_device_bytes(device)
     arch = arch_from_model_path(cfg.model.path, cfg.model.tiny)
@@ -49,15 +56,16 @@ def _verdict(cfg, peak: int, device: str, total: int | None) -> str:
                 "(pass the device's memory to check the fit)")
     if peak <= total:
         return f"fits: estimated peak {peak / GiB:.1f} GiB of {total / GiB:.1f} GiB on {device}"
+    vllm = resolve_backend(cfg.rollout.backend, vllm_installed()) == "vllm"
     levers = []
     if not cfg.model.gradient_checkpointing:
         levers.append("model.gradient_checkpointing=true")
     if cfg.optimizer.name != "adamw8bit":
         levers.append("optimizer.name=adamw8bit")
-    if cfg.rollout.backend != "hf" and not cfg.rollout.vllm.sleep_mode:
+    if vllm and not cfg.rollout.vllm.sleep_mode:
         levers.append("rollout.vllm.sleep_mode=true")
     if derived_sizes(cfg).microbatch_size > 1:
         levers.append("a smaller microbatch (raise loop.gradient_accumulation_steps)")
-    levers.append("a lower rollout.vllm.gpu_memory_utilization" if cfg.rollout.backend != "hf" else "a shorter rollout.max_tokens")
+    levers.append("a lower rollout.vllm.gpu_memory_utilization" if vllm else "a shorter rollout.max_tokens")
     return (f"WARNING: estimated peak {peak / GiB:.1f} GiB exceeds the {total / GiB:.1f} GiB of this {device} device; "
             f"to shrink it: {', '.join(levers)}")

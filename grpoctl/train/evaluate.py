@@ -23,6 +23,7 @@ class EvalOutcome:
     format_rate: float
     mean_response_length: float
     timeouts: int
+    errors: int = 0  # gradings that failed (scored 0): should stay at zero
     samples: list[dict] = field(default_factory=list)
 
     def metrics(self) -> dict[str, float]:
@@ -30,6 +31,7 @@ class EvalOutcome:
             "eval/accuracy": self.accuracy,
             "eval/format_rate": self.format_rate,
             "eval/response_length": self.mean_response_length,
+            "eval/grading_errors": self.errors,
         }
 
 
@@ -47,7 +49,7 @@ def eval_sampling(eval_cfg, stop) -> SamplingSettings:
 def evaluate(backend, examples: list[Example], template: str, reward_name: str, sampling: SamplingSettings,
              batch_size: int, n_samples: int = 4, seed: int = 0) -> EvalOutcome:
     reward_fn = get_reward_fn(reward_name)
-    timeouts_before = grading_stats()["timeouts"]
+    before = grading_stats()
     correct = formatted = length = 0.0
     samples = []
     for start in range(0, len(examples), batch_size):
@@ -61,13 +63,14 @@ def evaluate(backend, examples: list[Example], template: str, reward_name: str, 
             length += len(ids)
             if len(samples) < n_samples:
                 samples.append(dict(kind="eval", prompt=prompt, response=text, ground_truth=ex.answer, **scores))
-    n = len(examples)
+    n, after = len(examples), grading_stats()
     return EvalOutcome(
         n=n,
         accuracy=correct / n,
         format_rate=formatted / n,
         mean_response_length=length / n,
-        timeouts=grading_stats()["timeouts"] - timeouts_before,
+        timeouts=after["timeouts"] - before["timeouts"],
+        errors=after["errors"] - before["errors"],
         samples=samples,
     )
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from grpoctl.data.run_data import load_run_data
 from grpoctl.rollout import make_backend
 from grpoctl.train.evaluate import eval_record, eval_sampling, evaluate
-from grpoctl.train.setup import load_policy, load_run_data, pick_device, pick_dtype
+from grpoctl.train.setup import load_policy, pick_device, pick_dtype
 
 
 def run_eval(cfg, registry, path: Path, run, marker: dict | None, say=print, data=None):
@@ -31,6 +32,6 @@ def run_eval(cfg, registry, path: Path, run, marker: dict | None, say=print, dat
         run_id=run.id if run else None,
         step=marker["step"] if (run and marker) else None,
         checkpoint_path=str(path.resolve()),
-        **eval_record(outcome, examples=data.eval, data_source=cfg.data.source, data_hash=data.data_hash,
+        **eval_record(outcome, examples=data.eval, data_source=data.eval_source, data_hash=data.data_hash,
                       template_name=data.template_name, template=data.template, sampling=sampling),
     )

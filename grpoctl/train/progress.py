@@ -6,15 +6,24 @@ token entropy, response length and gradient norm, which move before a collapse s
 
 from __future__ import annotations
 
-import time
-
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from grpoctl.rules import format_number
 
-def _fmt(value, spec=".3f") -> str:
-    return "-" if value is None else format(value, spec)
+
+def eta_seconds(recent_step_seconds: list[float], step: int, total: int) -> tuple[float, float]:
+    """(seconds per step, seconds left): the mean of the recent steps' times, times the
+    steps left after `step`, which after a --resume are all a run has to do."""
+    per_step = sum(recent_step_seconds) / len(recent_step_seconds) if recent_step_seconds else 0.0
+    return per_step, per_step * max(total - step, 0)
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes:02d}:{secs:02d}"
 
 
 class Progress:
@@ -24,6 +33,7 @@ class Progress:
         self.live = live and self.console.is_terminal
         self._live: Live | None = None
         self._times: list[float] = []
+        self._step = 0  # the last step shown
         self._every = 1 if self.total <= 200 else max(1, self.total // 100)
 
     def __enter__(self):
@@ -39,24 +49,24 @@ class Progress:
 
     def update(self, step: int, metrics: dict, eval_accuracy: float | None) -> None:
         self._times.append(metrics.get("time/step", 0.0))
+        self._step = step
         if self._live is not None:
             self._live.update(self._panel(step, metrics, eval_accuracy))
         elif step % self._every == 0 or step == self.total:
             self.console.print(self._line(step, metrics, eval_accuracy), highlight=False, soft_wrap=True)
 
     def _rate(self) -> tuple[float, float]:
-        recent = self._times[-10:]
-        per_step = sum(recent) / len(recent) if recent else 0.0
-        return per_step, per_step * (self.total - len(self._times))
+        return eta_seconds(self._times[-10:], self._step, self.total)
 
     def _line(self, step: int, m: dict, acc) -> str:
         per_step, eta = self._rate()
         return (
-            f"step {step}/{self.total}  reward {_fmt(m.get('train/reward'))}  "
-            f"eval {_fmt(acc)}  entropy {_fmt(m.get('train/token_entropy'))}  "
-            f"len {_fmt(m.get('train/response_length'), '.1f')}  gnorm {_fmt(m.get('train/grad_norm'))}  "
-            f"{per_step:.2f} s/step  eta {time.strftime('%M:%S', time.gmtime(eta))}  "
-            f"mem {_fmt(m.get('mem/peak'), '.0f')} MiB"
+            f"step {step}/{self.total}  reward {format_number(m.get('train/reward'))}  "
+            f"eval {format_number(acc)}  entropy {format_number(m.get('train/token_entropy'))}  "
+            f"len {format_number(m.get('train/response_length'), 1)}  "
+            f"gnorm {format_number(m.get('train/grad_norm'))}  "
+            f"{per_step:.2f} s/step  eta {_clock(eta)}  "
+            f"mem {format_number(m.get('mem/peak'), 0)} MiB"
         )
 
     def _panel(self, step: int, m: dict, acc) -> Table:
@@ -65,12 +75,12 @@ class Progress:
         for col in ("step", "train reward", "eval acc", "entropy", "mean len", "grad norm", "s/step", "ETA", "peak MiB"):
             table.add_column(col, justify="right")
         table.add_row(
-            f"{step}/{self.total}", _fmt(m.get("train/reward")), _fmt(acc), _fmt(m.get("train/token_entropy")),
-            _fmt(m.get("train/response_length"), ".1f"), _fmt(m.get("train/grad_norm")), f"{per_step:.2f}",
-            time.strftime("%H:%M:%S", time.gmtime(eta)), _fmt(m.get("mem/peak"), ".0f"),
+            f"{step}/{self.total}", format_number(m.get("train/reward")), format_number(acc),
+            format_number(m.get("train/token_entropy")), format_number(m.get("train/response_length"), 1),
+            format_number(m.get("train/grad_norm")), f"{per_step:.2f}", _clock(eta), format_number(m.get("mem/peak"), 0),
         )
         return table
 
     def final(self, status: str, error: str | None, eval_accuracy: float | None) -> None:
         note = f" ({error.splitlines()[0]})" if error else ""
-        self.console.print(f"run {status}{note}; last eval accuracy {_fmt(eval_accuracy)}", highlight=False)
+        self.console.print(f"run {status}{note}; last eval accuracy {format_number(eval_accuracy)}", highlight=False)

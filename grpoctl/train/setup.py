@@ -1,6 +1,7 @@
-"""Everything a run needs before its first step: device, model, tokenizer, data, backend.
+"""Everything a run needs before its first step: device, dtype, model and tokenizer; and
+the checks of all its input (its data is grpoctl/data/run_data.py's).
 
-Kept apart from the loop so that the loop reads as the algorithm and nothing else.
+Kept apart from the step so that the step reads as the algorithm and nothing else.
 
 `preflight` checks all of it that can be wrong (device, model directory, data files,
 template, writable output directories) without writing a byte, so that `grpoctl train`
@@ -12,14 +13,14 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from grpoctl.data import ENUMERATE_LIMIT, DataError, Example, eval_subset, file_hash, load_examples, problem_count
+from grpoctl.data import ENUMERATE_LIMIT, problem_count
+from grpoctl.data.run_data import RunData, load_run_data
 from grpoctl.errors import UserError
-from grpoctl.prompts import load_template
+from grpoctl.rules import resolve_backend, resolve_device, resolve_dtype, vllm_installed
 
 log = logging.getLogger("grpoctl")
 
@@ -28,9 +29,7 @@ def pick_device(cfg) -> torch.device:
     want = cfg.runtime.device
     if want == "cuda" and not torch.cuda.is_available():
         raise UserError("runtime.device=cuda but torch sees no CUDA device (use runtime.device=cpu or auto)")
-    if want == "auto":
-        want = "cuda" if torch.cuda.is_available() else "cpu"
-    return torch.device(want)
+    return torch.device(resolve_device(want, torch.cuda.is_available()))
 
 
 def device_name(device: torch.device) -> str:
@@ -38,9 +37,7 @@ def device_name(device: torch.device) -> str:
 
 
 def pick_dtype(cfg, device: torch.device) -> torch.dtype:
-    if cfg.model.dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.model.dtype]
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[resolve_dtype(cfg.model.dtype, device.type)]
 
 
 # What a model directory must hold to be loaded (weights: safetensors, sharded or not, or
@@ -59,12 +56,16 @@ def preflight(cfg, warn=print, need_model: bool = True, need_train: bool = True,
     pick_device(cfg)
     if need_model:
         check_model_path(cfg)
-    if cfg.rollout.backend == "vllm":
+    if resolve_backend(cfg.rollout.backend, vllm_installed()) == "vllm":
         from grpoctl.rollout.vllm import vllm_available
 
         ok, why = vllm_available()
+        if not ok and cfg.rollout.backend == "vllm":
+            alternatives = "hf" if vllm_installed() else "hf or auto"
+            raise UserError(f"rollout.backend=vllm but vllm is unavailable ({why}); use rollout.backend={alternatives}")
         if not ok:
-            raise UserError(f"rollout.backend=vllm but vllm is unavailable ({why}); use rollout.backend=hf or auto")
+            raise UserError(f"rollout.backend=auto means vllm where it is installed, and this one does not import "
+                            f"({why}); use rollout.backend=hf")
     data = load_run_data(cfg, need_train=need_train, warn=warn)
     if writes:
         check_writable(cfg.checkpoint.dir, "checkpoint.dir")
@@ -191,64 +192,3 @@ def load_policy(model_dir: str, device: torch.device, dtype: torch.dtype, gradie
         model.config.use_cache = False  # the cache is useless with checkpointing during training
     model.train()
     return model, tokenizer
-
-
-@dataclass
-class RunData:
-    train: list[Example]
-    eval: list[Example]
-    template_name: str
-    template: str
-    data_hash: str  # of the eval data: what makes two evals comparable
-
-
-def load_run_data(cfg, need_train: bool = True, warn=None) -> RunData:
-    """The run's train problems, eval subset and template; `warn` hears of a subset
-    larger than the eval data (all of it is used)."""
-    d = cfg.data
-    try:
-        template = load_template(cfg.prompt.template)
-    except (ValueError, OSError) as exc:
-        raise UserError(str(exc)) from None
-    try:
-        if d.source == "synthetic":
-            knobs = dict(min_digits=d.synthetic.min_digits, max_digits=d.synthetic.max_digits,
-                         ops=tuple(d.synthetic.ops), num_operands=d.synthetic.num_operands)
-            if problem_count(**knobs) <= ENUMERATE_LIMIT:
-                train = load_examples("synthetic", split="train", n=d.train_size, seed=cfg.seed, **knobs)
-                pool = load_examples("synthetic", split="eval", n=None, seed=0, **knobs)
-            else:
-                # Too many problems to list: draw what the run can use. The split is a
-                # hash of the question, so the two draws never share a problem.
-                steps_prompts = cfg.loop.n_grpo_steps * (cfg.rollout.rollout_batch_size // cfg.rollout.group_size)
-                train = load_examples("synthetic", split="train", n=d.train_size or steps_prompts,
-                                      seed=cfg.seed, **knobs)
-                pool = load_examples("synthetic", split="eval", n=cfg.eval.subset, seed=cfg.eval.subset_seed, **knobs)
-            data_hash = "synthetic:" + ",".join(f"{k}={v}" for k, v in sorted(knobs.items()))
-        else:
-            fields = dict(question_key=d.question_field, answer_key=d.answer_field) if d.source in ("jsonl", "math") else {}
-            if d.source == "hub":
-                fields = dict(question_field=d.question_field, answer_field=d.answer_field)
-            train = load_examples(d.source, path=d.train_path, split=d.train_split, seed=cfg.seed, **fields)
-            if d.train_size:
-                train = train[: d.train_size]
-            if d.eval_path is None:
-                raise UserError(f"data.source={d.source} needs data.eval_path (a held-out jsonl or hub dataset)")
-            pool = load_examples(d.source, path=d.eval_path, split=d.eval_split, seed=0, **fields)
-            data_hash = file_hash(d.eval_path) if Path(d.eval_path).is_file() else f"hub:{d.eval_path}:{d.eval_split}"
-    except DataError as exc:
-        raise UserError(str(exc)) from None
-    except ImportError as exc:  # data.source=hub without the `datasets` package
-        raise UserError(str(exc).splitlines()[0]) from None
-    except ValueError as exc:  # the synthetic task's own argument checks
-        raise UserError(f"data.synthetic: {exc}") from None
-    if warn is not None and cfg.eval.subset > len(pool):
-        warn(f"warning: eval.subset={cfg.eval.subset} but the eval data has {len(pool)} problems: evaluating on all of them")
-    evals = eval_subset(pool, cfg.eval.subset, cfg.eval.subset_seed)
-    # No eval problem is ever trained on, even when a user's files overlap: the whole pool
-    # is held out, so another --subset or seed later never scores trained-on problems.
-    held_out = {ex.question.strip() for ex in pool}
-    train = [ex for ex in train if ex.question.strip() not in held_out]
-    if need_train and not train:
-        raise UserError("no training examples left after removing the eval problems")
-    return RunData(train=train, eval=evals, template_name=cfg.prompt.template, template=template, data_hash=data_hash)

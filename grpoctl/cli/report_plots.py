@@ -14,6 +14,7 @@ from pathlib import Path
 from statistics import mean, stdev
 
 from grpoctl.analysis.compare import Row, RunData
+from grpoctl.rules import ENDED_BADLY
 
 # (metric, y label, file name): the seed's north star first, then its early warnings.
 PLOTS = (
@@ -65,7 +66,7 @@ def plot_metric(rows: list[Row], metric: str, ylabel: str, path: Path, title: st
         label = row.label + (f" ({len(runs)} seeds)" if len(runs) > 1 else "")
         ax.plot(steps, means, color=color, label=label, linewidth=1.6,
                 marker="o" if sparse else None, markersize=3.5,
-                linestyle="--" if row.status in ("failed", "diverged") else "-")
+                linestyle="--" if row.status in ENDED_BADLY else "-")
         if len(runs) > 1:
             ax.fill_between(steps, [m - s for m, s in zip(means, sds)], [m + s for m, s in zip(means, sds)],
                             color=color, alpha=0.18, linewidth=0)

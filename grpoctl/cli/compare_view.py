@@ -1,7 +1,8 @@
 """A `CompareTable` as text: a rich table, markdown, or records for JSON and CSV.
 
-Kept apart from compare.py, which only works out the numbers: `report` reuses the
-markdown, and scripts read the JSON (raw numbers, no formatting, the spreads alongside).
+The view of analysis/compare.py, which only works out the numbers: `report` reuses the
+markdown, and scripts read the JSON (raw numbers, no formatting, the spreads alongside;
+a number that is not finite is null, so strict JSON parsers accept it).
 """
 
 from __future__ import annotations
@@ -15,25 +16,16 @@ from typing import Any
 from grpoctl.analysis import stats
 from grpoctl.analysis.baseline import BaselineComparison, Versus
 from grpoctl.analysis.compare import CompareTable, Row, Stat
+from grpoctl.rules import STATUS_STYLES, MiB, format_bytes, format_config_value, format_number
 
 ACCURACY_COLUMNS = ("final_acc", "best_acc")
 STEP_COLUMNS = ("best_step", "metric_step")
 LEGEND = ("± … SE: the binomial standard error sqrt(p(1-p)/n) of one run's eval; "
           "± … sd: the standard deviation over a row's seeds")
-STATUS_STYLE = {"finished": "green", "failed": "red", "diverged": "red", "stale": "yellow",
-                "interrupted": "yellow", "running": "cyan"}
-
-
-def _number(x: float) -> str:
-    if not math.isfinite(x):
-        return str(x)
-    if x != 0 and (abs(x) >= 1e5 or abs(x) < 1e-3):
-        return f"{x:.2e}"
-    return f"{x:.3g}" if abs(x) < 100 else f"{x:.0f}"
 
 
 def _memory(mib: float) -> str:
-    return f"{mib / 1024:.1f} GiB" if mib >= 1024 else f"{mib:.0f} MiB"
+    return format_bytes(mib * MiB)
 
 
 def cell(column: str, stat: Stat | None) -> str:
@@ -46,21 +38,10 @@ def cell(column: str, stat: Stat | None) -> str:
         if stat.k > 1:
             return text + f" ± {stat.sd:.3f} sd"
         return text + (f" ± {stat.se:.3f} SE" if stat.se is not None else "")
-    text = _memory(stat.mean) if column == "peak_mem" else _number(stat.mean)
+    text = _memory(stat.mean) if column == "peak_mem" else format_number(stat.mean)
     if stat.k > 1 and stat.sd:
         text += f" ± {_memory(stat.sd) if column == 'peak_mem' else f'{stat.sd:.2g}'} sd"
     return text
-
-
-def config_cell(value: Any) -> str:
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, float) and value and abs(value) < 0.01:  # learning rates: 3e-5
-        mantissa, exponent = f"{value:.3e}".split("e")
-        return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
-    if isinstance(value, float):
-        return f"{value:g}"
-    return "-" if value is None else str(value)
 
 
 def _columns(table: CompareTable) -> list[tuple[str, str]]:
@@ -74,7 +55,7 @@ def _has_seeds(table: CompareTable) -> bool:
 
 def _cells(table: CompareTable, row: Row) -> list[str]:
     out = ["★" if row.best else "", row.label]
-    out += [config_cell(row.config.get(short)) for short in table.keys.values()]
+    out += [format_config_value(row.config.get(short)) for short in table.keys.values()]
     if _has_seeds(table):
         out.append(str(len(row.runs)))
     out += [cell(c, row.values.get(c)) for c, _ in _columns(table)]
@@ -105,7 +86,7 @@ def rich_table(table: CompareTable):
             out.add_column("" if header == "best" else header, justify="right" if right else "left",
                            no_wrap=True, min_width=width)
     for row, cells in zip(table.rows, rows):
-        style = STATUS_STYLE.get(row.status)
+        style = STATUS_STYLES.get(row.status)
         cells[-2] = f"[{style}]{row.status}[/]" if style else row.status
         if row.flags:  # one flag a line keeps the column narrow
             cells[-1] = "[red]" + "\n".join(row.flags) + "[/]"
@@ -301,11 +282,22 @@ def records(table: CompareTable) -> list[dict]:
     return out
 
 
+def _finite(value: Any) -> Any:
+    """`value` with every NaN or infinity inside it replaced by None (JSON has neither)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
 def to_json(table: CompareTable) -> str:
     payload = {"title": table.title, "at_step": table.at_step, "rank_by": table.rank_by,
                "warnings": table.warnings, "baseline": comparison_summary(table),
                "baseline_note": table.baseline_note or None, "rows": records(table)}
-    return json.dumps(payload, indent=2, default=str) + "\n"
+    return json.dumps(_finite(payload), indent=2, default=str, allow_nan=False) + "\n"
 
 
 def to_csv(table: CompareTable) -> str:

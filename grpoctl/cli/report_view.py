@@ -1,4 +1,4 @@
-"""`grpoctl report NAME`: a markdown report of a sweep, with PNG plots, in one folder.
+"""What `grpoctl report NAME` writes: a markdown report of a sweep, with PNG plots, in one folder.
 
 It answers the questions the seed's write-ups answer for each ablation: what varied and
 what was held fixed, the numbers side by side, the curves (eval accuracy, reward,
@@ -13,11 +13,13 @@ import json
 from datetime import datetime, timezone
 from pathlib import Path
 
-from grpoctl.analysis import stats, tables
+from grpoctl.analysis import stats
 from grpoctl.analysis.baseline import LAST_K, BaselineComparison, Versus
-from grpoctl.analysis.compare import NOT_COMPARED, CompareTable, Row, build_compare_table, flatten
+from grpoctl.analysis.compare import CompareTable, Row, build_compare_table
+from grpoctl.cli import compare_view as tables
 from grpoctl.errors import UserError
 from grpoctl.registry import Registry
+from grpoctl.rules import format_config_value, variant_items
 
 
 def default_folder(name: str) -> Path:
@@ -33,7 +35,7 @@ def write_report(registry: Registry, name: str, folder: Path | None = None, base
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"cannot write the report to {folder}: {exc.strerror}") from None
-    from grpoctl.analysis.plots import plot_all  # matplotlib: only now
+    from grpoctl.cli.report_plots import plot_all  # matplotlib: only now
 
     plots = plot_all(table.rows, folder, name)
     text = "\n".join(_sections(registry, name, table, plots)) + "\n"
@@ -59,7 +61,7 @@ def _sections(registry: Registry, name: str, table: CompareTable, plots: list[tu
     yield ""
     if table.keys:
         for full, short in table.keys.items():
-            values = dict.fromkeys(tables.config_cell(row.config.get(short)) for row in table.rows)
+            values = dict.fromkeys(format_config_value(row.config.get(short)) for row in table.rows)
             yield f"- `{full}`: {', '.join(values)}"
     else:
         yield "- nothing but the seed"
@@ -129,17 +131,14 @@ def _sweep(registry: Registry, name: str) -> tuple[str, str]:
 
 
 def _shared(table: CompareTable) -> list[str]:
-    """The non-default keys every run has, with the same value (from each run's diff)."""
-    diffs = []
-    for row in table.rows:
-        for rd in row.runs:
-            diffs.append({k: v for k, v in flatten(json.loads(rd.run.config_diff or "{}")).items()
-                          if k not in NOT_COMPARED})
+    """The non-default keys every run has, with the same value (from each run's diff):
+    those that define a variant, not its name, seed, paths or display."""
+    diffs = [variant_items(json.loads(rd.run.config_diff or "{}")) for row in table.rows for rd in row.runs]
     if not diffs:
         return []
     first = diffs[0]
     shared = {k: v for k, v in first.items() if all(k in d and d[k] == v for d in diffs[1:])}
-    return [f"- `{k}` = {tables.config_cell(v)}" for k, v in sorted(shared.items())]
+    return [f"- `{k}` = {format_config_value(v)}" for k, v in sorted(shared.items())]
 
 
 def _winners(table: CompareTable):

@@ -1,0 +1,109 @@
+"""A run's data, from its config: the training problems, the eval subset and the template.
+
+Train and eval data may come in different formats (`data.source` and `data.eval_source`,
+each with its own field names): GSM8K to train on and MATH500 to evaluate, say. Wherever
+the two overlap, the eval problems are removed from training, whatever format each came
+in: an eval problem is never trained on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from grpoctl.data.examples import DataError, Example
+from grpoctl.data.fingerprints import file_hash
+from grpoctl.data.load import load_examples
+from grpoctl.data.subsets import eval_subset
+from grpoctl.data.synthetic import ENUMERATE_LIMIT, problem_count
+from grpoctl.errors import UserError
+from grpoctl.prompts import load_template
+
+
+@dataclass
+class RunData:
+    train: list[Example]
+    eval: list[Example]
+    template_name: str
+    template: str
+    data_hash: str  # of the eval data: what makes two evals comparable
+    eval_source: str  # the eval data's source (recorded with each eval)
+
+
+def load_run_data(cfg, need_train: bool = True, warn=None) -> RunData:
+    """The run's train problems (none when not `need_train`: an eval of a checkpoint), eval
+    subset and template; `warn` hears of a subset larger than the eval data (all of it is used)."""
+    d = cfg.data
+    eval_source = d.eval_source or d.source
+    try:
+        template = load_template(cfg.prompt.template)
+    except (ValueError, OSError) as exc:
+        raise UserError(str(exc)) from None
+    try:
+        train = _train_examples(cfg) if need_train else []
+        pool, data_hash = _eval_pool(cfg, eval_source)
+    except DataError as exc:
+        raise UserError(str(exc)) from None
+    except ImportError as exc:  # data.source=hub without the `datasets` package
+        raise UserError(str(exc).splitlines()[0]) from None
+    except ValueError as exc:  # the synthetic task's own argument checks
+        raise UserError(f"data.synthetic: {exc}") from None
+    if warn is not None and cfg.eval.subset > len(pool):
+        warn(f"warning: eval.subset={cfg.eval.subset} but the eval data has {len(pool)} problems: evaluating on all of them")
+    evals = eval_subset(pool, cfg.eval.subset, cfg.eval.subset_seed)
+    # No eval problem is ever trained on, even when a user's files overlap: the whole pool
+    # is held out, so another --subset or seed later never scores trained-on problems.
+    held_out = {ex.question.strip() for ex in pool}
+    train = [ex for ex in train if ex.question.strip() not in held_out]
+    if need_train and not train:
+        raise UserError("no training examples left after removing the eval problems")
+    return RunData(train=train, eval=evals, template_name=cfg.prompt.template, template=template, data_hash=data_hash,
+                   eval_source=eval_source)
+
+
+def _synthetic_knobs(d) -> dict:
+    return dict(min_digits=d.synthetic.min_digits, max_digits=d.synthetic.max_digits, ops=tuple(d.synthetic.ops),
+                num_operands=d.synthetic.num_operands)
+
+
+def _fields(source: str, question: str, answer: str) -> dict:
+    """The field names `load_examples` takes for `source` (GSM8K's are fixed)."""
+    if source in ("jsonl", "math"):
+        return dict(question_key=question, answer_key=answer)
+    if source == "hub":
+        return dict(question_field=question, answer_field=answer)
+    return {}
+
+
+def _train_examples(cfg) -> list[Example]:
+    d = cfg.data
+    if d.source == "synthetic":
+        knobs = _synthetic_knobs(d)
+        n = d.train_size
+        if problem_count(**knobs) > ENUMERATE_LIMIT:
+            # Too many problems to list: draw what the run can use. The split is a hash of
+            # the question, so this draw and the eval's never share a problem.
+            n = n or cfg.loop.n_grpo_steps * (cfg.rollout.rollout_batch_size // cfg.rollout.group_size)
+        return load_examples("synthetic", split="train", n=n, seed=cfg.seed, **knobs)
+    train = load_examples(d.source, path=d.train_path, split=d.train_split, seed=cfg.seed,
+                          **_fields(d.source, d.question_field, d.answer_field))
+    return train[: d.train_size] if d.train_size else train
+
+
+def _eval_pool(cfg, source: str) -> tuple[list[Example], str]:
+    """Every eval problem (the subset is drawn from these), and the hash of where they came from."""
+    d = cfg.data
+    if source == "synthetic":
+        knobs = _synthetic_knobs(d)
+        if problem_count(**knobs) <= ENUMERATE_LIMIT:
+            pool = load_examples("synthetic", split="eval", n=None, seed=0, **knobs)
+        else:
+            pool = load_examples("synthetic", split="eval", n=cfg.eval.subset, seed=cfg.eval.subset_seed, **knobs)
+        return pool, "synthetic:" + ",".join(f"{k}={v}" for k, v in sorted(knobs.items()))
+    if d.eval_path is None:
+        key = "data.eval_source" if d.eval_source else "data.source"
+        raise UserError(f"{key}={source} needs data.eval_path (a held-out jsonl or hub dataset)")
+    fields = _fields(source, d.eval_question_field or d.question_field, d.eval_answer_field or d.answer_field)
+    pool = load_examples(source, path=d.eval_path, split=d.eval_split, seed=0, **fields)
+    data_hash = file_hash(d.eval_path) if Path(d.eval_path).is_file() else f"hub:{d.eval_path}:{d.eval_split}"
+    return pool, data_hash

@@ -1,0 +1,46 @@
+"""Everything a run's steps use, loaded once before the first (train/trainer.py: prepare).
+
+The GRPO step (train/step.py) reads its inputs from here and advances `state`, the one
+object a checkpoint stores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from grpoctl.train.state import TrainState
+
+if TYPE_CHECKING:
+    import torch
+    from omegaconf import DictConfig
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from grpoctl.data import PromptStream
+    from grpoctl.data.run_data import RunData
+    from grpoctl.grpo import PolicyGradientLoss
+    from grpoctl.registry import Registry, Run
+    from grpoctl.rollout import RolloutBackend
+    from grpoctl.train.memory import MemoryTracker
+    from grpoctl.train.progress import Progress
+    from grpoctl.train.stop import StopRequest
+
+
+@dataclass
+class RunContext:
+    cfg: DictConfig  # the run's resolved, validated config
+    registry: Registry
+    model: PreTrainedModel  # the policy, trained in place
+    tokenizer: PreTrainedTokenizerBase
+    ref_model: PreTrainedModel | None  # the initial policy, frozen, for loss.kl_beta > 0; else None
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    loss: PolicyGradientLoss  # cfg.loss, built once
+    backend: RolloutBackend  # samples from the policy (hf or vLLM)
+    data: RunData  # train problems, the eval subset, the template
+    stream: PromptStream  # the training prompts, in a resumable order
+    memory: MemoryTracker
+    progress: Progress
+    state: TrainState = field(default_factory=TrainState)
+    run: Run | None = None  # the registry's row, once created (start) or claimed (resume)
+    stop: StopRequest | None = None  # the signal handling of the outer loop, while it runs

@@ -1,0 +1,326 @@
+"""Memory a run will use, worked out on paper for `grpoctl train --dry-run`.
+
+The same accounting the tracker (train/memory.py) measures, component by component:
+it says which component a memory trick shrinks (checkpointing: activations; 8-bit AdamW:
+optimizer states; sleep mode: vLLM's pool during training) before a GPU is rented.
+Sizes come from the model's config.json, never its weights.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grpoctl.errors import UserError
+from grpoctl.rules import (  # noqa: F401  (MiB, GiB: memory's units, imported from here too)
+    GiB,
+    MiB,
+    format_bytes,
+    format_count,
+    resolve_backend,
+    resolve_device,
+    resolve_dtype,
+    vllm_installed,
+)
+
+# ============================================================================ architecture
+
+
+@dataclass(frozen=True)
+class Arch:
+    """The sizes that decide memory, read from a Hugging Face config."""
+
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    intermediate_size: int
+    vocab_size: int
+    tie_word_embeddings: bool
+    qkv_bias: bool = True  # Qwen2 has biases on q, k and v
+    head_dim: int | None = None  # None: hidden_size / num_attention_heads
+
+    @property
+    def kv_dim(self) -> int:
+        return self.num_key_value_heads * (self.head_dim or self.hidden_size // self.num_attention_heads)
+
+    @property
+    def q_dim(self) -> int:
+        return self.num_attention_heads * (self.head_dim or self.hidden_size // self.num_attention_heads)
+
+    def num_params(self) -> int:
+        h, i, v = self.hidden_size, self.intermediate_size, self.vocab_size
+        attention = h * self.q_dim + 2 * h * self.kv_dim + self.q_dim * h
+        if self.qkv_bias:
+            attention += self.q_dim + 2 * self.kv_dim
+        layer = attention + 3 * h * i + 2 * h  # SwiGLU: gate, up, down; two RMSNorm weights
+        head = 0 if self.tie_word_embeddings else v * h
+        return v * h + self.num_hidden_layers * layer + h + head  # + the final norm
+
+
+def arch_from_hf_config(config: dict) -> Arch:
+    return Arch(
+        hidden_size=config["hidden_size"],
+        num_hidden_layers=config["num_hidden_layers"],
+        num_attention_heads=config["num_attention_heads"],
+        num_key_value_heads=config.get("num_key_value_heads") or config["num_attention_heads"],
+        intermediate_size=config["intermediate_size"],
+        vocab_size=config["vocab_size"],
+        tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+        qkv_bias=bool(config.get("attention_bias", config.get("model_type") == "qwen2")),
+        head_dim=config.get("head_dim"),
+    )
+
+
+# Published configs, so that a dry run of the GPU presets works before the download.
+KNOWN_CONFIGS = {
+    "Qwen/Qwen2.5-Math-1.5B": dict(
+        model_type="qwen2", hidden_size=1536, num_hidden_layers=28, num_attention_heads=12,
+        num_key_value_heads=2, intermediate_size=8960, vocab_size=151936, tie_word_embeddings=True,
+    ),
+}
+TINY_VOCAB = 2 + 256  # pad, eos and one token per byte (grpoctl.tiny.model)
+
+
+def arch_from_model_path(path: str, tiny=None) -> Arch:
+    """Sizes from config.json (a directory, the local hub cache, or KNOWN_CONFIGS); no weights read.
+
+    "tiny" is the embedded default: pass cfg.model.tiny for its sizes.
+    """
+    if path == "tiny":
+        if tiny is None:
+            raise ValueError("model 'tiny' needs its sizes (cfg.model.tiny)")
+        return arch_from_hf_config({"model_type": "qwen2", "vocab_size": TINY_VOCAB, "tie_word_embeddings": True, **dict(tiny)})
+    local = Path(path) / "config.json"
+    if local.is_file():
+        return arch_from_hf_config(json.loads(local.read_text()))
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(path, "config.json")
+        if isinstance(cached, str):
+            return arch_from_hf_config(json.loads(Path(cached).read_text()))
+    except Exception:  # not a repo id, or no hub client: fall through
+        pass
+    if path in KNOWN_CONFIGS:
+        return arch_from_hf_config(KNOWN_CONFIGS[path])
+    raise UserError(f"no config.json for model '{path}': not a directory, not in the Hugging Face cache; download it first")
+
+
+# ============================================================================ estimate
+
+# Bytes saved for backward per token and layer, HF Qwen2 with SDPA attention (no
+# seq x seq term) and dtype bytes b. Counted from what autograd keeps (checked against
+# saved_tensors_hooks in tests/test_memory.py):
+#   2 RMSNorms:  each its input upcast to fp32 (4h) and the normalized output (b h)
+#   attention:   q/k/v input (b h), q (b h), k and v (2 b kv_dim), output (b h)
+#   MLP:         input (b h); gate, silu(gate), up, silu(gate)*up (4 b I)
+#   small:       2 rstd (4 B each), SDPA log-sum-exp (4 B per head)
+def activation_bytes_per_token_layer(arch: Arch, b: int) -> int:
+    h, i = arch.hidden_size, arch.intermediate_size
+    norms = 2 * (4 * h + b * h) + 2 * 4
+    attention = b * h + b * arch.q_dim + 2 * b * arch.kv_dim + b * arch.q_dim + 4 * arch.num_attention_heads
+    mlp = b * h + 4 * b * i
+    return norms + attention + mlp
+
+
+def activation_bytes_per_token(arch: Arch, b: int, checkpointing: bool) -> int:
+    """All layers' saved activations per token, plus the final norm and the lm_head's input.
+
+    With gradient checkpointing each layer keeps only its input (b h) and one layer's
+    activations are rebuilt at a time during backward.
+    """
+    layer = activation_bytes_per_token_layer(arch, b)
+    final = 4 * arch.hidden_size + 2 * b * arch.hidden_size + 4
+    if checkpointing:
+        return arch.num_hidden_layers * b * arch.hidden_size + layer + final
+    return arch.num_hidden_layers * layer + final
+
+
+def logits_bytes_per_element(b: int) -> int:
+    """Live copies of the (tokens x vocabulary) logits at the peak of a microbatch.
+
+    The lm_head's output (b), its fp32 upcast for the log-softmax (4, kept for
+    logsumexp's backward; none when b is already 4), and one fp32 tensor of the same
+    size: logsumexp's exp temporary in forward, the logits' gradient in backward.
+    bf16: 2 + 4 + 4 = 10 bytes per element.
+    """
+    return b + (4 if b < 4 else 0) + 4
+
+
+OVERHEAD = 1 * GiB  # CUDA context, cuBLAS workspaces, allocator slack; on CPU the runtime's libraries
+SLEEP_RESIDUAL = 1 * GiB  # what a sleeping vLLM keeps on the GPU (outside its pool); check with mem/device_free
+MASTER_WEIGHTS_BYTES = 12  # fp32 master copy + fp32 m + fp32 v per parameter (mixed precision)
+
+
+@dataclass
+class Component:
+    name: str
+    bytes: int
+    phases: tuple[str, ...]  # of PHASES
+    how: str
+
+
+PHASES = ("rollout", "backward", "optimizer")  # the optimizer step; the tracker's boundaries bear the same names
+
+
+@dataclass
+class MemoryEstimate:
+    components: list[Component]
+    device: str
+    dtype: str
+    num_params: int
+    microbatch: int
+    seq_len: int
+    notes: list[str] = field(default_factory=list)
+
+    def __getitem__(self, name: str) -> int:
+        return next(c.bytes for c in self.components if c.name == name)
+
+    def phase_bytes(self, phase: str) -> int:
+        return sum(c.bytes for c in self.components if phase in c.phases)
+
+    @property
+    def total(self) -> int:
+        """The peak: the largest of the phases."""
+        return max(self.phase_bytes(p) for p in PHASES)
+
+    def table(self) -> str:
+        rows = [f"{'component':<24}{'size':>10}  {'rollout backward optimizer':<28}how"]
+        for c in self.components:
+            marks = "".join(f"{'x' if p in c.phases else '.':^{w}}" for p, w in zip(PHASES, (8, 9, 10)))
+            rows.append(f"{c.name:<24}{format_bytes(c.bytes):>10}  {marks:<28}{c.how}")
+        totals = ", ".join(f"{p} {format_bytes(self.phase_bytes(p))}" for p in PHASES)
+        rows.append(f"{'peak':<24}{format_bytes(self.total):>10}  (phases: {totals})")
+        head = (
+            f"{format_count(self.num_params)} parameters in {self.dtype} on {self.device}; "
+            f"microbatch {self.microbatch} x {self.seq_len} tokens"
+        )
+        return "\n".join([head, *rows, *self.notes])
+
+
+def estimate_device(cfg) -> str:
+    """The device a run of `cfg` would take here (runtime.device=auto asks torch)."""
+    if cfg.runtime.device != "auto":
+        return cfg.runtime.device
+    import torch
+
+    return resolve_device("auto", torch.cuda.is_available())
+
+
+def estimate_prompt_tokens(cfg) -> int:
+    """The longest prompt to plan for: the template plus a question allowance.
+
+    tiny: one token per character, synthetic questions under 16 characters. Otherwise
+    ~4 characters per token for the template's prose, and 256 tokens for the question:
+    MATH500's 99th-percentile problem is ~750 characters of LaTeX (~3 characters/token).
+    """
+    from grpoctl.prompts import load_template
+
+    try:
+        template = load_template(cfg.prompt.template)
+    except ValueError:
+        template = "x" * 512
+    if cfg.model.path == "tiny":
+        return len(template) + 16
+    return math.ceil(len(template) / 4) + 256
+
+
+def estimate_peak_memory(
+    arch: Arch,
+    cfg,
+    device_total_bytes: int | None = None,
+    prompt_tokens: int | None = None,
+    fp32_master_weights: bool = False,
+) -> MemoryEstimate:
+    """Peak memory of a GRPO step under `cfg`, component by component (see the table).
+
+    The sequence length is the longest prompt plus rollout.max_tokens (a microbatch is
+    padded to its longest row). `fp32_master_weights` prices the mixed-precision
+    alternative: bf16 weights and gradients plus an fp32 master copy and fp32 Adam
+    states (12 bytes per parameter on top: 16 in all, versus 8 for pure bf16 AdamW).
+    `device_total_bytes` sizes vLLM's gpu_memory_utilization share.
+    """
+    from grpoctl.config import derived_sizes
+
+    device = estimate_device(cfg)
+    on_gpu = device == "cuda"
+    dtype = resolve_dtype(cfg.model.dtype, device)
+    b = 2 if dtype == "bfloat16" else 4
+    p = arch.num_params()
+    mb = derived_sizes(cfg).microbatch_size
+    seq = (prompt_tokens if prompt_tokens is not None else estimate_prompt_tokens(cfg)) + cfg.rollout.max_tokens
+    ckpt = bool(cfg.model.gradient_checkpointing)
+    everywhere, train_only = PHASES, ("backward", "optimizer")
+    c = [
+        Component("weights", p * b, everywhere, f"{format_count(p)} params x {b} B ({dtype})"),
+        Component("gradients", p * b, train_only, f"same dtype as the weights ({b} B/param)"),
+    ]
+
+    if cfg.optimizer.name == "adamw8bit":
+        # uint8 m and v, plus one fp32 absmax per 256-value block for each.
+        per = 2 + 2 * 4 / 256
+        c.append(Component("optimizer states", int(p * per), everywhere, f"8-bit AdamW: 2 x 1 B + block absmax = {per:.3f} B/param"))
+    elif fp32_master_weights:
+        per = MASTER_WEIGHTS_BYTES
+        c.append(Component("optimizer states", p * per, everywhere, "fp32 master weights + fp32 m, v: 12 B/param"))
+    else:
+        per = 2 * b
+        c.append(Component("optimizer states", p * per, everywhere, f"AdamW m, v in the params' dtype: 2 x {b} B/param"))
+    if cfg.optimizer.name == "adamw":
+        # torch's multi-tensor AdamW builds one state-sized temporary (sqrt of v) per step.
+        c.append(Component("optimizer temporaries", p * b, ("optimizer",), "AdamW foreach: sqrt(v), one state-sized copy"))
+
+    act = activation_bytes_per_token(arch, b, ckpt) * mb * seq
+    per_layer = activation_bytes_per_token_layer(arch, b)
+    how = (
+        f"{mb} x {seq} tok x ({arch.num_hidden_layers} layer inputs x {b * arch.hidden_size} B + one layer"
+        f" rebuilt, {per_layer / 1024:.0f} KiB)"
+        if ckpt
+        else f"{mb} x {seq} tok x {arch.num_hidden_layers} layers x {per_layer / 1024:.0f} KiB/tok/layer"
+    )
+    c.append(Component("activations" + (" (ckpt)" if ckpt else ""), act, ("backward",), how))
+    per_el = logits_bytes_per_element(b)
+    copies = "bf16 + fp32 upcast + fp32 grad" if b < 4 else "fp32 + fp32 grad"
+    c.append(Component("logits", mb * seq * arch.vocab_size * per_el, ("backward",),
+                       f"{mb} x {seq} x {arch.vocab_size} vocab x {per_el} B ({copies})"))
+
+    notes = []
+    backend = resolve_backend(cfg.rollout.backend, vllm_installed())
+    v = cfg.rollout.vllm
+    if backend == "vllm" and on_gpu:
+        sleep = bool(v.sleep_mode)
+        if device_total_bytes is None:
+            notes.append("vLLM's share needs the device's memory: unknown here, counted as 0")
+        pool = int(v.gpu_memory_utilization * (device_total_bytes or 0))
+        util = f"gpu_memory_utilization {v.gpu_memory_utilization} x device"
+        if sleep:
+            c.append(Component("vLLM pool", pool, ("rollout",), f"{util}; asleep while training"))
+            c.append(Component("vLLM asleep", SLEEP_RESIDUAL, train_only, "what stays outside the pool (assumed)"))
+            if v.sleep_level == 1:
+                notes.append(f"sleep level 1 parks vLLM's weights in CPU RAM: {p * b / GiB:.2f} GiB of host memory")
+        else:
+            c.append(Component("vLLM pool", pool, everywhere, f"{util}; held throughout (sleep mode off)"))
+    elif backend == "vllm":
+        kv = int(v.cpu_kvcache_space_gb * GiB)
+        c.append(Component("vLLM weights + KV", p * b + kv, everywhere, f"its own weight copy + cpu_kvcache_space_gb {v.cpu_kvcache_space_gb}"))
+    else:
+        batch = max(cfg.rollout.rollout_batch_size, cfg.eval.batch_size)
+        kv = batch * seq * arch.num_hidden_layers * 2 * arch.kv_dim * b
+        c.append(Component("generate KV cache", kv, ("rollout",), f"transformers generate: {batch} rows x {seq} tok x K and V"))
+    c.append(Component("runtime overhead", OVERHEAD, everywhere, "CUDA context, workspaces, slack (assumed)" if on_gpu else "libraries (assumed)"))
+    return MemoryEstimate(c, device, dtype, p, mb, seq, notes)
+
+
+def visible_device_bytes(device: str) -> int | None:
+    """The visible device's total memory (CUDA), the machine's RAM (CPU), None if unknown."""
+    if device == "cuda":
+        import torch
+
+        return torch.cuda.mem_get_info()[1] if torch.cuda.is_available() else None
+    import psutil
+
+    return psutil.virtual_memory().total
+

@@ -1,0 +1,374 @@
+"""One GRPO step, top to bottom: `grpo_step`, then its helpers in the order it calls them.
+
+    prompts     <- the next rollout_batch_size / group_size training problems
+    rollouts    <- group_size completions per prompt (hf or vLLM backend)
+    rewards     <- the reward function on each completion
+    advantages  <- rewards normalised within each group
+    old log-probs, once, when rollouts are reused off-policy (and the KL reference's)
+    inner loop: for each epoch, for each train batch: accumulate microbatch gradients,
+                clip, optimizer step
+    weight sync <- the new weights into the rollout backend
+    eval        <- every eval.every steps and at the last
+    record      <- the step's metrics, samples and eval, in one registry transaction
+    checkpoint  <- every checkpoint.every steps and at the last
+
+A "step" is a GRPO step; figures taken per optimizer step are recorded with their
+optimizer-step index and summarised per GRPO step. The math is grpoctl/grpo/ (CS336's
+functions); the outer loop over steps, and a run's start and end, are train/trainer.py.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import torch
+
+from grpoctl.config import derived_sizes
+from grpoctl.grpo import (
+    collate_prompt_and_output_ids,
+    get_response_log_probs_shared_prompts,
+    normalize_group_rewards,
+    summarize_group_rewards,
+)
+from grpoctl.prompts import format_prompt
+from grpoctl.rewards import get_reward_fn, grading_stats
+from grpoctl.rollout.base import Rollouts, SamplingSettings
+from grpoctl.train.checkpoint import SavedTrainer, capture_rng, save_checkpoint, select_for_deletion
+from grpoctl.train.context import RunContext
+from grpoctl.train.evaluate import eval_record, eval_sampling, evaluate
+from grpoctl.train.faults import fault_point
+from grpoctl.train.phases import Phases
+from grpoctl.train.stop import abortable
+
+
+class Diverged(Exception):
+    """A non-finite loss or gradient: the run stops, keeping its last good checkpoint."""
+
+
+def grpo_step(run: RunContext, step: int) -> None:
+    """GRPO step `step` (1-based): sample, score, update the policy, record, checkpoint.
+
+    Until the inner loop starts nothing has touched the weights, the optimizer or the
+    scheduler, so a stop request may abandon the step there (`abortable`: the outer loop
+    then rewinds the data and the RNG). The fault points are where the fault tests stop
+    or kill the process (train/faults.py). Each phase is timed and its memory measured.
+    """
+    cfg, state, sizes = run.cfg, run.state, derived_sizes(run.cfg)
+    phases = Phases(run.memory)
+    with phases.step():
+        with abortable(run.stop):
+            fault_point("step-start", step)
+            # Prompts and rollouts: group_size completions for each of the next problems.
+            with phases("rollout"):
+                prompts, truths = next_prompts(run)
+                rollouts = generate_rollouts(run, prompts, step)
+            fault_point("step-rollouts", step)
+            run.backend.before_training()  # vLLM sleep mode frees its memory for the backward passes
+            # Rewards, and advantages: each reward against the others of its group.
+            with phases("reward"):
+                batch = score_rollouts(run, rollouts, truths)
+            # Old log-probs, once, when the rollouts are reused off-policy (and the KL reference's).
+            with phases("old_log_probs"):
+                add_old_and_ref_log_probs(run, batch)
+        fault_point("step-train", step)
+        # The inner loop: epochs over the rollouts, in train batches of microbatches, one
+        # optimizer step per train batch.
+        per_opt_step: list[tuple[int, dict]] = []
+        entropy = [0.0, 0.0]  # token entropy summed over the response tokens trained on, and their count
+        generator = torch.Generator().manual_seed(cfg.seed * 100_003 + step)
+        with phases("train"):
+            for _epoch in range(cfg.loop.epochs_per_rollout_batch):
+                n = batch.input_ids.shape[0]
+                order = torch.randperm(n, generator=generator) if sizes.off_policy else torch.arange(n)
+                for rows in order.split(cfg.loop.train_batch_size):
+                    tokens = int(batch.response_mask[rows].sum())  # length_normalization=token divides by these
+                    with phases("backward"):
+                        losses = [train_microbatch(run, batch, idx, tokens, entropy, step)
+                                  for idx in rows.split(sizes.microbatch_size)]
+                        grad_norm = clip_gradients(run, step)
+                        lr = run.optimizer.param_groups[0]["lr"]
+                    with phases("optimizer"):
+                        run.optimizer.step()
+                        run.scheduler.step()
+                        run.optimizer.zero_grad(set_to_none=True)
+                    per_opt_step.append((state.opt_step, optimizer_step_metrics(losses, grad_norm, lr)))
+                    state.opt_step += 1
+        check_finite_weights(run.model, step)
+        # The new weights into the rollout backend (a no-op for hf, which samples from the policy).
+        with phases("weight_sync"):
+            run.backend.sync_weights(run.model)
+        metrics = {**batch.stats, **step_metrics(per_opt_step, entropy)}
+        samples = sample_rows(prompts, rollouts, truths, batch.scores, cfg.logging.samples_per_step)
+        eval_row = None
+        if eval_due(cfg, step):
+            with phases("eval"):
+                eval_metrics, eval_samples, eval_row = evaluate_policy(run, step)
+            metrics |= eval_metrics
+            samples += eval_samples
+    metrics |= phases.metrics
+    fault_point("step-record", step)
+    # One transaction: the step's metrics, samples and eval are all recorded, or none is.
+    run.registry.log_step(run.run.id, step, metrics, opt_metrics=per_opt_step, samples=samples, eval=eval_row)
+    state.step, state.data_position = step, run.stream.position
+    if checkpoint_due(cfg, step):
+        checkpoint(run)
+    run.progress.update(step, metrics, state.last_accuracy)
+
+
+# --------------------------------------------------------------------------- prompts and rollouts
+
+
+def next_prompts(run: RunContext) -> tuple[list[str], list[str]]:
+    """The next batch of prompts, and their ground truths repeated group_size times (one per rollout)."""
+    examples = run.stream.next_batch(derived_sizes(run.cfg).prompts_per_rollout_batch)
+    prompts = [format_prompt(run.data.template, ex.question) for ex in examples]
+    truths = [ex.answer for ex in examples for _ in range(run.cfg.rollout.group_size)]
+    return prompts, truths
+
+
+def generate_rollouts(run: RunContext, prompts: list[str], step: int) -> Rollouts:
+    """group_size completions per prompt; a blown-up policy shows here first, as nan probabilities."""
+    cfg = run.cfg
+    try:
+        return run.backend.generate(prompts, cfg.rollout.group_size, rollout_sampling(cfg),
+                                    seed=cfg.seed * 1_000_003 + step)
+    except RuntimeError as exc:
+        # torch's sampler refuses nan/inf probabilities with this message; anything else
+        # (a CUDA fault, an OOM) is a crash, not a divergence.
+        if "probability tensor contains" in str(exc):
+            raise Diverged(f"non-finite probabilities while sampling at step {step}: {str(exc).splitlines()[0]}") from exc
+        raise
+
+
+def rollout_sampling(cfg) -> SamplingSettings:
+    r = cfg.rollout
+    return SamplingSettings(temperature=r.temperature, top_p=r.top_p, min_tokens=r.min_tokens,
+                            max_tokens=r.max_tokens, stop=tuple(r.stop))
+
+
+# --------------------------------------------------------------------------- rewards and advantages
+
+
+@dataclass
+class RolloutBatch:
+    """One GRPO step's rollouts as training tensors, all (batch, seq) or (batch,)."""
+
+    input_ids: torch.Tensor
+    labels: torch.Tensor
+    response_mask: torch.Tensor
+    advantages: torch.Tensor
+    raw_rewards: torch.Tensor
+    old_log_probs: torch.Tensor | None = None
+    ref_log_probs: torch.Tensor | None = None
+    stats: dict = field(default_factory=dict)  # train/* figures of the rollouts
+    scores: list[dict] = field(default_factory=list)  # each rollout's reward dict
+
+    @property
+    def seq_lengths(self) -> torch.Tensor:
+        """(batch,) positions up to and including each row's last response token."""
+        positions = torch.arange(self.response_mask.shape[1]).expand_as(self.response_mask)
+        return torch.where(self.response_mask, positions + 1, 0).amax(dim=1).clamp(min=1)
+
+
+def score_rollouts(run: RunContext, rollouts: Rollouts, truths: list[str]) -> RolloutBatch:
+    """Rollouts -> training tensors, rewards, group-normalised advantages and their summary.
+
+    Grading that timed out or failed scores 0, like a wrong answer; both are counted
+    (train/grading_timeouts, train/grading_errors), since a broken grader otherwise
+    looks like a flat reward.
+    """
+    cfg = run.cfg
+    reward_fn = get_reward_fn(cfg.prompt.reward)
+    before = grading_stats()
+    scores = [reward_fn(text, truth) for text, truth in zip(rollouts.response_texts, truths)]
+    after = grading_stats()
+    raw = torch.tensor([s["reward"] for s in scores], dtype=torch.float32)
+    advantages = normalize_group_rewards(raw, cfg.rollout.group_size, cfg.loss.advantage_eps,
+                                         cfg.loss.use_std_normalization)
+    summary = summarize_group_rewards(
+        raw, cfg.rollout.group_size,
+        format_rewards=torch.tensor([s["format_reward"] for s in scores]),
+        answer_rewards=torch.tensor([s["answer_reward"] for s in scores]),
+    )
+    ids = collate_prompt_and_output_ids(rollouts.prompt_ids, rollouts.response_ids, run.tokenizer.pad_token_id)
+    batch = RolloutBatch(ids["input_ids"], ids["labels"], ids["response_mask"], advantages, raw, scores=scores)
+    lengths = [len(r) for r in rollouts.response_ids]
+    batch.stats = {
+        "train/reward": summary["reward_mean"],
+        "train/reward_std": summary["reward_std"],
+        "train/format_reward": summary.get("format_reward_mean", 0.0),
+        "train/answer_reward": summary.get("answer_reward_mean", 0.0),
+        "train/zero_std_group_fraction": summary["zero_std_group_fraction"],
+        "train/response_length": sum(lengths) / len(lengths),
+        "train/response_clip_fraction": sum(rollouts.truncated) / len(rollouts.truncated),
+        "train/grading_timeouts": after["timeouts"] - before["timeouts"],
+        "train/grading_errors": after["errors"] - before["errors"],
+    }
+    return batch
+
+
+# --------------------------------------------------------------------------- old log-probs
+
+
+def add_old_and_ref_log_probs(run: RunContext, batch: RolloutBatch) -> None:
+    """Log-probs of the rollouts under the rollout policy (off-policy only) and the KL reference.
+
+    On-policy the old policy *is* the current one: its log-probs are the detached ones of
+    the training forward pass, so this extra pass is skipped.
+    """
+    sizes = derived_sizes(run.cfg)
+    if sizes.off_policy:
+        batch.old_log_probs = log_probs_in_batches(run.model, batch, sizes.microbatch_size)
+    if run.ref_model is not None:
+        batch.ref_log_probs = log_probs_in_batches(run.ref_model, batch, sizes.microbatch_size)
+
+
+@torch.inference_mode()
+def log_probs_in_batches(model, batch: RolloutBatch, microbatch: int) -> torch.Tensor:
+    """Log-probs of the rollout tokens under `model`, without building a graph: (batch, seq)."""
+    device = next(model.parameters()).device
+    out = []
+    for i in range(0, batch.input_ids.shape[0], microbatch):
+        rows = slice(i, i + microbatch)
+        out.append(get_response_log_probs_shared_prompts(
+            model, batch.input_ids[rows].to(device), batch.labels[rows].to(device),
+            batch.response_mask[rows].to(device))["log_probs"].float().cpu())
+    return torch.cat(out)
+
+
+# --------------------------------------------------------------------------- the inner loop
+
+
+def train_microbatch(run: RunContext, batch: RolloutBatch, idx: torch.Tensor, train_batch_tokens: int,
+                     entropy: list[float], step: int) -> dict:
+    """Forward and backward of the rollouts `idx` (of a train batch of `train_batch_tokens`
+    response tokens); its loss figures. Adds its token entropy to `entropy`."""
+    device = next(run.model.parameters()).device
+    # Rows are right-padded to the longest sequence of the whole rollout batch; cut this
+    # microbatch to its own longest, so one long rollout does not make every forward pass
+    # (and its vocabulary-sized logits) pay for it.
+    width = int(batch.seq_lengths[idx].max())
+    mask = batch.response_mask[idx, :width].to(device)
+    # Each distinct prompt of the microbatch runs once (a GRPO group shares one).
+    out = get_response_log_probs_shared_prompts(run.model, batch.input_ids[idx, :width].to(device),
+                                                batch.labels[idx, :width].to(device), mask, return_token_entropy=True)
+    entropy[0] += float((out["token_entropy"].float() * mask).sum())
+    entropy[1] += float(mask.sum())
+    _, stats = run.loss.microbatch_train_step(
+        out["log_probs"], mask, run.cfg.loop.gradient_accumulation_steps,
+        raw_rewards=batch.raw_rewards[idx].unsqueeze(-1).to(device),
+        advantages=batch.advantages[idx].unsqueeze(-1).to(device),
+        # on-policy, the rollout policy is this very forward pass
+        old_log_probs=(out["log_probs"].detach() if batch.old_log_probs is None
+                       else batch.old_log_probs[idx, :width].to(device)),
+        ref_log_probs=None if batch.ref_log_probs is None else batch.ref_log_probs[idx, :width].to(device),
+        batch_response_tokens=train_batch_tokens,
+    )
+    if not math.isfinite(stats["loss"]):
+        raise Diverged(f"non-finite loss at step {step} (optimizer step {run.state.opt_step})")
+    return stats
+
+
+def clip_gradients(run: RunContext, step: int) -> float:
+    """Scale the accumulated gradient down to optimizer.max_grad_norm; its norm before."""
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(run.model.parameters(), run.cfg.optimizer.max_grad_norm))
+    if not math.isfinite(grad_norm):
+        raise Diverged(f"non-finite gradient norm at step {step} (optimizer step {run.state.opt_step})")
+    return grad_norm
+
+
+def optimizer_step_metrics(micro_stats: list[dict], grad_norm: float, lr: float) -> dict:
+    """One optimizer step's figures from its microbatches' (means; the ratio's extremes)."""
+    out = {"train/grad_norm": grad_norm, "train/lr": lr}
+    for key in ("loss", "clip_fraction", "ratio_mean", "ratio_min", "ratio_max", "kl"):
+        values = [s[key] for s in micro_stats if key in s and math.isfinite(s[key])]
+        if values:
+            agg = min if key == "ratio_min" else max if key == "ratio_max" else lambda v: sum(v) / len(v)
+            out[f"train/{key}"] = agg(values)
+    return out
+
+
+def check_finite_weights(model, step: int) -> None:
+    for name, param in model.named_parameters():
+        if not torch.isfinite(param).all():
+            raise Diverged(f"non-finite weights in {name} after step {step}")
+
+
+def step_metrics(per_opt_step: list[tuple[int, dict]], entropy: list[float]) -> dict:
+    """The GRPO step's summary of its optimizer steps (means; the ratio's extremes; the
+    highest gradient norm) and the token entropy over every response token trained on."""
+    keys = {k for _, v in per_opt_step for k in v}
+    out = {}
+    for key in keys:
+        values = [v[key] for _, v in per_opt_step if key in v]
+        if key.endswith("ratio_min"):
+            out[key] = min(values)
+        elif key.endswith("ratio_max"):
+            out[key] = max(values)
+        else:
+            out[key] = sum(values) / len(values)
+    out["train/grad_norm_max"] = max(v["train/grad_norm"] for _, v in per_opt_step)
+    out["train/token_entropy"] = entropy[0] / max(entropy[1], 1.0)
+    return out
+
+
+# --------------------------------------------------------------------------- eval, record, checkpoint
+
+
+def sample_rows(prompts: list[str], rollouts: Rollouts, truths: list[str], scores: list[dict], k: int) -> list[dict]:
+    """k completions to store, one per group (rollout i of group i), so a reader sees k problems."""
+    group = len(rollouts.response_texts) // max(len(prompts), 1)
+    rows = []
+    for i in range(min(k, len(prompts))):
+        j = i * group + i % group
+        rows.append(dict(kind="train", prompt=prompts[i], response=rollouts.response_texts[j], ground_truth=truths[j],
+                         reward=scores[j]["reward"], format_reward=scores[j]["format_reward"],
+                         answer_reward=scores[j]["answer_reward"]))
+    return rows
+
+
+def eval_due(cfg, step: int) -> bool:
+    return bool(cfg.eval.every and step % cfg.eval.every == 0) or step == cfg.loop.n_grpo_steps
+
+
+def evaluate_policy(run: RunContext, step: int) -> tuple[dict, list[dict], dict]:
+    """The policy on the eval subset: (eval/* metrics, stored completions, the eval row to record)."""
+    cfg, data = run.cfg, run.data
+    sampling = eval_sampling(cfg.eval, cfg.rollout.stop)
+    outcome = evaluate(run.backend, data.eval, data.template, cfg.prompt.reward, sampling, cfg.eval.batch_size,
+                       n_samples=cfg.logging.samples_per_step, seed=cfg.eval.subset_seed)
+    run.state.record_eval(step, outcome.accuracy)
+    row = eval_record(outcome, examples=data.eval, data_source=data.eval_source, data_hash=data.data_hash,
+                      template_name=data.template_name, template=data.template, sampling=sampling)
+    return outcome.metrics(), outcome.samples, row
+
+
+def evaluate_before_training(run: RunContext) -> None:
+    """Step 0: the policy before any update, evaluated and recorded (eval.at_start)."""
+    phases = Phases(run.memory)
+    with phases("eval"):
+        metrics, samples, row = evaluate_policy(run, 0)
+    run.registry.log_step(run.run.id, 0, metrics | phases.metrics, samples=samples, eval=row)
+
+
+def checkpoint_due(cfg, step: int) -> bool:
+    return bool(cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or step == cfg.loop.n_grpo_steps
+
+
+def checkpoint(run: RunContext) -> None:
+    """Save the run at run.state.step (weights, tokenizer, state), then apply retention."""
+    cfg, state, row = run.cfg, run.state, run.run
+    saved = SavedTrainer(replace(state, last_checkpoint_step=state.step), optimizer=run.optimizer.state_dict(),
+                         scheduler=run.scheduler.state_dict(), rng=capture_rng())
+    # Renew the claim first: no other process can take the run over while the files are
+    # written (the lease outlasts any save), so a fenced-out trainer never overwrites them.
+    run.registry.heartbeat(row.id)
+    path = save_checkpoint(Path(row.output_dir) / f"step-{state.step}", run.model, run.tokenizer, saved, row.name)
+    run.registry.add_checkpoint(row.id, state.step, str(path), eval_accuracy=state.accuracy_at(state.step))
+    state.last_checkpoint_step = state.step
+    for old in select_for_deletion(run.registry.checkpoints(row.id), cfg.checkpoint.keep_last, cfg.checkpoint.keep_best):
+        shutil.rmtree(old.path, ignore_errors=True)
+        run.registry.mark_checkpoint_deleted(old.id)
