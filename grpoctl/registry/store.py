@@ -30,6 +30,7 @@ from sqlmodel import Session, select
 import grpoctl
 from grpoctl.errors import UserError
 from grpoctl.registry.claims import ClaimRecords
+from grpoctl.registry.members import MemberRecords
 from grpoctl.registry.engine import (
     default_db_url,
     insert_ignoring_conflicts,
@@ -44,6 +45,7 @@ from grpoctl.registry.models import (
     EvalResult,
     Metric,
     Run,
+    RunLog,
     Sample,
     Tag,
     utcnow,
@@ -100,11 +102,12 @@ def _absolute(path: str | None) -> str | None:
     return None if path is None else os.path.abspath(path)
 
 
-class Registry(SweepRecords, ClaimRecords):
+class Registry(SweepRecords, ClaimRecords, MemberRecords):
     """An experiment registry at a SQLAlchemy URL or SQLite path (default: ./registry.db).
 
     Sweep methods (get_or_create_sweep, add_sweep_member, sweep_members...) are in
-    sweeps.py, the single-writer claim (claim_run, claimable) in claims.py.
+    sweeps.py, the single-writer claim (claim_run, claimable) in claims.py, what
+    supervising members needs (stop requests, logs, ending abandoned runs) in members.py.
 
     `must_exist=True`: a missing SQLite file is an error instead of a new registry.
     `readonly=True` is for commands that only read: the registry is opened read-only and
@@ -279,6 +282,7 @@ class Registry(SweepRecords, ClaimRecords):
             paths = list(conn.scalars(select(Checkpoint.path).where(Checkpoint.run_id == run.id)))
             for table in (Metric, Sample, EvalResult, Checkpoint, Tag):
                 conn.execute(delete(table).where(table.run_id == run.id))
+            conn.execute(delete(RunLog).where(RunLog.run_name == run.name))
             conn.execute(delete(Run).where(Run.id == run.id))
         return paths + ([run.output_dir] if run.output_dir else [])
 
