@@ -37,21 +37,25 @@ class MemberRecords:
         return taken
 
     def end_abandoned(self, run_id: int, pids: Iterable[int], status: str, error: str) -> bool:
-        """End a run whose trainer died without saying so: only if it is still `running`
-        and its claim is held on this host by one of `pids` (the dead trainer, or the
-        supervisor that claimed the run for it). Returns whether the run was ended."""
-        now = utcnow()
+        """Let go of a run whose claim is held on this host by one of `pids` (a trainer
+        that died, or the supervisor that claimed the run for it); if the run is still
+        `running`, its trainer died without saying so, and it is ended with `status`.
+        Returns whether it was ended. A compare-and-set on the claim's token: a run taken
+        over meanwhile is left alone."""
         with self._writer.begin() as conn:
-            ended = conn.execute(
-                update(Run)
-                .where(Run.id == run_id, Run.status == "running", Run.claim_host == socket.gethostname(),
-                       Run.claim_pid.in_(list(pids)))
-                .values(status=status, error=error, finished_at=now, heartbeat_at=now, claim_token=None,
-                        claim_host=None, claim_pid=None, claim_expires_at=None)
-            ).rowcount == 1
-        if ended:
-            self._released(run_id)
-        return ended
+            row = conn.execute(select(Run.status, Run.claim_token, Run.claim_host, Run.claim_pid)
+                               .where(Run.id == run_id)).first()
+            if row is None or row.claim_token is None or row.claim_host != socket.gethostname() \
+                    or row.claim_pid not in set(pids):
+                return False
+            values = dict(claim_token=None, claim_host=None, claim_pid=None, claim_expires_at=None)
+            running = row.status == "running"
+            if running:
+                now = utcnow()
+                values |= dict(status=status, error=error, finished_at=now, heartbeat_at=now)
+            conn.execute(update(Run).where(Run.id == run_id, Run.claim_token == row.claim_token).values(**values))
+        self._released(run_id)
+        return running
 
     # ---- stopping one run ------------------------------------------------------------
 
