@@ -44,6 +44,9 @@ STATUS_STYLES = {"running": "cyan", "finished": "green", "failed": "red",
 
 
 def register(app: typer.Typer) -> None:
+    from grpoctl.cli import run_control  # runs logs, runs stop
+
+    run_control.add_commands(runs_app)
     app.add_typer(runs_app, name="runs")
 
 

@@ -151,7 +151,7 @@ def _run(ctx: RunContext, fresh: bool) -> str:
     stop = ctx.stop = StopRequest(cfg.runtime.on_signal)
     with stop:  # held until the status is recorded: a signal must not kill the bookkeeping
         try:
-            with ctx.progress, Heartbeat(registry, run.id):
+            with ctx.progress, Heartbeat(registry, run.id, stop=stop):
                 if fresh and cfg.eval.at_start:
                     metrics, samples = _evaluate(ctx, step=0)
                     registry.log_step(run.id, 0, metrics, samples=samples)
@@ -270,17 +270,28 @@ def _checkpoint(ctx: RunContext, step: int, accuracy: float | None) -> None:
 
 
 class Heartbeat(threading.Thread):
-    """Beats every 60 s even while one step takes minutes, so `stale` means dead, not slow."""
+    """Beats every 60 s even while one step takes minutes, so `stale` means dead, not slow.
 
-    def __init__(self, registry, run_id: int, every_s: float = 60.0):
+    Every few seconds it also looks whether `grpoctl runs stop RUN` asked this run to stop
+    (from any machine: the request is in the registry), and if so signals this process
+    SIGTERM, once: the run stops exactly as when it is preempted."""
+
+    def __init__(self, registry, run_id: int, every_s: float = 60.0, stop: StopRequest | None = None,
+                 check_s: float = 2.0):
         super().__init__(daemon=True)
-        self.registry, self.run_id, self.every_s = registry, run_id, every_s
+        self.registry, self.run_id, self.every_s, self.stop, self.check_s = registry, run_id, every_s, stop, check_s
         self._done = threading.Event()
 
     def run(self):
-        while not self._done.wait(self.every_s):
+        beat = time.monotonic()
+        while not self._done.wait(self.check_s):
             try:
-                self.registry.heartbeat(self.run_id)
+                if self.stop is not None and not self.stop.requested and self.registry.stop_requested(self.run_id):
+                    self.stop = None
+                    os.kill(os.getpid(), signal.SIGTERM)
+                if time.monotonic() - beat >= self.every_s:
+                    beat = time.monotonic()
+                    self.registry.heartbeat(self.run_id)
             except Exception:  # a busy database must not kill training; the next beat retries
                 log.debug("heartbeat failed", exc_info=True)
 
