@@ -51,7 +51,15 @@ class SweepView(Watcher):
 
     def finished(self, job: Job) -> None:
         if self._live is None:
+            if job.run_name not in self._announced:  # it ran between two looks at the registry
+                self._announce(job)
             self._say(f"done  {job.run_name}: {job.outcome}")
+
+    def _announce(self, job: Job) -> None:
+        self._announced.add(job.run_name)
+        run = self._runs.get(job.run_name) or self.registry.runs_named([job.run_name]).get(job.run_name)
+        where = f" on {run.host}" if run is not None else ""
+        self._say(f"start {job.run_name} ({job.action}){where}; `grpoctl runs logs {job.run_name}`")
 
     def refresh(self) -> None:
         self._poll()
@@ -61,8 +69,7 @@ class SweepView(Watcher):
         for job in self.result.jobs:  # members started elsewhere (on Ray): seen in the registry
             run = self._runs.get(job.run_name)
             if job.run_name not in self._announced and run is not None and run.status == "running":
-                self._announced.add(job.run_name)
-                self._say(f"start {job.run_name} ({job.action}) on {run.host}; `grpoctl runs logs {job.run_name}`")
+                self._announce(job)
 
     def interrupting(self, count: int) -> None:
         self._stop_live()

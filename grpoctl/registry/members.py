@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 from sqlalchemy import insert, select, update
 
-from grpoctl.registry.models import Run, RunLog, utcnow
+from grpoctl.registry.models import Run, RunLog, stored_text, utcnow
 
 
 class MemberRecords:
@@ -75,7 +75,7 @@ class MemberRecords:
             return
         with self._writer.begin() as conn:
             conn.execute(insert(RunLog).values(run_name=run_name, host=host or socket.gethostname(),
-                                               created_at=utcnow(), text=text))
+                                               created_at=utcnow(), text=stored_text(text)))
 
     def log_chunks(self, run_name: str, after_id: int = 0) -> list[tuple[int, str, str]]:
         """(id, host, text) of the run's stored log after chunk `after_id`, in order."""

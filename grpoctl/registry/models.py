@@ -27,6 +27,12 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def stored_text(value):
+    """Text as the registry stores it. PostgreSQL text cannot hold NUL, which a random or
+    broken model can generate: it becomes U+FFFD, on every backend, so both read back alike."""
+    return value.replace("\x00", "\ufffd") if isinstance(value, str) else value
+
+
 RUN_STATUSES = ("running", "finished", "failed", "diverged", "interrupted")
 
 

@@ -48,6 +48,7 @@ from grpoctl.registry.models import (
     RunLog,
     Sample,
     Tag,
+    stored_text,
     utcnow,
 )
 from grpoctl.registry.sweeps import SweepRecords
@@ -229,7 +230,8 @@ class Registry(SweepRecords, ClaimRecords, MemberRecords):
                 for k, v in values.items()
                 if v is not None
             )
-        sample_rows = [{"run_id": run_id, "step": step, **s} for s in samples]
+        sample_rows = [{"run_id": run_id, "step": step, **{k: stored_text(v) for k, v in s.items()}}
+                       for s in samples]
         with self._writer.begin() as conn:
             self._fence(conn, run_id, last_step=step, heartbeat_at=utcnow())
             if rows:
