@@ -32,13 +32,17 @@ need_ray()
 from grpoctl.registry import Registry  # noqa: E402
 
 TIMEOUT_S = 420
+# Every trainer of this module's cluster stops itself once step 5's rollouts exist (see
+# grpoctl/train/faults.py), so that a test acts on a run mid-way, not on a timing guess.
+# The 3-step runs never get there.
+HOLD = "step-rollouts@5"
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("ray-sweep")
-    with local_cluster(recorder(workdir), num_cpus=4, num_gpus=2) as address:
+    with local_cluster(recorder(workdir) | {"GRPOCTL_FAULT": f"{HOLD}:STOP"}, num_cpus=4, num_gpus=2) as address:
         yield address, workdir
 
 
@@ -114,6 +118,10 @@ def test_four_members_on_two_fake_gpus_run_two_at_a_time(cluster, pg_url, tiny_m
     assert len(registry.list_runs()) == 4
 
 
+def stopped(pid: int) -> bool:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+
+
 def test_stop_one_member_follow_its_log_then_ctrl_c_and_resume(cluster, pg_url, tiny_model_dir, tmp_path):
     address, _ = cluster
     args = sweep_args(address, pg_url, tiny_model_dir, tmp_path, "1e-3,2e-3",
@@ -123,32 +131,36 @@ def test_stop_one_member_follow_its_log_then_ctrl_c_and_resume(cluster, pg_url, 
     registry = Registry(pg_url)
     try:
         deadline = time.monotonic() + TIMEOUT_S
-        while time.monotonic() < deadline:  # until both members have trained a step
+        while time.monotonic() < deadline:  # until both trainers hold at step 5
             runs = registry.runs_in_group("lr-sweep")
-            if len(runs) == 2 and all(r.last_step >= 1 for r in runs):
+            if len(runs) == 2 and all(r.pid and stopped(r.pid) for r in runs):
                 break
             assert driver.poll() is None, driver.stdout.read()
             time.sleep(0.2)
-        first, second = [r.name for r in registry.runs_in_group("lr-sweep")]
-        follow = subprocess.Popen([sys.executable, "-m", "grpoctl", "runs", "logs", first, "--follow", "--db",
+        first, second = registry.runs_in_group("lr-sweep")
+        follow = subprocess.Popen([sys.executable, "-m", "grpoctl", "runs", "logs", first.name, "--follow", "--db",
                                    pg_url], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
-        stopped = grpoctl("runs", "stop", first, "--db", pg_url, cwd=tmp_path, timeout=60)
-        assert stopped.returncode == 0 and "asked run" in stopped.stdout, stopped.stderr
-        followed, _ = follow.communicate(timeout=TIMEOUT_S)  # it ends by itself when the run does
+        stop = grpoctl("runs", "stop", first.name, "--db", pg_url, cwd=tmp_path, timeout=60)
+        assert stop.returncode == 0 and "asked run" in stop.stdout, stop.stderr
+        os.kill(first.pid, signal.SIGCONT)  # its heartbeat sees the request at once: it stops after step 5
+        followed, _ = follow.communicate(timeout=TIMEOUT_S)  # and the log ends by itself when the run does
         assert follow.returncode == 0 and "run interrupted" in followed.splitlines()[-1], followed[-500:]
-        assert registry.get_run(first).status == "interrupted"
-        assert registry.get_run(second).status == "running"  # the other member goes on
+        assert registry.get_run(first.id).status == "interrupted"
+        assert registry.get_run(second.id).status == "running"  # the other member goes on
 
         os.killpg(driver.pid, signal.SIGINT)  # Ctrl-C at the sweep's terminal
+        time.sleep(3)  # for the cancel to reach the member, which forwards it as SIGINT
+        os.kill(second.pid, signal.SIGCONT)
         out, _ = driver.communicate(timeout=TIMEOUT_S)
     finally:
         if driver.poll() is None:
             driver.kill()
     assert driver.returncode == 130 and "again to resume" in out, out
-    for name in (first, second):
-        run = registry.get_run(name)
-        assert run.status == "interrupted" and run.last_step < 40, (name, run.status, run.last_step)
+    for run in (first, second):
+        run = registry.get_run(run.id)
+        assert run.status == "interrupted" and 5 <= run.last_step < 40, (run.name, run.status, run.last_step)
         assert max(c.step for c in registry.checkpoints(run.id)) == run.last_step  # checkpointed as it stopped
+    assert "SIGTERM" in registry.get_run(first.id).error and "Ctrl-C" in registry.get_run(second.id).error
 
     resumed = grpoctl(*args, cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr

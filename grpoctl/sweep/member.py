@@ -6,7 +6,7 @@ what a member does is the same everywhere:
 
 1. Look the run up by name. A run that exists is claimed first (the registry's one-writer
    claim), waiting while a previous trainer may still write it: a trainer orphaned by a
-   dead worker gets SIGTERM (orphans.py), checkpoints, ends `interrupted` and so releases
+   dead worker gets SIGTERM (exec_trainer.py), checkpoints, ends `interrupted` and so releases
    the claim; one that cannot (a dead machine) loses it when its lease expires. Holding
    the claim fences any old trainer out, from that moment on. Then the run is resumed
    from its last checkpoint (`--resume RUN`); one with no checkpoint yet is deleted and
@@ -212,7 +212,7 @@ def _supervise(spec: MemberSpec, registry: Registry, log: "MemberLog", args: lis
     cwd = spec.cwd if os.path.isdir(spec.cwd) else None
     # A session of its own: a Ctrl-C at the sweep's terminal reaches only the sweep, which
     # forwards exactly one SIGINT (a second would make the trainer stop at once).
-    proc = subprocess.Popen([sys.executable, "-m", "grpoctl.sweep.orphans", str(os.getpid()), "--", *command],
+    proc = subprocess.Popen([sys.executable, "-m", "grpoctl.sweep.exec_trainer", str(os.getpid()), "--", *command],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             env=env, cwd=cwd, start_new_session=True)
     pump = threading.Thread(target=log.pump, args=(proc.stdout,), daemon=True)
