@@ -36,7 +36,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -212,11 +211,11 @@ def _supervise(spec: MemberSpec, registry: Registry, log: "MemberLog", args: lis
     cwd = spec.cwd if os.path.isdir(spec.cwd) else None
     # A session of its own: a Ctrl-C at the sweep's terminal reaches only the sweep, which
     # forwards exactly one SIGINT (a second would make the trainer stop at once).
+    # Its output goes to the log file, not a pipe: a trainer orphaned by a dead worker
+    # must still be able to write while it checkpoints (into a pipe nobody reads, it could not).
     proc = subprocess.Popen([sys.executable, "-m", "grpoctl.sweep.exec_trainer", str(os.getpid()), "--", *command],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            stdout=log.file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             env=env, cwd=cwd, start_new_session=True)
-    pump = threading.Thread(target=log.pump, args=(proc.stdout,), daemon=True)
-    pump.start()
     sent = 0
     try:
         while proc.poll() is None:
@@ -234,7 +233,6 @@ def _supervise(spec: MemberSpec, registry: Registry, log: "MemberLog", args: lis
         if proc.poll() is None:  # only if this loop itself broke: never leave a trainer unwatched
             _signal(proc, signal.SIGKILL)
             proc.wait()
-    pump.join(timeout=10)
     log.flush()
     return _ending(spec, registry, proc, asked=sent > 0 or control.kill)
 
@@ -273,53 +271,49 @@ def _ending(spec: MemberSpec, registry: Registry, proc: subprocess.Popen, asked:
 
 
 class MemberLog:
-    """The trainer's output: appended to a file on this machine as it comes, and to the
-    registry every LOG_FLUSH_S, so `grpoctl runs logs RUN` reads it from anywhere. A
-    registry that cannot be written for a while keeps the lines for the next flush."""
+    """The member's log: a file on this machine that the trainer writes into (and the
+    member its notes), and whatever this attempt added to it, copied into the registry
+    every LOG_FLUSH_S so that `grpoctl runs logs RUN` reads it from anywhere. A registry
+    that cannot be written for a while gets the lines at the next flush."""
 
     def __init__(self, registry: Registry, run_name: str, path: Path) -> None:
         self.registry, self.run_name = registry, run_name
         self.host = socket.gethostname()
-        self._pending: list[str] = []
-        self._lock = threading.Lock()
-        self._flushed = time.monotonic()
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(path, "a")
-        except OSError:  # the driver's directory cannot be made here: the registry keeps it
-            self._file = None
+            self.file = open(path, "ab")
+        except OSError:  # the driver's directory cannot be made here: a file of our own
+            import tempfile
+
+            self.file = tempfile.NamedTemporaryFile(prefix=f"{run_name}-", suffix=".log", delete=False)
+        self._reader = open(self.file.name, "rb")
+        self._reader.seek(0, os.SEEK_END)  # earlier attempts' lines are stored already
+        self._unsent = b""
+        self._flushed = 0.0
 
     def note(self, text: str) -> None:
-        self.write(f"# {text}\n")
+        self.file.write(f"# {text}\n".encode())
+        self.file.flush()
         self.flush()
 
-    def write(self, line: str) -> None:
-        with self._lock:
-            if self._file is not None:
-                self._file.write(line)
-                self._file.flush()
-            self._pending.append(line)
-
-    def pump(self, stream) -> None:
-        for raw in iter(stream.readline, b""):
-            self.write(raw.decode("utf-8", errors="replace"))
-        stream.close()
-
-    def flush(self, due_only: bool = False) -> None:
+    def flush(self, due_only: bool = False, final: bool = False) -> None:
         if due_only and time.monotonic() - self._flushed < LOG_FLUSH_S:
             return
-        with self._lock:
-            text, self._pending = "".join(self._pending), []
         self._flushed = time.monotonic()
-        if not text:
+        self._unsent += self._reader.read()
+        # Whole lines only (a character's bytes may be split where the trainer is writing),
+        # unless this is the last flush.
+        end = len(self._unsent) if final else self._unsent.rfind(b"\n") + 1
+        if end <= 0:
             return
         try:
-            self.registry.append_log(self.run_name, text, host=self.host)
+            self.registry.append_log(self.run_name, self._unsent[:end].decode("utf-8", errors="replace"),
+                                     host=self.host)
+            self._unsent = self._unsent[end:]
         except Exception:  # a busy or unreachable registry must not end the member
-            with self._lock:
-                self._pending.insert(0, text)
+            pass
 
     def close(self) -> None:
-        self.flush()
-        if self._file is not None:
-            self._file.close()
+        self.flush(final=True)
+        self.file.close()
+        self._reader.close()
