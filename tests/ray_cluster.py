@@ -28,8 +28,10 @@ LOCAL_ONLY = {"RAY_AUTH_MODE": "disabled", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": 
 # the trainer is still the member's direct child, as `grpoctl train` would be).
 RECORDER = r'''
 import os, runpy, sys
-with open(os.path.join(os.environ["RAYTEST_RECORD"], f"{os.getpid()}.txt"), "w") as out:
+path = os.path.join(os.environ["RAYTEST_RECORD"], f"{os.getpid()}")
+with open(path + ".tmp", "w") as out:
     out.write(os.environ.get("CUDA_VISIBLE_DEVICES", "-") + "\n" + " ".join(sys.argv[1:]) + "\n")
+os.replace(path + ".tmp", path + ".txt")  # whole, for a test that reads it meanwhile
 script = os.path.join(os.environ["RAYTEST_REPO"], "tests", "digit_reward_train.py")
 sys.argv = [script, "train", *sys.argv[1:]]
 runpy.run_path(script, run_name="__main__")
