@@ -159,3 +159,12 @@ def test_the_local_executor_never_imports_ray(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     assert (tmp_path / "calls.txt").read_text().count("--db") == 2  # both members really ran
     assert "RAY IMPORTED False" in out.stderr, out.stderr
+
+
+def test_sweep_help_shows_the_executor_and_the_cluster_to_join(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "grpoctl", "sweep", "--help"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="200"))
+    assert out.returncode == 0, out.stderr
+    for shown in ("--executor", "local (processes on this machine) or ray", "--ray-address",
+                  "(default: $RAY_ADDRESS, else a new local one)", "--max-retries", "--cpus-per-run"):
+        assert shown in out.stdout, shown

@@ -43,13 +43,13 @@ def sweep(
     executor: Annotated[str, typer.Option(
         "--executor", help="local (processes on this machine) or ray (a task per run on a Ray cluster).")] = "local",
     ray_address: Annotated[Optional[str], typer.Option(
-        "--ray-address", help="The Ray cluster to join [default: $RAY_ADDRESS, else a new local one].",
+        "--ray-address", help="The Ray cluster to join (default: $RAY_ADDRESS, else a new local one).",
         show_default=False)] = None,
     max_retries: Annotated[int, typer.Option(
         "--max-retries", help="With --executor ray: attempts after a member's trainer or node is lost.")] = 3,
     cpus_per_run: Annotated[Optional[int], typer.Option(
-        "--cpus-per-run", help="With --executor ray: CPUs each run reserves [default: its runtime.threads, "
-                               "else 1].", show_default=False)] = None,
+        "--cpus-per-run", help="With --executor ray: CPUs each run reserves (default: its runtime.threads, "
+                               "else 1).", show_default=False)] = None,
     db: DbOption = None,
 ) -> None:
     """Run a sweep or an ablation: every variant a run in the registry, grouped by name."""
