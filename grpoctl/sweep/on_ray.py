@@ -29,7 +29,9 @@ import logging
 import os
 import socket
 import sys
+import tempfile
 import time
+from contextlib import contextmanager
 
 import ray
 from sqlalchemy.engine import URL
@@ -104,13 +106,35 @@ def connect(address: str | None) -> bool:
     Returns whether this call connected, so that it also disconnects."""
     if ray.is_initialized():  # a caller (a notebook, a test) already did
         return False
-    try:
-        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        where = address or os.environ.get("RAY_ADDRESS") or "a new local cluster"
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise UserError(f"cannot connect to the Ray cluster at {where}: {first}") from None
+    # Ray's C++ core writes its retries to file descriptor 2 (a line a second while it is
+    # refused, for ~20 s): keep them aside, to say in one line why it failed.
+    with tempfile.TemporaryFile() as aside:
+        try:
+            with _stderr_into(aside):
+                ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            aside.seek(0)
+            said = aside.read().decode(errors="replace")
+            where = address or os.environ.get("RAY_ADDRESS") or "a new local cluster"
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            if "InvalidAuthToken" in said:
+                first = ("the cluster wants its auth token: set RAY_AUTH_MODE=token and give this machine the "
+                         "cluster's token (~/.ray/auth_token or $RAY_AUTH_TOKEN; see the README, Scale out)")
+            raise UserError(f"cannot connect to the Ray cluster at {where}: {first}") from None
     return True
+
+
+@contextmanager
+def _stderr_into(file):
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(file.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def registry_problem(url: URL, hosts: set[str]) -> str | None:
