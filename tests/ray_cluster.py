@@ -74,7 +74,10 @@ def local_cluster(env: dict[str, str], num_cpus: int, num_gpus: int):
     saved = {k: os.environ.get(k) for k in {**LOCAL_ONLY, **env}}
     os.environ.update({**LOCAL_ONLY, **env})
     try:
-        ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False, log_to_driver=False)
+        # address="local": a new cluster of our own, even where `ray start` left one running
+        # (a bare ray.init() would join that one).
+        ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
+                 log_to_driver=False)
         try:
             yield ray.get_runtime_context().gcs_address
         finally:
