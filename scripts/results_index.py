@@ -156,7 +156,7 @@ def main() -> int:
         "The measure is each run's mean greedy accuracy over its last 3 evals (steps 40, 50, 60; 512 held-out",
         "problems), averaged over seeds. Differences are in accuracy points, variant minus the study's baseline,",
         "with Welch's 95% interval over seeds; p is Holm-corrected within the study; a verdict needs p < 0.05.",
-        f"A finding that something does not matter counts as reproduced only when the interval lies within",
+        "A finding that something does not matter counts as reproduced only when the interval lies within",
         f"+-{100 * EQUIVALENCE:.0f} points.",
         "",
         "| Seed's finding | Tiny study: variant vs baseline | Measured | p | Verdict |",

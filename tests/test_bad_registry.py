@@ -19,7 +19,7 @@ from typing import Callable
 
 import pytest
 
-from grpoctl.registry import Registry
+from grpoctl.registry import Registry, schema
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "registry_v0.db"
@@ -180,7 +180,7 @@ CASES = [
     Case("column-missing", column_missing, LIST, "missing columns git_commit"),
     Case("column-missing-upgrade", column_missing, UPGRADE, "in a layout no grpoctl made"),
     Case("older-schema-read-only", old_schema_read_only, LIST,
-         "older than this grpoctl's (0004): run `grpoctl db upgrade", unprivileged=True),
+         f"older than this grpoctl's ({schema.HEAD}): run `grpoctl db upgrade", unprivileged=True),
     Case("scheme-foo", "foo://registry", LIST, "unknown database URL scheme 'foo://'"),
     Case("scheme-http", "http://example.com/registry", TRAIN, "unknown database URL scheme 'http://'"),
     Case("driver-mysql", "mysql://me@127.0.0.1/registry", LIST, "driver 'mysqldb' for mysql:// is not installed"),

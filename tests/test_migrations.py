@@ -174,20 +174,20 @@ def test_an_old_registry_upgrades_and_shows_the_same_runs_and_values(old_registr
         assert tag.returncode == 2 and "grpoctl db upgrade" in tag.stderr
         upgraded = grpoctl("db", "upgrade", "--db", db, cwd=project)
         assert upgraded.returncode == 0, upgraded.stderr
-        assert "from schema revision 0001 to 0004" in upgraded.stdout
+        assert f"from schema revision 0001 to {schema.HEAD}" in upgraded.stdout
     else:
         # SQLite upgrades on open, by any command that can write the file, after a copy;
         # relative paths are taken from the file's directory, wherever the command runs.
         first = grpoctl("runs", "list", "--db", db, cwd=elsewhere)
         assert first.returncode == 0, first.stderr
         backup = project / "registry.db.bak-0001"
-        assert first.stderr.strip() == (f"note: upgraded registry {db} from schema revision 0001 to 0004 "
+        assert first.stderr.strip() == (f"note: upgraded registry {db} from schema revision 0001 to {schema.HEAD} "
                                         f"(the registry before: {backup})")
         assert sqlite_objects(backup) == sqlite_objects(FIXTURES / "registry_v0.db")
         with sqlite3.connect(backup) as a, sqlite3.connect(FIXTURES / "registry_v0.db") as b:
             assert list(a.iterdump()) == list(b.iterdump())
     again = grpoctl("db", "upgrade", "--db", db, cwd=elsewhere)
-    assert again.returncode == 0 and "already at schema revision 0004" in again.stdout
+    assert again.returncode == 0 and f"already at schema revision {schema.HEAD}" in again.stdout
 
     # The same runs, statuses and figures as db81e36's code showed.
     listed = grpoctl("runs", "list", "--db", db, cwd=elsewhere)
@@ -256,7 +256,7 @@ def test_postgres_upgrade_waits_for_the_advisory_lock(db_url, tmp_path):
     thread.join(timeout=60)
     holder.close()
     engine.dispose()
-    assert result["done"].returncode == 0 and "to 0004" in result["done"].stdout, result["done"].stderr
+    assert result["done"].returncode == 0 and f"to {schema.HEAD}" in result["done"].stdout, result["done"].stderr
 
 
 @pytest.mark.slow
@@ -267,7 +267,8 @@ def test_a_wheel_carries_the_migrations_and_its_install_runs_them(tmp_path):
     assert built.returncode == 0, built.stderr
     wheel = next(wheels.glob("grpoctl-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
-    for revision in ("0001_base", "0002_run_identity", "0003_absolute_paths", "0004_claims"):
+    for revision in ("0001_base", "0002_run_identity", "0003_absolute_paths", "0004_claims",
+                     "0005_members_on_many_machines"):
         assert f"grpoctl/registry/migrations/versions/{revision}.py" in names
     assert "grpoctl/registry/migrations/env.py" in names
 
@@ -293,7 +294,7 @@ def test_a_wheel_carries_the_migrations_and_its_install_runs_them(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GRPOCTL_DB")} | {"COLUMNS": "200"}
     upgraded = subprocess.run([python, "-m", "grpoctl", "db", "upgrade", "--db", str(db)], cwd=tmp_path,
                               capture_output=True, text=True, timeout=120, env=env)
-    assert upgraded.returncode == 0 and "to 0004" in upgraded.stdout, upgraded.stderr
+    assert upgraded.returncode == 0 and f"to {schema.HEAD}" in upgraded.stdout, upgraded.stderr
     listed = subprocess.run([python, "-m", "grpoctl", "runs", "list", "--db", str(db)], cwd=tmp_path,
                             capture_output=True, text=True, timeout=120, env=env)
     assert listed.returncode == 0 and "lr-sweep-lr=1e-4-s0" in listed.stdout, listed.stderr

@@ -148,7 +148,8 @@ from grpoctl.errors import UserError
 from grpoctl.registry import Registry
 args = sys.argv[1:]
 db = args[args.index("--db") + 1]
-cfg = load_config(None, [a for a in args if "=" in a])
+path = args[0] if "=" not in args[0] else None  # a sweep's run config file
+cfg = load_config(path, [a for a in args if "=" in a])
 try:
     registry = Registry(db)
     run = registry.create_run(name=cfg.name, config=to_dict(cfg), config_diff={}, config_hash=config_hash(cfg),

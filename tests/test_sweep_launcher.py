@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from grpoctl.cli.sweep_view import summary_table
 from grpoctl.registry import Registry
 from grpoctl.sweep import launcher, spec
 
@@ -63,6 +64,7 @@ lr = float(os.environ.get("FAKE_LR", "0.5"))
 for step in range(start, run.total_steps + 1):  # step 0 is the eval before training, as in grpoctl
     time.sleep(float(os.environ.get("FAKE_SLEEP", "0")))
     registry.log_step(run.id, step, {"train/reward": 0.1 * step, "eval/accuracy": 0.2 + 0.1 * step})
+    registry.add_checkpoint(run.id, step, f"ckpt/{run.name}/step-{step}")  # a sweep resumes only from one
 registry.set_status(run.id, "finished")
 '''
 
@@ -83,8 +85,7 @@ def fake(tmp_path, monkeypatch):
 
 
 def sweep(registry: Registry, plan: spec.SweepPlan, **kwargs) -> launcher.SweepResult:
-    return launcher.run_sweep(plan, registry, log_root=Path("logs"),
-                              console=Console(file=open(os.devnull, "w")), **kwargs)
+    return launcher.run_sweep(plan, registry, log_root=Path("logs"), **kwargs)
 
 
 def calls(path: Path) -> list[str]:
@@ -148,7 +149,7 @@ def test_ablation_runs_in_parallel_and_summarizes(fake, tmp_path, monkeypatch, d
     assert time.monotonic() - started < 60
 
     text = Console(width=200, record=True, file=open(os.devnull, "w"))
-    text.print(launcher.summary_table(plan, result, registry))
+    text.print(summary_table(plan, result, registry))
     summary = text.export_text()
     assert "abl-constant-s1" in summary and "3/3" in summary and "0.500" in summary  # eval at step 3
 

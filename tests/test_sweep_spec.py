@@ -84,8 +84,9 @@ def test_param_sweep_names_hashes_and_seeds():
     # The hash is the config's, the same one the trainer computes from the same overrides.
     cfg = load_config(None, ["steps=5", "optimizer.lr=3e-4", "seed=1"])
     assert plan.variants[3].config_hash == config_hash(cfg)
-    args = plan.train_args(plan.variants[3])
-    assert "optimizer.lr=3e-4" in args and "group=lr-sweep" in args and "logging.live=false" in args
+    run = plan.run_config(plan.variants[3])
+    assert run["optimizer"]["lr"] == 3e-4 and run["group"] == "lr-sweep" and run["logging"]["live"] is False
+    assert run["name"] == "lr-sweep-lr=3e-4-s1" and run["variant"] == "lr=3e-4"
     assert param_sweep("optimizer.lr", "1e-4,2e-4").name == "lr-sweep"  # dotted path, short name
     assert param_sweep("loss", "grpo_clip,grpo_no_clip", name="mine").name == "mine"
 
@@ -207,3 +208,28 @@ def test_every_shipped_study_states_its_baseline():
             continue
         data = yaml.safe_load(path.read_text())
         assert data.get("baseline") in data["variants"], path
+
+
+def test_a_run_config_is_absolute_and_hashes_the_same_from_its_yaml(tmp_path, monkeypatch):
+    """What a member's trainer gets: the full config in a file, paths absolute, so it
+    means the same from any directory or machine, with the hash the plan knows it by."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n')
+    (tmp_path / "my.prompt").write_text("{question}")
+    plan = param_sweep("lr", "1e-5,3e-5", overrides=["data.source=jsonl", "data.train_path=data/train.jsonl",
+                                                     "data.eval_path=data/train.jsonl", "template=my.prompt",
+                                                     "checkpoint.dir=ckpt", "model.path=Qwen/Qwen2.5-Math-1.5B"])
+    variant = plan.variants[1]
+    run = plan.run_config(variant, "renamed")
+    assert run["data"]["train_path"] == str(tmp_path / "data" / "train.jsonl")
+    assert run["prompt"]["template"] == str(tmp_path / "my.prompt")
+    assert run["checkpoint"]["dir"] == str(tmp_path / "ckpt")
+    assert run["model"]["path"] == "Qwen/Qwen2.5-Math-1.5B"  # no such directory here: a hub id, as written
+    assert run["runtime"]["cache_dir"] == str(tmp_path / "outputs" / "cache")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "run.yaml").write_text(yaml.safe_dump(run))
+    monkeypatch.chdir(elsewhere)
+    cfg = load_config(elsewhere / "run.yaml")
+    assert config_hash(cfg) == variant.config_hash and cfg.name == "renamed" and cfg.optimizer.lr == 3e-5

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 
 from conftest import REPO
 from grpoctl.config import config_hash, load_config
@@ -67,7 +66,8 @@ from grpoctl.config import config_diff, config_hash, load_config, to_dict
 from grpoctl.registry import Registry
 args = sys.argv[1:]
 db = args[args.index("--db") + 1]
-cfg = load_config(None, [a for a in args if "=" in a and not a.startswith("--")])
+path = args[0] if "=" not in args[0] and not args[0].startswith("--") else None  # a sweep's run config file
+cfg = load_config(path, [a for a in args if "=" in a and not a.startswith("--")])
 registry = Registry(db)
 run = registry.create_run(name=cfg.name, config=to_dict(cfg), config_diff=config_diff(cfg), config_hash=config_hash(cfg),
                           seed=cfg.seed, total_steps=0, group=cfg.group, variant=cfg.variant)
@@ -88,6 +88,6 @@ def test_parallel_sweep_children_share_the_cores(tmp_path, monkeypatch, parallel
     monkeypatch.chdir(tmp_path)
     registry = Registry(str(tmp_path / "r.db"))
     launcher.run_sweep(spec.param_sweep("lr", "1e-4,3e-4", overrides=["steps=1"]), registry, parallel=parallel,
-                       log_root=Path("logs"), console=Console(file=open(os.devnull, "w")))
+                       log_root=Path("logs"))
     lines = (tmp_path / "env.txt").read_text().split("\n")[:-1]
     assert lines == [f"{cap} PASSIVE"] * 2

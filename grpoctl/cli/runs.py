@@ -41,6 +41,9 @@ REWARD_METRIC = "train/reward"  # the mean reward over a step's rollouts, as the
 
 
 def register(app: typer.Typer) -> None:
+    from grpoctl.cli import run_control  # runs logs, runs stop
+
+    run_control.add_commands(runs_app)
     app.add_typer(runs_app, name="runs")
 
 

@@ -2,9 +2,11 @@
 
     grpoctl sweep lr --values 1e-6..1e-4 --config experiments/h100.yaml steps=100
     grpoctl sweep experiments/baseline-ablation.yaml --parallel 2
+    grpoctl sweep lr --values 1e-6..1e-4 --executor ray --ray-address HEAD:6379 --db postgresql+psycopg://...
 
-Everything is resolved and validated before the registry is touched; re-running the
-same command later skips finished runs and resumes interrupted ones.
+Everything is resolved and validated before the registry is touched (and, with
+`--executor ray`, the cluster checked); re-running the same command later skips
+finished runs and resumes interrupted ones.
 """
 
 from __future__ import annotations
@@ -38,6 +40,16 @@ def sweep(
     retry_failed: Annotated[bool, typer.Option(
         "--retry-failed", help="Run failed and diverged variants again (as new runs).")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would run, and how; run nothing.")] = False,
+    executor: Annotated[str, typer.Option(
+        "--executor", help="local (processes on this machine) or ray (a task per run on a Ray cluster).")] = "local",
+    ray_address: Annotated[Optional[str], typer.Option(
+        "--ray-address", help="The Ray cluster to join (default: $RAY_ADDRESS, else a new local one).",
+        show_default=False)] = None,
+    max_retries: Annotated[int, typer.Option(
+        "--max-retries", help="With --executor ray: attempts after a member's trainer or node is lost.")] = 3,
+    cpus_per_run: Annotated[Optional[int], typer.Option(
+        "--cpus-per-run", help="With --executor ray: CPUs each run reserves (default: its runtime.threads, "
+                               "else 1).", show_default=False)] = None,
     db: DbOption = None,
 ) -> None:
     """Run a sweep or an ablation: every variant a run in the registry, grouped by name."""
@@ -47,8 +59,7 @@ def sweep(
     for item in overrides:
         if "=" not in item:
             raise UserError(f"unexpected argument '{item}': overrides are key=value")
-    if parallel < 1:
-        raise UserError(f"--parallel must be at least 1, got {parallel}")
+    _check_executor(executor, parallel, ray_address, max_retries, cpus_per_run)
     is_spec = target.endswith((".yaml", ".yml")) or Path(target).is_file()
     if is_spec:
         if values is not None:
@@ -62,17 +73,23 @@ def sweep(
 
     from rich.console import Console
 
+    from grpoctl.cli.sweep_view import SweepView, summary_table
     from grpoctl.registry import Registry
     from grpoctl.sweep import launcher
 
     console = Console()
     if dry_run:
-        _show_plan(plan, db, console)
+        _show_plan(plan, db, executor, console)
         return
-    with Registry(db) as registry:
-        result = launcher.run_sweep(plan, registry, parallel=parallel, retry_failed=retry_failed,
-                                    console=console)
-        console.print(launcher.summary_table(plan, result, registry))
+    cluster = _join_cluster(db, ray_address, max_retries, cpus_per_run) if executor == "ray" else None
+    try:
+        with Registry(db) as registry:
+            result = launcher.run_sweep(plan, registry, parallel=parallel, retry_failed=retry_failed,
+                                        watcher=SweepView(plan, registry, console), cluster=cluster)
+            console.print(summary_table(plan, result, registry))
+    finally:
+        if cluster is not None:
+            cluster.close()
     again = shlex.join(["grpoctl", *sys.argv[1:]])
     if result.interrupted:
         console.print(f"interrupted. Run `{again}` again to resume where it stopped.", highlight=False, soft_wrap=True)
@@ -86,32 +103,57 @@ def sweep(
     console.print(f"compare them: grpoctl compare {plan.name}{where}", highlight=False, soft_wrap=True)
 
 
-def _show_plan(plan, db: str | None, console) -> None:
+def _check_executor(executor: str, parallel: int, ray_address: str | None, max_retries: int,
+                    cpus_per_run: int | None) -> None:
+    if executor not in ("local", "ray"):
+        raise UserError(f"--executor must be local or ray, not '{executor}'")
+    if parallel < 1:
+        raise UserError(f"--parallel must be at least 1, got {parallel}")
+    if executor == "local":
+        for flag, given in (("--ray-address", ray_address is not None), ("--max-retries", max_retries != 3),
+                            ("--cpus-per-run", cpus_per_run is not None)):
+            if given:
+                raise UserError(f"{flag} goes with --executor ray")
+        return
+    if parallel != 1:
+        raise UserError("--parallel is for the local executor: on Ray each run takes one GPU (or CPUs, "
+                        "--cpus-per-run) and runs when the cluster has room")
+    if max_retries < 0:
+        raise UserError(f"--max-retries must be 0 or more, got {max_retries}")
+    if cpus_per_run is not None and cpus_per_run < 1:
+        raise UserError(f"--cpus-per-run must be at least 1, got {cpus_per_run}")
+
+
+def _join_cluster(db: str | None, address: str | None, max_retries: int, cpus_per_run: int | None):
+    """Connect to Ray and check the cluster, before the registry is created or written."""
+    from grpoctl.registry import Registry
+    from grpoctl.registry.engine import resolve_url
+
+    Registry.check(db, write=True)
+    try:
+        from grpoctl.sweep.on_ray import RayCluster
+    except ImportError:
+        raise UserError("--executor ray needs Ray: pip install 'grpoctl[ray]'") from None
+    return RayCluster(resolve_url(db), address, max_retries=max_retries, cpus_per_run=cpus_per_run)
+
+
+def _show_plan(plan, db: str | None, executor: str, console) -> None:
     """What a real invocation would do, without writing anything (not even a new registry)."""
+    from grpoctl.cli.sweep_view import show_plan
     from grpoctl.registry import NoRegistry, Registry
     from grpoctl.registry.engine import public_url, resolve_url
-    from grpoctl.sweep import launcher
+    from grpoctl.sweep.member import train_command
+    from grpoctl.sweep.planning import decide
 
     try:
         registry = Registry(db, must_exist=True, readonly=True)
     except NoRegistry:  # no registry yet: everything is new
         registry = None
-    command = launcher.train_command()
-    if registry is None:
-        db_url = public_url(resolve_url(db)) if db else "registry.db"
-        decided = launcher.SweepResult(jobs=[
-            launcher.Job(v, "new", v.run_name, plan.train_args(v) + ["--db", db_url], Path())
-            for v in plan.variants
-        ])
-    else:
-        with registry:
-            decided = launcher.decide(plan, registry, retry_failed=False, log_root=Path("outputs/sweeps"))
-    console.print(f"{plan.kind} {plan.name}: {len(plan.variants)} run(s)", highlight=False, soft_wrap=True)
-    for variant, why, run in decided.skipped:
-        console.print(f"  skip    {variant.label} (seed {variant.seed}): {why}", highlight=False, soft_wrap=True)
-    for job in decided.jobs:
-        console.print(f"  {job.action:7} {job.variant.label} (seed {job.variant.seed}, {job.variant.config_hash})\n"
-                      f"          {shlex.join(command + job.args)}", highlight=False, soft_wrap=True)
+    db_url = registry.public_url if registry is not None else public_url(resolve_url(db))
+    decided = decide(plan, registry, retry_failed=False, log_root=Path("outputs/sweeps"))
+    if registry is not None:
+        registry.close()
+    show_plan(plan, decided, train_command(), db_url, executor, console)
 
 
 def register(app: typer.Typer) -> None:

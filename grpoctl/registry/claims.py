@@ -19,8 +19,11 @@ it lasts LEASE_S = 180 s, so two heartbeats in a row may fail (a busy database) 
 claim is lost. It can be taken over when it has expired, from any host: a retry of a dead
 run on another node waits at most 180 s (`stale`, shown after 300 s without a heartbeat,
 is for people and comes later). On the holder's own host a claim whose process no longer
-exists can be taken at once. Clocks of hosts sharing a registry must agree to within a
-few seconds (NTP), since each compares the lease with its own.
+exists can be taken at once, and so can a claim held by the caller's parent process: a
+sweep member's supervisor claims the run (fencing out any trainer a dead machine left
+behind) and then starts the trainer that resumes it, which takes the claim over. Clocks
+of hosts sharing a registry must agree to within a few seconds (NTP), since each
+compares the lease with its own.
 """
 
 from __future__ import annotations
@@ -59,6 +62,12 @@ def _process_gone(host: str | None, pid: int | None) -> bool:
     return False
 
 
+def _handed_to_us(host: str | None, pid: int | None) -> bool:
+    """True when the claim is held by this process's parent: a sweep member's supervisor
+    claims a run before it starts the trainer that resumes it, then hands the claim on."""
+    return bool(pid) and host == socket.gethostname() and pid == os.getppid()
+
+
 def claim_refusal(run: Run, now: datetime | None = None) -> str | None:
     """Why `run` cannot be claimed now (its holder is alive as far as we can tell), or None."""
     now = _aware(now or utcnow())
@@ -71,7 +80,7 @@ def claim_refusal(run: Run, now: datetime | None = None) -> str | None:
     else:
         expires = _aware(run.claim_expires_at) if run.claim_expires_at else now
         host, pid = run.claim_host, run.claim_pid
-    if now >= expires or _process_gone(host, pid):
+    if now >= expires or _process_gone(host, pid) or _handed_to_us(host, pid):
         return None
     left = int((expires - now).total_seconds()) + 1
     return (f"run '{run.name}' is being written by pid {pid} on {host} (its claim expires in {left} s "
@@ -112,8 +121,9 @@ class ClaimRecords:
 
     def _claim_values(self, token: str) -> dict:
         pid = os.getpid()
+        # A new claim is a new start: an old stop request is answered (the run ended).
         return dict(claim_token=token, claim_host=socket.gethostname(), claim_pid=pid, pid=pid,
-                    claim_expires_at=utcnow() + timedelta(seconds=LEASE_S))
+                    claim_expires_at=utcnow() + timedelta(seconds=LEASE_S), stop_requested_at=None)
 
     def _fence(self, conn, run_id: int, **values) -> None:
         """The first statement of every commit about a run: if this process holds the

@@ -29,6 +29,12 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def stored_text(value):
+    """Text as the registry stores it. PostgreSQL text cannot hold NUL, which a random or
+    broken model can generate: it becomes U+FFFD, on every backend, so both read back alike."""
+    return value.replace("\x00", "\ufffd") if isinstance(value, str) else value
+
+
 class Run(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     name: str = Field(index=True, unique=True)
@@ -58,6 +64,8 @@ class Run(SQLModel, table=True):
     claim_host: str | None = None
     claim_pid: int | None = None
     claim_expires_at: datetime | None = None
+    # Set by `grpoctl runs stop`; the trainer's heartbeat sees it and stops as on SIGTERM.
+    stop_requested_at: datetime | None = None
 
 
 class Metric(SQLModel, table=True):
@@ -153,3 +161,16 @@ class SweepMember(SQLModel, table=True):
     config_hash: str
     variant: str  # label, e.g. "lr=3e-05" or "no_baseline"
     seed: int = 0
+
+
+class RunLog(SQLModel, table=True):
+    """What a sweep member's trainer printed, a chunk of lines per row, in order of id.
+
+    Keyed by run name, not id: the first lines come before the trainer creates its run,
+    and a trainer refused by its checks never does."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_name: str = Field(index=True)
+    host: str  # where the trainer ran
+    created_at: datetime = Field(default_factory=utcnow)
+    text: str

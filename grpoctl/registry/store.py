@@ -30,6 +30,7 @@ from sqlmodel import Session, select
 import grpoctl
 from grpoctl.errors import UserError
 from grpoctl.registry.claims import ClaimRecords
+from grpoctl.registry.members import MemberRecords
 from grpoctl.registry.engine import (
     default_db_url,
     insert_ignoring_conflicts,
@@ -44,8 +45,10 @@ from grpoctl.registry.models import (
     EvalResult,
     Metric,
     Run,
+    RunLog,
     Sample,
     Tag,
+    stored_text,
     utcnow,
 )
 from grpoctl.registry.summaries import RunSummaries
@@ -101,12 +104,13 @@ def _absolute(path: str | None) -> str | None:
     return None if path is None else os.path.abspath(path)
 
 
-class Registry(SweepRecords, ClaimRecords, RunSummaries):
+class Registry(SweepRecords, ClaimRecords, RunSummaries, MemberRecords):
     """An experiment registry at a SQLAlchemy URL or SQLite path (default: ./registry.db).
 
     Sweep methods (get_or_create_sweep, add_sweep_member, sweep_members...) are in
     sweeps.py, the single-writer claim (claim_run, claimable) in claims.py, the reads
-    behind tables of runs (run_summaries, eval_curves) in summaries.py.
+    behind tables of runs (run_summaries, eval_curves) in summaries.py, what supervising
+    sweep members needs (stop requests, logs, ending abandoned runs) in members.py.
 
     `must_exist=True`: a missing SQLite file is an error instead of a new registry.
     `readonly=True` is for commands that only read: the registry is opened read-only and
@@ -232,7 +236,8 @@ class Registry(SweepRecords, ClaimRecords, RunSummaries):
                 for k, v in values.items()
                 if v is not None
             )
-        sample_rows = [{"run_id": run_id, "step": step, **s} for s in samples]
+        sample_rows = [{"run_id": run_id, "step": step, **{k: stored_text(v) for k, v in s.items()}}
+                       for s in samples]
         eval_row = None if eval is None else EvalResult(run_id=run_id, step=step, **eval).model_dump(exclude={"id"})
         with self._writer.begin() as conn:
             self._fence(conn, run_id, last_step=step, heartbeat_at=utcnow())
@@ -288,6 +293,7 @@ class Registry(SweepRecords, ClaimRecords, RunSummaries):
             paths = list(conn.scalars(select(Checkpoint.path).where(Checkpoint.run_id == run.id)))
             for table in (Metric, Sample, EvalResult, Checkpoint, Tag):
                 conn.execute(delete(table).where(table.run_id == run.id))
+            conn.execute(delete(RunLog).where(RunLog.run_name == run.name))
             conn.execute(delete(Run).where(Run.id == run.id))
         return paths + ([run.output_dir] if run.output_dir else [])
 

@@ -6,18 +6,21 @@ reported before the first one starts, and the registry knows each member by the 
 what it computes (not by its name).
 
 Each variant is a list of dotted `key=value` overrides on top of one base config file,
-exactly what the child process gets on its command line:
+resolved here into the run's full config, with every path made absolute (PATH_KEYS), so
+that it means the same files from any directory and on any machine that shares them.
+That full config is what the run's trainer gets, as a yaml file:
 
-    python -m grpoctl train experiments/h100.yaml loop.n_grpo_steps=100 optimizer.lr=3e-05 ...
+    python -m grpoctl train outputs/sweeps/lr-sweep/lr-sweep-lr=3e-5-s0.yaml --db URL
 
-The parent hashes `load_config(base, overrides)` with those same strings, so the parent
-and the child cannot disagree about which config a run has.
+and the plan's hash is that config's, so the planner and the trainer, wherever it runs,
+cannot disagree about which config a run has.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +28,9 @@ from typing import Any
 
 import yaml
 
-from grpoctl.config import config_hash, load_config, resolve_key
+from omegaconf import OmegaConf
+
+from grpoctl.config import config_hash, load_config, resolve_key, to_dict
 from grpoctl.errors import UserError
 
 # --------------------------------------------------------------------------- value specs
@@ -170,6 +175,26 @@ def safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._=+-]+", "_", text).strip("_") or "run"
 
 
+# --------------------------------------------------------------------------- paths
+
+# Keys that name files or directories. Directories a run writes are made absolute
+# always; files it reads only when they exist from here (else the value is a hub id, a
+# packaged template's name or "tiny", and stays as written).
+PATH_KEYS_WRITTEN = ("checkpoint.dir", "runtime.cache_dir")
+PATH_KEYS_READ = ("model.path", "data.train_path", "data.eval_path", "prompt.template")
+
+
+def absolute_paths(cfg) -> None:
+    """Make the config's relative paths absolute, from the current directory, in place."""
+    for key in PATH_KEYS_WRITTEN + PATH_KEYS_READ:
+        value = OmegaConf.select(cfg, key)
+        if not isinstance(value, str) or not value or os.path.isabs(value):
+            continue
+        if key in PATH_KEYS_READ and not os.path.exists(value):
+            continue
+        OmegaConf.update(cfg, key, os.path.abspath(value))
+
+
 # --------------------------------------------------------------------------- plans
 
 
@@ -180,6 +205,7 @@ class Variant:
     overrides: list[str]  # dotted key=value after the base config file
     config_hash: str
     run_name: str  # proposed; the launcher picks another if it is taken
+    config: dict = field(default_factory=dict)  # resolved, paths absolute: what config_hash hashes
 
 
 @dataclass
@@ -191,15 +217,14 @@ class SweepPlan:
     spec: dict = field(default_factory=dict)  # what was asked for, stored with the sweep
     baseline: str | None = None  # the label `compare` and `report` set every variant against
 
-    def train_args(self, variant: Variant, run_name: str | None = None) -> list[str]:
-        """The arguments after `grpoctl train` that start this variant as a new run."""
-        identity = [
-            f"name={run_name or variant.run_name}",
-            f"group={self.name}",
-            f"variant={override_text(variant.label)}",
-            "logging.live=false",  # children write to log files, the parent shows progress
-        ]
-        return ([self.base] if self.base else []) + variant.overrides + identity
+    def run_config(self, variant: Variant, run_name: str | None = None) -> dict:
+        """The full config of this variant's run, as its trainer gets it (in a yaml file)."""
+        config = json.loads(json.dumps(variant.config))  # a deep copy
+        config["name"] = run_name or variant.run_name
+        config["group"] = self.name
+        config["variant"] = variant.label
+        config["logging"]["live"] = False  # trainers write to logs; the sweep shows progress
+        return config
 
 
 def _expand(name: str, kind: str, base: str | None, spec: dict,
@@ -217,13 +242,14 @@ def _expand(name: str, kind: str, base: str | None, spec: dict,
                 cfg = load_config(base, full)
             except UserError as exc:
                 raise UserError(f"variant '{label}': {exc}") from None
+            absolute_paths(cfg)
             digest = config_hash(cfg)
             tag = f"{label} (seed {cfg.seed})"
             if digest in seen:
                 raise UserError(f"variants {seen[digest]} and {tag} have the same config")
             seen[digest] = tag
             run_name = safe_name(f"{name}-{label}-s{cfg.seed}")
-            plan.variants.append(Variant(label, int(cfg.seed), full, digest, run_name))
+            plan.variants.append(Variant(label, int(cfg.seed), full, digest, run_name, to_dict(cfg)))
     plan.baseline = baseline if baseline is not None else _unchanged_variant(plan, shared)
     if plan.baseline is not None:
         spec["baseline"] = plan.baseline
@@ -235,7 +261,9 @@ def _unchanged_variant(plan: SweepPlan, shared: list[str]) -> str | None:
     `plain: {}`, or the value of a parameter sweep that the base config already has."""
     first = plan.variants[0]
     try:
-        reference = config_hash(load_config(plan.base, shared + [f"seed={first.seed}"]))
+        reference_cfg = load_config(plan.base, shared + [f"seed={first.seed}"])
+        absolute_paths(reference_cfg)
+        reference = config_hash(reference_cfg)
     except UserError:  # the shared config alone may not be a valid run; then none is unchanged
         return None
     return next((v.label for v in plan.variants if v.seed == first.seed and v.config_hash == reference), None)

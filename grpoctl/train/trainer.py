@@ -14,6 +14,7 @@ import logging
 import os
 import secrets
 import shutil
+import signal
 import threading
 import time
 import traceback
@@ -134,7 +135,7 @@ def outer_loop(run: RunContext, fresh: bool) -> str:
     stop = run.stop = StopRequest(cfg.runtime.on_signal)
     with stop:  # held until the status is recorded: a signal must not kill the bookkeeping
         try:
-            with run.progress, Heartbeat(registry, row.id):
+            with run.progress, Heartbeat(registry, row.id, stop=stop):
                 if fresh and cfg.eval.at_start:
                     evaluate_before_training(run)
                 while state.step < cfg.loop.n_grpo_steps and not stop.requested:
@@ -174,17 +175,28 @@ def outer_loop(run: RunContext, fresh: bool) -> str:
 
 
 class Heartbeat(threading.Thread):
-    """Beats every 60 s even while one step takes minutes, so `stale` means dead, not slow."""
+    """Beats every 60 s even while one step takes minutes, so `stale` means dead, not slow.
 
-    def __init__(self, registry, run_id: int, every_s: float = 60.0):
+    Every few seconds it also looks whether `grpoctl runs stop RUN` asked this run to stop
+    (from any machine: the request is in the registry), and if so signals this process
+    SIGTERM, once: the run stops exactly as when it is preempted."""
+
+    def __init__(self, registry, run_id: int, every_s: float = 60.0, stop: StopRequest | None = None,
+                 check_s: float = 2.0):
         super().__init__(daemon=True)
-        self.registry, self.run_id, self.every_s = registry, run_id, every_s
+        self.registry, self.run_id, self.every_s, self.stop, self.check_s = registry, run_id, every_s, stop, check_s
         self._done = threading.Event()
 
     def run(self):
-        while not self._done.wait(self.every_s):
+        beat = time.monotonic()
+        while not self._done.wait(self.check_s):
             try:
-                self.registry.heartbeat(self.run_id)
+                if self.stop is not None and not self.stop.requested and self.registry.stop_requested(self.run_id):
+                    self.stop = None
+                    os.kill(os.getpid(), signal.SIGTERM)
+                if time.monotonic() - beat >= self.every_s:
+                    beat = time.monotonic()
+                    self.registry.heartbeat(self.run_id)
             except Exception:  # a busy database must not kill training; the next beat retries
                 log.debug("heartbeat failed", exc_info=True)
 

@@ -1,0 +1,155 @@
+"""What `grpoctl sweep` shows: the plan, a live table of its members, and the summary.
+
+On a terminal the table redraws in place; elsewhere (a log file, CI) each member gets a
+line when it starts and one when it ends. A member's state and step come from the
+registry, so the table is the same whether members run here or on a Ray cluster.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from grpoctl.registry import Registry, effective_status
+from grpoctl.sweep.launcher import Watcher
+from grpoctl.sweep.planning import Job, SweepResult, existing_runs
+from grpoctl.sweep.spec import SweepPlan
+
+POLL_S = 1.0
+UNFINISHED = ("queued", "running")
+
+
+class SweepView(Watcher):
+    def __init__(self, plan: SweepPlan, registry: Registry, console: Console) -> None:
+        self.plan, self.registry, self.console = plan, registry, console
+        self.result = SweepResult()
+        self._live: Live | None = None
+        self._polled = 0.0
+        self._runs: dict = {}
+        self._announced: set[str] = set()
+
+    def _say(self, text: str) -> None:
+        self.console.print(text, highlight=False, soft_wrap=True)
+
+    def skipped(self, result: SweepResult) -> None:
+        self.result = result
+        for variant, why, run in result.skipped:
+            self._say(f"skip {run.name if run else variant.label}: {why}")
+        if result.jobs and self.console.is_terminal:
+            self._live = Live(self.render(), console=self.console, refresh_per_second=2, transient=False)
+            self._live.start()
+
+    def started(self, job: Job) -> None:
+        self._announced.add(job.run_name)
+        if self._live is None:
+            where = f" on GPU {job.where}" if job.where else ""
+            self._say(f"start {job.run_name} ({job.action}){where}, log: {job.log}")
+
+    def finished(self, job: Job) -> None:
+        if self._live is None:
+            if job.run_name not in self._announced:  # it ran between two looks at the registry
+                self._announce(job)
+            self._say(f"done  {job.run_name}: {job.outcome}")
+
+    def _announce(self, job: Job) -> None:
+        self._announced.add(job.run_name)
+        run = self._runs.get(job.run_name) or self.registry.runs_named([job.run_name]).get(job.run_name)
+        where = f" on {run.host}" if run is not None else ""
+        self._say(f"start {job.run_name} ({job.action}){where}; `grpoctl runs logs {job.run_name}`")
+
+    def refresh(self) -> None:
+        self._poll()
+        if self._live is not None:
+            self._live.update(self.render())
+            return
+        for job in self.result.jobs:  # members started elsewhere (on Ray): seen in the registry
+            run = self._runs.get(job.run_name)
+            if job.run_name not in self._announced and run is not None and run.status == "running":
+                self._announce(job)
+
+    def interrupting(self, count: int) -> None:
+        self._stop_live()
+        self._say(f"interrupting {count} running run(s); waiting for them to record it...")
+
+    def close(self) -> None:
+        if self._live is not None:
+            self._polled = 0.0
+            self._poll()
+            self._live.update(self.render())
+        self._stop_live()
+
+    def _stop_live(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    def _poll(self) -> None:
+        if time.monotonic() - self._polled < POLL_S:
+            return
+        self._polled = time.monotonic()
+        try:
+            self._runs = self.registry.runs_named(j.run_name for j in self.result.jobs)
+        except Exception:  # a busy registry: show what we had
+            pass
+
+    def state(self, job: Job) -> str:
+        if job.outcome not in UNFINISHED:
+            return job.outcome
+        run = self._runs.get(job.run_name)
+        return "running" if job.outcome == "running" or (run is not None and run.status == "running") else "queued"
+
+    def render(self) -> Table:
+        jobs = self.result.jobs
+        done = sum(1 for j in jobs if j.outcome not in UNFINISHED)
+        table = Table(title=f"sweep {self.plan.name}: {done}/{len(jobs)} done"
+                            f" ({len(self.result.skipped)} skipped)", title_justify="left")
+        for column in ("variant", "seed", "run", "state", "step", "host", "elapsed"):
+            table.add_column(column)
+        for job in jobs:
+            run = self._runs.get(job.run_name)
+            # Step 0 is the eval before training.
+            step = f"{max(run.last_step, 0)}/{run.total_steps}" if run is not None and run.total_steps else ""
+            state = self.state(job)
+            elapsed = f"{time.monotonic() - job.started:.0f}s" if job.started and state == "running" else ""
+            host = (run.host + (f" GPU {job.where}" if job.where else "")) if run is not None else ""
+            table.add_row(job.variant.label, str(job.variant.seed), job.run_name, state, step, host, elapsed)
+        return table
+
+
+def summary_table(plan: SweepPlan, result: SweepResult, registry: Registry) -> Table:
+    """Each variant, its run, status and final eval accuracy."""
+    by_hash = existing_runs(plan, registry)
+    ids = [r.id for r in by_hash.values()]
+    last = registry.last_metrics(ids, ["eval/accuracy"]) if ids else {}
+    table = Table(title=f"{plan.kind} {plan.name}", title_justify="left")
+    for column in ("variant", "seed", "run", "status", "steps", "eval accuracy"):
+        table.add_column(column, justify="right" if column in ("steps", "eval accuracy") else "left")
+    outcomes = {job.variant.config_hash: job.outcome for job in result.jobs}
+    for variant in plan.variants:
+        run = by_hash.get(variant.config_hash)
+        if run is None:  # its trainer died before creating the run (see its log), or never ran
+            why = outcomes.get(variant.config_hash, "not run")
+            table.add_row(variant.label, str(variant.seed), "-", "not started" if why == "queued" else why, "", "")
+            continue
+        accuracy = last.get(run.id, {}).get("eval/accuracy")
+        table.add_row(variant.label, str(variant.seed), run.name, effective_status(run),
+                      f"{max(run.last_step, 0)}/{run.total_steps}",
+                      "" if accuracy is None else f"{accuracy:.3f}")
+    return table
+
+
+def show_plan(plan: SweepPlan, decided: SweepResult, command: list[str], db: str, executor: str,
+              console: Console) -> None:
+    """What a real invocation would do, as the commands each member's trainer would get."""
+    say = lambda text: console.print(text, highlight=False, soft_wrap=True)  # noqa: E731
+    where = " on Ray (one GPU each, where the cluster has room)" if executor == "ray" else ""
+    say(f"{plan.kind} {plan.name}: {len(plan.variants)} run(s){where}")
+    for variant, why, run in decided.skipped:
+        say(f"  skip    {variant.label} (seed {variant.seed}): {why}")
+    for job in decided.jobs:
+        say(f"  {job.action:7} {job.variant.label} (seed {job.variant.seed}, {job.variant.config_hash})\n"
+            f"          {shlex.join(command + job.train_args(db))}")

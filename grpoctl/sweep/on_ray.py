@@ -1,0 +1,256 @@
+"""The Ray executor: each sweep member is a Ray task, wherever the cluster has room.
+
+    grpoctl sweep lr --values 1e-6..1e-4 --config experiments/h100.yaml --executor ray
+
+Ray schedules; grpoctl builds no scheduler. A member's task reserves one GPU (none on a
+cluster without GPUs) and `cpus_per_run` CPUs, gets its run's full config (paths
+absolute) and runs the node's own `grpoctl train` as a child process (member.py); Ray
+sets CUDA_VISIBLE_DEVICES, which the child inherits. A task whose trainer was killed or
+preempted raises MemberLost, and a task whose worker or node died is lost to Ray; both
+are run again, up to `max_retries` times, and each new attempt claims the run before it
+resumes it (member.py), so no step is ever written twice.
+
+Before anything is submitted, the cluster is checked, in one line each:
+- on more than one machine, the registry must be one every machine reaches: not SQLite
+  (a file on one disk) and not a PostgreSQL server on localhost (or a Unix socket);
+- every node must run the driver's grpoctl and Ray versions (a probe task per node),
+  and be able to open the registry.
+
+The password travels in the tasks' runtime_env ($PGPASSWORD), never in a task's
+arguments, which Ray stores and shows. Ctrl-C cancels the tasks: a queued one never
+starts, a running one gets KeyboardInterrupt, which its member forwards to the trainer
+as the first Ctrl-C (finish the step, checkpoint, end `interrupted`); a second Ctrl-C
+is the second signal (stop at once). Cancelled tasks are not retried.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+
+import ray
+from sqlalchemy.engine import URL
+from ray.exceptions import RayError, RayTaskError, TaskCancelledError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+import grpoctl
+from grpoctl.errors import UserError
+from grpoctl.registry import Registry
+from grpoctl.registry.engine import public_url, sqlite_path
+from grpoctl.sweep.member import MemberLost, MemberSpec, run_member, secret_env
+from grpoctl.sweep.planning import Job, SweepResult
+from grpoctl.train.threads import THREADS_ENV
+
+POLL_S = 0.5
+PROBE_TIMEOUT_S = 120
+INTERRUPT_GRACE_S = 120
+DEFAULT_MAX_RETRIES = 3
+LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0"}
+
+
+class RayCluster:
+    """A connection to a Ray cluster that has passed the checks above, ready to run members."""
+
+    def __init__(self, url: URL, address: str | None = None, max_retries: int = DEFAULT_MAX_RETRIES,
+                 cpus_per_run: int | None = None) -> None:
+        self.url, self.max_retries, self.cpus_per_run = url, max_retries, cpus_per_run
+        self._started = connect(address)
+        try:
+            nodes = [n for n in ray.nodes() if n.get("Alive")]
+            problem = registry_problem(url, {n["NodeManagerAddress"] for n in nodes})
+            if problem:
+                raise UserError(problem)
+            self.env = secret_env(url)
+            check_nodes(nodes, public_url(url), self.env)
+            self.gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
+        except BaseException:
+            self.close()
+            raise
+
+    def run(self, result: SweepResult, registry: Registry, watcher) -> None:
+        refs = {}
+        for job in result.jobs:
+            cpus = self.cpus_per_run or max(1, int(job.config["runtime"]["threads"] or 1))
+            spec = job.member(registry.public_url, {THREADS_ENV: str(cpus)}, wait_for_claim=True)
+            task = _member_task.options(
+                name=f"grpoctl train {job.run_name}", num_gpus=self.gpus, num_cpus=cpus,
+                max_retries=self.max_retries, retry_exceptions=[MemberLost],
+                runtime_env={"env_vars": self.env} if self.env else None)
+            refs[task.remote(spec)] = job
+        _watch(refs, registry, result, watcher)
+
+    def close(self) -> None:
+        if self._started and ray.is_initialized():
+            ray.shutdown()
+        self._started = False
+
+
+@ray.remote
+def _member_task(spec: MemberSpec) -> str:
+    outcome = run_member(spec)
+    if outcome.lost:
+        raise MemberLost(f"run {spec.run_name} ended {outcome.status} by nobody's request (killed or preempted)")
+    return outcome.status
+
+
+# --------------------------------------------------------------------------- connecting and checking
+
+
+def connect(address: str | None) -> bool:
+    """Join the cluster at `address` (None: $RAY_ADDRESS, else a local one is started).
+    Returns whether this call connected, so that it also disconnects."""
+    if ray.is_initialized():  # a caller (a notebook, a test) already did
+        return False
+    # Ray's C++ core writes its retries to file descriptor 2 (a line a second while it is
+    # refused, for ~20 s): keep them aside, to say in one line why it failed.
+    with tempfile.TemporaryFile() as aside:
+        try:
+            with _stderr_into(aside):
+                ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            aside.seek(0)
+            said = aside.read().decode(errors="replace")
+            where = address or os.environ.get("RAY_ADDRESS") or "a new local cluster"
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            if "InvalidAuthToken" in said:
+                first = ("the cluster wants its auth token: set RAY_AUTH_MODE=token and give this machine the "
+                         "cluster's token (~/.ray/auth_token or $RAY_AUTH_TOKEN; see the README, Scale out)")
+            raise UserError(f"cannot connect to the Ray cluster at {where}: {first}") from None
+    return True
+
+
+@contextmanager
+def _stderr_into(file):
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(file.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def registry_problem(url: URL, hosts: set[str]) -> str | None:
+    """Why the registry at `url` cannot serve a cluster spread over `hosts`, or None."""
+    if len(hosts) <= 1:
+        return None
+    spread = f"the Ray cluster spans {len(hosts)} machines"
+    if sqlite_path(url) is not None or url.get_backend_name() == "sqlite":
+        return (f"{spread}, and a SQLite registry lives on one machine's disk: use a PostgreSQL registry "
+                "every machine reaches (--db postgresql+psycopg://USER@HOST/DB; see the README, Scale out)")
+    if (url.host or "localhost").lower() in LOCAL_HOSTS or url.host.startswith("/"):
+        return (f"{spread}, and the registry's PostgreSQL server is at {url.host or 'a local socket'}, "
+                "which every machine reads as itself: give the server's network address in --db")
+    return None
+
+
+def driver_versions() -> dict[str, str]:
+    return {"grpoctl": grpoctl.__version__, "ray": ray.__version__}
+
+
+@ray.remote(num_cpus=0)
+def _probe(db: str) -> dict:
+    """What a node runs, and whether it reaches the registry."""
+    try:
+        Registry.check(db, write=True)
+        reaches = None
+    except UserError as exc:
+        reaches = str(exc)
+    return {"host": socket.gethostname(), "python": sys.executable, "registry": reaches, **driver_versions()}
+
+
+def check_nodes(nodes: list[dict], db: str, env: dict[str, str]) -> None:
+    """Raise a one-line UserError unless every node runs our versions and reaches the registry."""
+    refs = {}
+    for node in nodes:
+        strategy = NodeAffinitySchedulingStrategy(node_id=node["NodeID"], soft=False)
+        refs[node["NodeManagerAddress"]] = _probe.options(
+            scheduling_strategy=strategy, runtime_env={"env_vars": env} if env else None).remote(db)
+    probes = {}
+    for address, ref in refs.items():
+        try:
+            probes[address] = ray.get(ref, timeout=PROBE_TIMEOUT_S)
+        except RayError as exc:
+            why = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
+            raise UserError(f"node {address} cannot run grpoctl ({why}): install the driver's grpoctl "
+                            f"{grpoctl.__version__} on it") from None
+    problem = version_problem(driver_versions(), probes)
+    if problem:
+        raise UserError(problem)
+    for address, probe in probes.items():
+        if probe["registry"]:
+            raise UserError(f"node {address} ({probe['host']}) cannot open the registry: {probe['registry']}")
+
+
+def version_problem(driver: dict[str, str], probes: dict[str, dict]) -> str | None:
+    """The first node whose grpoctl or Ray differs from the driver's, in one line; or None."""
+    for address, probe in sorted(probes.items()):
+        for package in ("grpoctl", "ray"):
+            if probe[package] != driver[package]:
+                return (f"node {address} ({probe['host']}) runs {package} {probe[package]}, the driver "
+                        f"{driver[package]}: every node needs the same grpoctl and Ray")
+    return None
+
+
+# --------------------------------------------------------------------------- watching
+
+
+def _watch(refs: dict, registry: Registry, result: SweepResult, watcher) -> None:
+    pending = dict(refs)
+    try:
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=POLL_S)
+            for ref in ready:
+                _finish(pending.pop(ref), ref, registry, watcher)
+            watcher.refresh()
+    except KeyboardInterrupt:
+        result.interrupted = True
+        watcher.interrupting(len(pending))
+        _interrupt(pending, registry, watcher)
+
+
+def _interrupt(pending: dict, registry: Registry, watcher) -> None:
+    """Cancel every task (each running member forwards it as one Ctrl-C); a second Ctrl-C
+    cancels again (the second signal); past the grace period, kill their workers."""
+    for ref in pending:
+        ray.cancel(ref)
+    deadline = time.monotonic() + INTERRUPT_GRACE_S
+    while pending and time.monotonic() < deadline:
+        try:
+            ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=POLL_S)
+            for ref in ready:
+                _finish(pending.pop(ref), ref, registry, watcher)
+        except KeyboardInterrupt:
+            for ref in pending:
+                ray.cancel(ref)
+    for ref in list(pending):
+        ray.cancel(ref, force=True)
+        _finish(pending.pop(ref), ref, registry, watcher)
+
+
+def _finish(job: Job, ref, registry: Registry, watcher) -> None:
+    try:
+        job.outcome = ray.get(ref, timeout=30)
+    except TaskCancelledError:
+        job.outcome = _status_of(job, registry, otherwise="not started")
+    except RayTaskError as exc:
+        if isinstance(exc.cause, MemberLost):
+            job.outcome = _status_of(job, registry, otherwise="lost") + " (out of retries)"
+        else:
+            last = (str(exc.cause or exc).strip().splitlines() or [type(exc).__name__])[-1]
+            job.outcome = f"error: {last}"
+    except RayError as exc:  # its worker or node died, more often than max_retries allows
+        job.outcome = _status_of(job, registry, otherwise="lost") + f" ({type(exc).__name__}, out of retries)"
+    watcher.finished(job)
+
+
+def _status_of(job: Job, registry: Registry, otherwise: str) -> str:
+    run = registry.runs_named([job.run_name]).get(job.run_name)
+    return run.status if run is not None else otherwise

@@ -1,0 +1,116 @@
+"""What a sweep has left to run, worked out from its plan and the registry.
+
+Re-invoking a sweep looks at each variant's run (found by config hash, see
+registry/sweeps.py): finished runs are skipped, stale or interrupted ones are resumed
+from their last checkpoint (`--resume RUN`), failed or diverged ones are retried as a new
+run only with `--retry-failed` (a diverged lr=1e-4 is a result, not an accident). What
+each job finally does is settled where it runs (member.py), against the registry as it
+is then: a retried Ray task finds the run its previous attempt created, and resumes it.
+
+Nothing here runs anything or imports torch or Ray.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grpoctl.errors import UserError
+from grpoctl.registry import Registry, Run, effective_status
+from grpoctl.sweep.member import MemberSpec
+from grpoctl.sweep.spec import SweepPlan, Variant
+
+
+@dataclass
+class Job:
+    """One variant to run, and what became of it."""
+
+    variant: Variant
+    action: str  # "new", "resume" or "retry"
+    run_name: str
+    config: dict  # the run's full config (spec.SweepPlan.run_config)
+    log: Path  # absolute: outputs/sweeps/SWEEP/RUN.log, on the machine that runs it
+    outcome: str = "queued"  # then "running", then the run's final status (or why not)
+    where: str = ""  # the GPU it was pinned to, when the local executor pins
+    started: float = 0.0
+
+    @property
+    def config_file(self) -> Path:
+        # No "=" in it (lr=3e-5 is in run names): `grpoctl train` reads a first argument
+        # with "=" as an override, not as the config file.
+        return self.log.with_name(self.run_name.replace("=", "%3D") + ".yaml")
+
+    def train_args(self, db: str) -> list[str]:
+        """What `grpoctl train` is planned to get (a retried attempt decides again)."""
+        if self.action == "resume":
+            return ["--resume", self.run_name, "--db", db]
+        return [str(self.config_file), "--db", db]
+
+    def member(self, db: str, env: dict[str, str] | None = None, wait_for_claim: bool = False) -> MemberSpec:
+        return MemberSpec(run_name=self.run_name, config_hash=self.variant.config_hash, config=self.config,
+                          config_file=str(self.config_file), log=str(self.log), db=db, action=self.action,
+                          cwd=os.getcwd(), env=dict(env or {}), wait_for_claim=wait_for_claim)
+
+
+@dataclass
+class SweepResult:
+    jobs: list[Job] = field(default_factory=list)
+    skipped: list[tuple[Variant, str, Run | None]] = field(default_factory=list)  # (variant, why, run)
+    interrupted: bool = False
+
+
+def record_plan(plan: SweepPlan, registry: Registry) -> None:
+    """The sweep and every member it wants, by config hash (again: nothing changes)."""
+    sweep = registry.get_or_create_sweep(plan.name, plan.kind, plan.spec)
+    for variant in plan.variants:
+        registry.add_sweep_member(sweep.id, variant.config_hash, variant.label, variant.seed)
+
+
+def existing_runs(plan: SweepPlan, registry: Registry) -> dict[str, Run]:
+    """{config_hash: run} for the plan's variants that some run already answers."""
+    try:
+        members = registry.sweep_members(plan.name)
+    except UserError:  # no such sweep yet: nothing ran
+        return {}
+    return {m.config_hash: run for m, run in members if run is not None}
+
+
+def decide(plan: SweepPlan, registry: Registry | None, retry_failed: bool, log_root: Path) -> SweepResult:
+    """Split the plan into jobs to start and variants to leave alone (with why). Without a
+    registry (none exists yet) every variant is new."""
+    runs = existing_runs(plan, registry) if registry is not None else {}
+    taken = registry.names_taken([v.run_name for v in plan.variants]) if registry is not None else set()
+    log_dir = Path(log_root).absolute() / plan.name
+    result = SweepResult()
+    for variant in plan.variants:
+        run = runs.get(variant.config_hash)
+        status = effective_status(run) if run else None
+        if status == "running" and registry.claimable(run):
+            status = "stale"  # its trainer's claim is dead (expired, or its process is gone)
+        if run is None or (status in ("failed", "diverged") and retry_failed):
+            name = _fresh_name(variant.run_name, taken)
+            taken.add(name)
+            action = "new" if run is None else "retry"
+        elif status in ("stale", "interrupted"):
+            name, action = run.name, "resume"
+        else:
+            why = {
+                "finished": "finished",
+                "running": "running elsewhere",
+                "failed": "failed (--retry-failed to run it again)",
+                "diverged": "diverged (--retry-failed to run it again)",
+            }.get(status, status)
+            result.skipped.append((variant, why, run))
+            continue
+        result.jobs.append(Job(variant, action, name, plan.run_config(variant, name), log_dir / f"{name}.log"))
+    return result
+
+
+def _fresh_name(name: str, taken: set[str]) -> str:
+    if name not in taken:
+        return name
+    attempt = 2
+    while f"{name}-r{attempt}" in taken:
+        attempt += 1
+    return f"{name}-r{attempt}"

@@ -1,0 +1,90 @@
+"""A throwaway Ray cluster for the tests: one node on 127.0.0.1, with as many fake GPUs as
+asked (Ray hands each `num_gpus=1` task its own CUDA_VISIBLE_DEVICES; the trainers run on
+CPU whatever it says), token auth off (nothing listens beyond loopback).
+
+The cluster's worker processes inherit this process's environment as it is when the
+cluster starts, which is how the tests hand the trainers their settings: the train
+command ($GRPOCTL_TRAIN_CMD, a recorder around tests/digit_reward_train.py, see
+`recorder`) and fault points ($GRPOCTL_FAULT). Sweeps then join it with
+`grpoctl sweep ... --executor ray --ray-address ADDRESS`, as on a real cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+IN_CI = os.environ.get("CI", "").lower() == "true"
+# Loopback only, no token: a cluster that nothing beyond this machine can reach.
+LOCAL_ONLY = {"RAY_AUTH_MODE": "disabled", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+
+# Runs as `grpoctl train` for the members: notes which devices and command each trainer
+# process saw, then becomes tests/digit_reward_train.py in the same process (so that
+# the trainer is still the member's direct child, as `grpoctl train` would be).
+RECORDER = r'''
+import os, runpy, sys
+path = os.path.join(os.environ["RAYTEST_RECORD"], f"{os.getpid()}")
+with open(path + ".tmp", "w") as out:
+    out.write(os.environ.get("CUDA_VISIBLE_DEVICES", "-") + "\n" + " ".join(sys.argv[1:]) + "\n")
+os.replace(path + ".tmp", path + ".txt")  # whole, for a test that reads it meanwhile
+script = os.path.join(os.environ["RAYTEST_REPO"], "tests", "digit_reward_train.py")
+sys.argv = [script, "train", *sys.argv[1:]]
+runpy.run_path(script, run_name="__main__")
+'''
+
+
+def need_ray():
+    """Ray, or a skip (a failure under CI=true, where the `test` extra must have brought it)."""
+    try:
+        import ray
+    except ImportError:
+        if IN_CI:
+            pytest.fail("Ray is not installed under CI=true (the `test` extra brings it)")
+        pytest.skip("Ray is not installed (pip install 'grpoctl[ray]')")
+    return ray
+
+
+def recorder(workdir: Path) -> dict[str, str]:
+    """The environment that makes members train through RECORDER, recording into workdir/seen."""
+    script = workdir / "record_and_train.py"
+    script.write_text(RECORDER)
+    (workdir / "seen").mkdir(exist_ok=True)
+    return {"GRPOCTL_TRAIN_CMD": f"{sys.executable} {script}", "RAYTEST_RECORD": str(workdir / "seen"),
+            "RAYTEST_REPO": str(REPO), "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+
+
+def seen(workdir: Path) -> dict[int, tuple[str, str]]:
+    """{trainer pid: (CUDA_VISIBLE_DEVICES, its arguments)} of every trainer the members started."""
+    out = {}
+    for path in (workdir / "seen").glob("*.txt"):
+        devices, args = path.read_text().splitlines()[:2]
+        out[int(path.stem)] = (devices, args)
+    return out
+
+
+@contextmanager
+def local_cluster(env: dict[str, str], num_cpus: int, num_gpus: int):
+    """Start the cluster with `env` in its workers; yields its address."""
+    ray = need_ray()
+    saved = {k: os.environ.get(k) for k in {**LOCAL_ONLY, **env}}
+    os.environ.update({**LOCAL_ONLY, **env})
+    try:
+        # address="local": a new cluster of our own, even where `ray start` left one running
+        # (a bare ray.init() would join that one).
+        ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
+                 log_to_driver=False)
+        try:
+            yield ray.get_runtime_context().gcs_address
+        finally:
+            ray.shutdown()
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

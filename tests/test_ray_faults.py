@@ -1,0 +1,185 @@
+"""Members that lose their trainer or their Ray worker mid-run, on a real Ray cluster
+(127.0.0.1, 2 fake GPUs) with a PostgreSQL registry and real `grpoctl train` members.
+
+Every trainer stops itself once step 3's rollouts exist (GRPOCTL_FAULT, see
+grpoctl/train/faults.py; a checkpoint of step 2 exists by then), and the test acts on it
+there, so no outcome depends on timing:
+- member A: its trainer is killed (SIGKILL). The member records the run `interrupted`
+  and raises MemberLost; Ray runs the member again, which claims the run and resumes it
+  from step 2.
+- member B: its Ray worker is killed (SIGKILL), the trainer left behind. The trainer gets
+  SIGTERM from the kernel (its parent died, see grpoctl/sweep/exec_trainer.py), finishes
+  step 3, checkpoints and ends `interrupted`; meanwhile Ray runs the member again, which
+  waits for that trainer to let go of the run before it claims and resumes it.
+
+Both then finish, and each run's rows are exactly those of the same run never
+interrupted: the same (step, opt_step, name) metric keys with none duplicated, values to
+rtol 1e-5, the same stored completions and evals.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from sqlalchemy import create_engine, text
+
+from conftest import REPO, drop_pg_database, fast_overrides, fresh_pg_database
+from grpoctl.registry.engine import resolve_url
+from ray_cluster import local_cluster, need_ray, recorder, seen
+
+need_ray()
+
+from grpoctl.registry import Registry  # noqa: E402
+
+TIMEOUT_S = 600
+STEPS = 5
+# Checkpoints at 2, 4 and 5, all kept; evals at 0, 2, 4 and 5 (as in tests/test_faults.py).
+FAULT_CONFIG = {"loop.n_grpo_steps": STEPS, "checkpoint.every": 2, "checkpoint.keep_last": 3, "eval.every": 2}
+LRS = ("1e-3", "2e-3")
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("ray-faults")
+    with local_cluster(recorder(workdir) | {"GRPOCTL_FAULT": "step-rollouts@3:STOP"}, num_cpus=4,
+                       num_gpus=2) as address:
+        yield address, workdir
+
+
+def rows(url: str, name: str) -> dict[str, list[tuple]]:
+    """A run's metric rows (timings and memory left out: they differ run to run), stored
+    completions and evals, in a canonical order."""
+    engine = create_engine(resolve_url(url))
+    try:
+        with engine.connect() as conn:
+            run_id = conn.execute(text("SELECT id FROM run WHERE name = :n"), {"n": name}).scalar_one()
+            q = lambda sql: [tuple(r) for r in conn.execute(text(sql), {"id": run_id})]  # noqa: E731
+            return {
+                "metrics": q("SELECT step, opt_step, name, value FROM metric WHERE run_id = :id AND name NOT LIKE "
+                             "'time/%' AND name NOT LIKE 'mem/%' ORDER BY step, coalesce(opt_step, -1), name"),
+                "samples": q("SELECT step, kind, prompt, response, ground_truth, reward FROM sample "
+                             "WHERE run_id = :id ORDER BY step, kind, id"),
+                "evals": q("SELECT step, n, accuracy, format_rate FROM evalresult WHERE run_id = :id "
+                           "ORDER BY step, id"),
+            }
+    finally:
+        engine.dispose()
+
+
+def assert_same_rows(got: dict, want: dict) -> None:
+    keys = [(s, o, n) for s, o, n, _ in got["metrics"]]
+    assert len(keys) == len(set(keys)), "duplicated metric rows"
+    assert keys == [(s, o, n) for s, o, n, _ in want["metrics"]], "metric keys differ (gaps or extra rows)"
+    for (s, o, n, a), (_, _, _, b) in zip(got["metrics"], want["metrics"]):
+        assert a == pytest.approx(b, rel=1e-5, abs=1e-6), (s, o, n)
+    for table in ("samples", "evals"):
+        assert len(got[table]) == len(want[table]), table
+        for a, b in zip(got[table], want[table]):
+            assert a[:-1] == b[:-1] if table == "samples" else a[:2] == b[:2], (table, a, b)
+            assert a[-1] == pytest.approx(b[-1], rel=1e-5, abs=1e-6), (table, a, b)
+
+
+def straight_runs(model: Path, workdir: Path) -> dict[str, dict]:
+    """{lr: rows} of each member's run trained by plain `grpoctl train`, never interrupted."""
+    env = {k: v for k, v in os.environ.items() if k not in ("GRPOCTL_FAULT", "GRPOCTL_DB")}
+    env["PYTHONPATH"] = str(REPO)
+    procs = {}
+    for lr in LRS:
+        where = workdir / f"straight-{lr}"
+        where.mkdir()
+        args = fast_overrides(model, where, **FAULT_CONFIG, **{"optimizer.lr": lr}) + ["name=straight"]
+        procs[lr] = (where, subprocess.Popen([sys.executable, str(REPO / "tests" / "digit_reward_train.py"),
+                                              "train", *args], cwd=where, env=env, stdout=subprocess.DEVNULL,
+                                             stderr=subprocess.PIPE, text=True))
+    out = {}
+    for lr, (where, proc) in procs.items():
+        _, err = proc.communicate(timeout=TIMEOUT_S)
+        assert proc.returncode == 0, err[-2000:]
+        out[lr] = rows(str(where / "registry.db"), "straight")
+    return out
+
+
+def state(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return None
+
+
+def parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def run_of(args: str) -> str:
+    """The run a trainer works on, from its arguments: --resume RUN, or its config file."""
+    words = args.split()
+    if "--resume" in words:
+        return words[words.index("--resume") + 1]
+    return yaml.safe_load(Path(words[0]).read_text())["name"]
+
+
+def test_a_killed_trainer_and_a_killed_worker_are_resumed_without_a_duplicate_row(
+        cluster, pg_admin_url, tiny_model_dir, tmp_path):
+    address, workdir = cluster
+    db = fresh_pg_database(pg_admin_url)
+    try:
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "grpoctl", "sweep", "lr", "--values", ",".join(LRS),
+             *fast_overrides(tiny_model_dir, tmp_path, **FAULT_CONFIG), "--executor", "ray", "--ray-address",
+             address, "--max-retries", "3", "--db", db],
+            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ)
+        straight = straight_runs(tiny_model_dir, tmp_path)  # meanwhile
+        a, b = (f"lr-sweep-lr={lr}-s0" for lr in LRS)
+        done: set[int] = set()
+        holds: dict[str, int] = {}
+        killed_worker = None
+        deadline = time.monotonic() + TIMEOUT_S
+        try:
+            while driver.poll() is None and time.monotonic() < deadline:
+                for pid, (_, args) in seen(workdir).items():
+                    if pid in done or state(pid) != "T":
+                        continue
+                    done.add(pid)
+                    name = run_of(args)
+                    holds[name] = holds.get(name, 0) + 1
+                    if name == a and holds[name] == 1:
+                        os.kill(pid, signal.SIGKILL)  # the trainer dies mid-step
+                    elif name == b and holds[name] == 1:
+                        killed_worker = parent_of(pid)
+                        os.kill(killed_worker, signal.SIGKILL)  # its Ray worker dies; the trainer is orphaned
+                        os.kill(pid, signal.SIGCONT)
+                    else:
+                        os.kill(pid, signal.SIGCONT)  # a resumed run reaching step 3 again: let it be
+                time.sleep(0.1)
+            out, _ = driver.communicate(timeout=60)
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+                driver.wait()
+        assert driver.returncode == 0, out
+        assert holds == {a: 2, b: 1}, holds  # a: killed at step 3, resumed from 2 to pass it; b: resumed from 3
+        assert killed_worker is not None
+
+        registry = Registry(db)
+        for lr, name in zip(LRS, (a, b)):
+            run = registry.get_run(name)
+            assert (run.status, run.last_step) == ("finished", STEPS), (name, run.status, run.error)
+            assert_same_rows(rows(db, name), straight[lr])
+            log = "".join(t for _, _, t in registry.log_chunks(name))
+            assert log.count(" on ") >= 2 and log.count("--resume " + name) == 1, log  # two attempts, one resumed
+        # The orphan heard its parent die (into the node's log file, which it writes itself).
+        assert "SIGTERM: stopping after this step" in (tmp_path / "outputs/sweeps/lr-sweep" / f"{b}.log").read_text()
+        trainers = [run_of(args) for _, args in seen(workdir).values()]
+        assert sorted(trainers) == sorted([a, a, b, b])
+        assert len(registry.list_runs()) == 2
+        registry.close()
+    finally:
+        drop_pg_database(pg_admin_url, db)
