@@ -34,7 +34,8 @@ from pathlib import Path
 
 from sqlalchemy import insert
 
-from grpoctl.config import config_diff, config_hash, load_config, to_dict
+from grpoctl.config import config_diff, load_config, to_dict
+from grpoctl.rules import config_hash
 from grpoctl.registry import EvalResult, Registry, Run
 
 TARGET_S = 1.0

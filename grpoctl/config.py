@@ -25,16 +25,6 @@ from grpoctl.config_checks import validate
 from grpoctl.errors import UserError
 from grpoctl.rules import is_off_policy
 
-# A run's identity is a project rule (grpoctl/rules.py); these names stay importable from
-# here, where the sweep planner and older scripts look for them.
-from grpoctl.rules import (  # noqa: F401  (re-exported)
-    CHOICES,
-    HASH_EXCLUDED,
-    NEUTRAL_DEFAULTS,
-    config_hash,
-    flatten,
-    hashed_items,
-)
 
 # --------------------------------------------------------------------------- the tree
 

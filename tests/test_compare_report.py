@@ -20,7 +20,8 @@ from sqlalchemy import update
 from grpoctl.cli import compare_view as tables
 from grpoctl.analysis.compare import build_compare_table
 from grpoctl.cli.report_view import write_report
-from grpoctl.config import config_diff, config_hash, load_config, to_dict
+from grpoctl.config import config_diff, load_config, to_dict
+from grpoctl.rules import config_hash
 from grpoctl.registry import Registry, Run
 from grpoctl.registry.models import utcnow
 
@@ -472,3 +473,25 @@ def test_json_is_strict_json_with_null_where_a_number_is_not_finite(tmp_path):
     row = json.loads(out.stdout, parse_constant=refuse)["rows"][0]
     assert row["grad_norm"] is None and row["length"] is None  # the last values: NaN and inf
     assert row["final_acc"] == pytest.approx(0.7) and row["entropy"] == pytest.approx(0.6)
+
+
+def test_a_run_shared_by_two_studies_carries_each_studys_label(tmp_path):
+    # A sweep reuses a finished run with its config hash: two studies with a common
+    # baseline run it once. Each study's rows must use its own label for it, or the
+    # second study's baseline has "no runs" and nothing is compared.
+    path = tmp_path / "registry.db"
+    with Registry(str(path)) as registry:
+        first = registry.get_or_create_sweep("first", "ablation", {"file": "a.yaml", "baseline": "with_std"})
+        second = registry.get_or_create_sweep("second", "ablation", {"file": "b.yaml", "baseline": "mean"})
+        for seed, m in enumerate([0.62, 0.65, 0.60]):
+            run = eval_run(registry, first, f"first-with_std-s{seed}", "with_std", [f"seed={seed}"],
+                           [(0, 0.3), (29, m)], group="first")
+            registry.add_sweep_member(second.id, run.config_hash, "mean", seed)  # the same config
+        for seed, m in enumerate([0.70, 0.74, 0.66]):
+            eval_run(registry, second, f"second-token-s{seed}", "token", [f"seed={seed}", "loss.length_normalization=token"],
+                     [(0, 0.3), (29, m)], group="second")
+        table = build_compare_table(registry, ["second"])
+    assert sorted(r.label for r in table.rows) == ["mean", "token"]
+    assert table.versus is not None and table.versus.baseline == "mean"
+    token = next(v for v in table.versus.rows if v.label == "token")
+    assert token.diff is not None and token.diff.diff == pytest.approx(0.0766667, abs=1e-6)

@@ -5,16 +5,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import REPO
-from grpoctl.config import (
-    config_diff,
-    config_hash,
-    derived_sizes,
-    flatten,
-    from_dict,
-    load_config,
-    resolve_key,
-    to_dict,
-)
+from grpoctl.config import config_diff, derived_sizes, from_dict, load_config, resolve_key, to_dict
+from grpoctl.rules import config_hash, flatten
 from grpoctl.errors import UserError
 
 

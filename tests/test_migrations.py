@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import MetaData, create_engine, insert, select, text
 
-from grpoctl.config import config_hash, load_config
+from grpoctl.config import load_config
+from grpoctl.rules import config_hash
 from grpoctl.registry import Registry, schema
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,7 +16,6 @@ import os
 import pickle
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from sqlalchemy.engine import make_url

@@ -143,7 +143,8 @@ def _at_once(db: str, tmp_path: Path, commands: list[list[str]]) -> list[subproc
 # A trainer for the sweeps here: records its run as finished, at once.
 FAKE_TRAINER = """
 import sys
-from grpoctl.config import config_hash, load_config, to_dict
+from grpoctl.config import load_config, to_dict
+from grpoctl.rules import config_hash
 from grpoctl.errors import UserError
 from grpoctl.registry import Registry
 args = sys.argv[1:]

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from grpoctl import config as C
-from grpoctl.config import config_hash, flatten, load_config, to_dict
+from grpoctl.config import load_config, to_dict
+from grpoctl.rules import config_hash, flatten
 
 ROOT = Path(__file__).resolve().parents[1]
 

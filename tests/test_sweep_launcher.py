@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # name, group and variant arrive as overrides; its hash is config_hash(load_config(...)).
 FAKE_TRAINER = r'''
 import os, signal, sys, time
-from grpoctl.config import config_diff, config_hash, load_config, to_dict
+from grpoctl.config import config_diff, load_config, to_dict
+from grpoctl.rules import config_hash
 from grpoctl.registry import Registry
 
 args = sys.argv[1:]

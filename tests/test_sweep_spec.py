@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from grpoctl.config import config_hash, load_config
+from grpoctl.config import load_config
+from grpoctl.rules import config_hash
 from grpoctl.errors import UserError
 from grpoctl.sweep.spec import ablation, format_value, override_text, param_sweep, parse_seeds, parse_values
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from grpoctl.config import config_hash, load_config
+from grpoctl.config import load_config
+from grpoctl.rules import config_hash
 from grpoctl.registry import Registry
 from grpoctl.sweep import launcher, spec
 from grpoctl.train.threads import THREADS_ENV, per_child_cap, resolve_threads
@@ -62,7 +63,8 @@ def test_configure_sets_passive_waiting_before_torch_starts():
 
 ENV_DUMP = r'''
 import os, sys
-from grpoctl.config import config_diff, config_hash, load_config, to_dict
+from grpoctl.config import config_diff, load_config, to_dict
+from grpoctl.rules import config_hash
 from grpoctl.registry import Registry
 args = sys.argv[1:]
 db = args[args.index("--db") + 1]

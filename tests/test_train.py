@@ -321,7 +321,8 @@ def test_train_on_gsm8k_and_evaluate_on_math500(tiny_model_dir, tmp_path):
 def test_dry_run_of_from_and_resume_shows_the_runs_config(tmp_path):
     from conftest import registry_rows
 
-    from grpoctl.config import config_diff, config_hash, load_config, to_dict
+    from grpoctl.config import config_diff, load_config, to_dict
+    from grpoctl.rules import config_hash
     from grpoctl.registry import Registry
 
     db = str(tmp_path / "registry.db")

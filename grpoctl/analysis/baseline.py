@@ -6,7 +6,7 @@ numbers go in.
 The measure is the mean of a run's last `last_k` evals (at or before `at_step`), then the
 mean over the variant's seeds. The tiny model's greedy accuracy moves by up to ten points
 from one eval to the next on the same problems, so one eval is a noisy end point;
-averaging the last three (steps 40, 50 and 59 of a 60-step tiny run, 80-99 of a seed
+averaging the last three (steps 40, 50 and 60 of a 60-step tiny run, 80-99 of a seed
 run) steadies it while staying at the end of training. `--last-k 1` is the final eval
 alone; the eval at step 0, before training, is never averaged in. Best-so-far accuracy
 is shown too, but no verdict rests on it: the maximum of several noisy evals is biased

@@ -97,8 +97,10 @@ class CompareTable:
 # --------------------------------------------------------------------------- which runs
 
 
-def resolve_runs(registry: Registry, refs: list[str]) -> tuple[str, list[Run], list[str]]:
-    """A sweep or group name, or run refs, to runs; also notes on what is missing."""
+def resolve_runs(registry: Registry, refs: list[str]) -> tuple[str, list[Run], list[str], dict[int, str]]:
+    """A sweep or group name, or run refs, to runs; also notes on what is missing, and the
+    sweep's own variant label of each run (a run is shared by every sweep that has its
+    config, e.g. two studies' common baseline, and its row must carry this sweep's label)."""
     if not refs:
         raise UserError("name a sweep, an ablation, a group or some runs to compare")
     notes: list[str] = []
@@ -108,11 +110,13 @@ def resolve_runs(registry: Registry, refs: list[str]) -> tuple[str, list[Run], l
         except UserError:
             members = None
         if members is not None:
-            missing = [m.variant for m, run in members if run is None]
+            missing = list(dict.fromkeys(m.variant for m, run in members if run is None))
             if missing:
-                notes.append(f"{len(missing)} of {len(members)} variants have no run yet: "
+                absent = sum(run is None for _, run in members)
+                notes.append(f"{absent} of {len(members)} members have no run yet, of "
                              + ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else ""))
-            return refs[0], [run for _, run in members if run is not None], notes
+            labels = {run.id: m.variant for m, run in members if run is not None}
+            return refs[0], [run for _, run in members if run is not None], notes, labels
     runs: dict[int, Run] = {}
     for ref in refs:
         group = registry.runs_in_group(ref)
@@ -124,7 +128,7 @@ def resolve_runs(registry: Registry, refs: list[str]) -> tuple[str, list[Run], l
                     raise UserError(f"no sweep, group or run named '{ref}'") from None
                 raise
         runs.update((r.id, r) for r in group)
-    return ", ".join(refs), list(runs.values()), notes
+    return ", ".join(refs), list(runs.values()), notes, {}
 
 
 # --------------------------------------------------------------------------- loading
@@ -298,7 +302,7 @@ def build_compare_table(registry: Registry, refs: list[str], metric: str | None 
     if last_k < 1:
         raise UserError(f"--last-k must be at least 1, got {last_k}")
     metric = metric or "eval/accuracy"
-    title, runs, notes = resolve_runs(registry, refs)
+    title, runs, notes, member_labels = resolve_runs(registry, refs)
     if not runs:
         raise UserError(f"'{title}' has no runs yet")
     data = load_run_data(registry, runs, metric)
@@ -317,7 +321,7 @@ def build_compare_table(registry: Registry, refs: list[str], metric: str | None 
         per_run = [run_values(rd, at_step, metric) for rd in members]
         columns = {c for values in per_run for c in values}
         stats = {c: _fold([v[c] for v in per_run if c in v]) for c in columns}
-        labels = {rd.run.variant for rd in members}
+        labels = {member_labels.get(rd.run.id, rd.run.variant) for rd in members}
         label = labels.pop() if len(labels) == 1 and None not in labels else members[0].run.name
         flags = _row_flags(members)
         config = {short[k]: members[0].config.get(k) for k in differing}

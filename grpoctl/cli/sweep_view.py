@@ -15,6 +15,7 @@ from rich.live import Live
 from rich.table import Table
 
 from grpoctl.registry import Registry, effective_status
+from grpoctl.rules import format_number
 from grpoctl.sweep.launcher import Watcher
 from grpoctl.sweep.planning import Job, SweepResult, existing_runs
 from grpoctl.sweep.spec import SweepPlan
@@ -138,7 +139,7 @@ def summary_table(plan: SweepPlan, result: SweepResult, registry: Registry) -> T
         accuracy = last.get(run.id, {}).get("eval/accuracy")
         table.add_row(variant.label, str(variant.seed), run.name, effective_status(run),
                       f"{max(run.last_step, 0)}/{run.total_steps}",
-                      "" if accuracy is None else f"{accuracy:.3f}")
+                      "" if accuracy is None else format_number(accuracy))
     return table
 
 

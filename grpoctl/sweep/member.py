@@ -44,7 +44,7 @@ from pathlib import Path
 import yaml
 
 from grpoctl.errors import UserError
-from grpoctl.registry import LEASE_S, Registry, Run
+from grpoctl.registry import LEASE_S, Registry
 
 POLL_S = 0.2
 LOG_FLUSH_S = 1.0

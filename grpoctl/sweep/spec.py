@@ -30,7 +30,8 @@ import yaml
 
 from omegaconf import OmegaConf
 
-from grpoctl.config import config_hash, load_config, resolve_key, to_dict
+from grpoctl.config import load_config, resolve_key, to_dict
+from grpoctl.rules import config_hash
 from grpoctl.errors import UserError
 
 # --------------------------------------------------------------------------- value specs

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import torch
 
-from grpoctl.config import config_diff, config_hash, derived_sizes, to_dict
+from grpoctl.config import config_diff, derived_sizes, to_dict
+from grpoctl.rules import config_hash
 from grpoctl.data import PromptStream
 from grpoctl.data.run_data import load_run_data
 from grpoctl.grpo import PolicyGradientLoss
