@@ -5,9 +5,10 @@
 #   scripts/reproduce_tiny_ablations.sh [REGISTRY]     # default: docs/results/registry.db
 #
 # Sweeps are resumable: a member whose run finished is skipped, an interrupted one resumes,
-# so with the committed registry this only rewrites the pages (about a minute). From an
-# empty registry it runs all 57 distinct runs: about 1.8 CPU-hours, or about 1 h of wall
-# time on 2 cores (PARALLEL=2, each run on one thread). Never in CI.
+# so with the committed registry this only rewrites the pages (27 s here). From an empty
+# registry it runs all 51 distinct runs (a config two studies share runs once): their
+# wall times, each run on one thread, summed to 1.81 h here, so about 1 h on 2 cores
+# with PARALLEL=2. Never in CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DB=${1:-docs/results/registry.db}

@@ -79,6 +79,30 @@ PROMPT_NOT_TESTABLE = (
     "format in the supervised warm-start, so swapping the template would test the warm-start, not the prompt."
 )
 
+# What the tiny setup can and cannot show, study by study: facts read off the study pages.
+READING = {
+    "tiny-length-normalization": (
+        "responses run to about 29.7 of their 32-token limit (the pages' length column), so dividing by 32 "
+        "(constant) is within about 8% of dividing by each response's length (mean). The seed's responses "
+        "were 300-400 of 1024 tokens; the tiny setup cannot show its 2-2.5x gap in gradient scale, only that "
+        "accuracy does not move."),
+    "tiny-off-policy": (
+        "at equal GRPO steps, reuse takes 2-16x the optimizer steps on the same rollouts, and the tiny model, "
+        "60 steps from its start and far from its ceiling, turns them into faster learning: mild reuse is "
+        "ahead at step 60. The seed's on-policy win was over 200 steps, at Qwen's own learning rate. The "
+        "aggressive variant (16 optimizer steps) does show the instability: every seed falls from 0.40 to "
+        "0.24-0.30 at step 10, then recovers."),
+    "tiny-sft-init": (
+        "the tiny warm-start's checkpoints at steps 100 and 200 answer almost nothing (eval 0.006 before "
+        "GRPO and 0.00-0.02 after it; a train reward of at most 0.03 at any step): nearly every group's "
+        "rewards are all 0, so GRPO has almost no signal to learn from. The seed's "
+        "base model already solved some problems; the tiny model has no such base, so this measures a start "
+        "with too little supervised training for RL, not SFT narrowing the policy."),
+    "tiny-std-normalization": (
+        "removing the std division halves the gradient norm, as the seed saw; its accuracy cost (-2.6 "
+        "points) is in the seed's direction but not resolved by 3 seeds."),
+}
+
 STUDIES = ["tiny-lr-sweep", "tiny-baseline-ablation", "tiny-length-normalization", "tiny-std-normalization",
            "tiny-off-policy", "tiny-sft-init"]
 
@@ -87,12 +111,17 @@ def pts(x: float) -> str:
     return f"{100 * x:+.1f}"
 
 
-def accuracy_row(table, finding: Finding) -> tuple[str, str, str]:
-    """(measured, p, verdict) of an accuracy finding from compare's own comparison."""
+def _verdict(verdict: str, measured: str) -> str:
+    """The verdict, and what was measured when the verdict's word does not say it."""
+    return verdict if measured == verdict else f"{verdict}: {measured}"
+
+
+def accuracy_row(table, finding: Finding) -> tuple[str, str, str, str]:
+    """(measured, p, verdict, seeds needed) of an accuracy finding from compare's comparison."""
     versus = {v.label: v for v in table.versus.rows} if table.versus else {}
     v = versus.get(finding.variant)
     if v is None or v.diff is None:
-        return "no comparison", "", "not run"
+        return "no comparison", "", "not run", ""
     d = v.diff
     measured = f"{pts(d.diff)} pts [{pts(d.low)}, {pts(d.high)}]"
     if finding.expect in ("better", "worse"):
@@ -105,11 +134,12 @@ def accuracy_row(table, finding: Finding) -> tuple[str, str, str]:
             verdict = "not reproduced"
         else:
             verdict = "reproduced" if max(abs(d.low), abs(d.high)) <= EQUIVALENCE else "within noise"
-    return measured, f"{v.p_holm:.3g}", f"{verdict} ({v.verdict})"
+    needed = "" if v.seeds_needed is None else f"{'>' if v.seeds_needed_capped else ''}{v.seeds_needed}"
+    return measured, f"{v.p_holm:.3g}", _verdict(verdict, v.verdict), needed
 
 
-def grad_norm_row(table, finding: Finding) -> tuple[str, str, str]:
-    """(measured, p, verdict) of a gradient-norm finding: Welch over per-seed mean grad norms."""
+def grad_norm_row(table, finding: Finding) -> tuple[str, str, str, str]:
+    """(measured, p, verdict, "") of a gradient-norm finding: Welch over per-seed mean grad norms."""
     def per_seed(label):
         row = next((r for r in table.rows if r.label == label), None)
         if row is None:
@@ -119,14 +149,14 @@ def grad_norm_row(table, finding: Finding) -> tuple[str, str, str]:
 
     variant, base = per_seed(finding.variant), per_seed(table.versus.baseline if table.versus else "")
     if len(variant) < 2 or len(base) < 2:
-        return "no comparison", "", "not run"
+        return "no comparison", "", "not run", ""
     d = stats.welch(variant, base)
     ratio = statistics.fmean(variant) / statistics.fmean(base)
     measured = f"{d.diff:+.3f} [{d.low:+.3f}, {d.high:+.3f}] ({ratio:.2f}x)"
     direction = stats.verdict(d.diff, d.p)
     verdict = {"worse": "reproduced", "better": "not reproduced"}.get(direction, "within noise")
     label = {"worse": "lower", "better": "higher"}.get(direction, direction)
-    return measured, f"{d.p:.3g}", f"{verdict} ({label})"
+    return measured, f"{d.p:.3g}", _verdict(verdict, label), ""
 
 
 def main() -> int:
@@ -159,25 +189,30 @@ def main() -> int:
         "A finding that something does not matter counts as reproduced only when the interval lies within",
         f"+-{100 * EQUIVALENCE:.0f} points.",
         "",
-        "| Seed's finding | Tiny study: variant vs baseline | Measured | p | Verdict |",
-        "|---|---|---|---|---|",
+        "| Seed's finding | Tiny study: variant vs baseline | Measured | p | Verdict | Seeds needed |",
+        "|---|---|---|---|---|---|",
     ]
     for finding in FINDINGS:
         table = tables.get(finding.study)
         if table is None:
-            lines.append(f"| {finding.claim} | {finding.study}: `{finding.variant}` | | | not run yet |")
+            lines.append(f"| {finding.claim} | {finding.study}: `{finding.variant}` | | | not run yet | |")
             continue
         base = table.versus.baseline if table.versus else "?"
-        measured, p, verdict = (grad_norm_row if finding.measure == "grad_norm" else accuracy_row)(table, finding)
+        measured, p, verdict, needed = (grad_norm_row if finding.measure == "grad_norm" else accuracy_row)(
+            table, finding)
         what = "grad norm: " if finding.measure == "grad_norm" else ""
         lines.append(f"| {finding.claim} | [{finding.study}]({finding.study}/report.md): {what}"
-                     f"`{finding.variant}` vs `{base}` | {measured} | {p} | {verdict} |")
-    lines.append("| The r1_zero prompt beats question-only. | none | | | not testable at this scale |")
-    lines += ["", PROMPT_NOT_TESTABLE, "", "Beyond the seed:", ""]
+                     f"`{finding.variant}` vs `{base}` | {measured} | {p} | {verdict} | {needed} |")
+    lines.append("| The r1_zero prompt beats question-only. | none | | | not testable at this scale | |")
+    lines += ["", "Seeds needed: per arm, for the observed accuracy difference at alpha 0.05 and power 0.8 "
+              "(noncentral t; >100 when it is too close to zero to resolve).", "",
+              "## Reading the verdicts", "", PROMPT_NOT_TESTABLE, ""]
+    lines += [f"- **{study}**: {note}" for study, note in READING.items() if study in tables]
+    lines += ["", "Beyond the seed:", ""]
     for study, variant, what in BEYOND_THE_SEED:
         if study not in tables:
             continue
-        measured, p, verdict = accuracy_row(tables[study], Finding("", study, variant, "same"))
+        measured, p, verdict, _ = accuracy_row(tables[study], Finding("", study, variant, "same"))
         base = tables[study].versus.baseline if tables[study].versus else "?"
         lines.append(f"- {what}: `{variant}` vs `{base}` {measured}, p {p}: {verdict}.")
 
