@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from grpoctl import config as C
+from grpoctl import rules
 from grpoctl.config import load_config, to_dict
 from grpoctl.rules import config_hash, flatten
 
@@ -46,9 +46,9 @@ def test_the_hash_of_the_embedded_default_is_pinned():
 
 def test_every_config_key_is_hashed_excluded_or_neutral():
     keys = set(flatten(to_dict(load_config(None, []))))
-    excluded = {k for k in keys if k in C.HASH_EXCLUDED or k.startswith(tuple(e for e in C.HASH_EXCLUDED
+    excluded = {k for k in keys if k in rules.HASH_EXCLUDED or k.startswith(tuple(e for e in rules.HASH_EXCLUDED
                                                                                  if e.endswith(".")))}
-    added_later = set(C.NEUTRAL_DEFAULTS)
+    added_later = set(rules.NEUTRAL_DEFAULTS)
     assert keys - excluded - added_later == HASHED_KEYS, (
         "a config key was added or removed: list a new key in config.NEUTRAL_DEFAULTS with the value that "
         "keeps today's behaviour, or a changed definition needs a migration that rewrites stored hashes")
@@ -73,7 +73,7 @@ def test_a_key_added_later_changes_no_hash_at_its_neutral_default(monkeypatch):
     old = to_dict(load_config(None, []))  # a run stored before the key existed
     new = to_dict(load_config(None, []))
     new["loss"]["clip_ratio_c"] = None  # the key, as a later grpoctl would resolve it
-    monkeypatch.setitem(C.NEUTRAL_DEFAULTS, "loss.clip_ratio_c", None)
+    monkeypatch.setitem(rules.NEUTRAL_DEFAULTS, "loss.clip_ratio_c", None)
     assert config_hash(new) == config_hash(old) == "272e3b4b1f1c5f38"
     new["loss"]["clip_ratio_c"] = 3.0  # used: now it is part of what the run computes
     assert config_hash(new) != config_hash(old)
@@ -97,7 +97,7 @@ def test_the_migration_rewrites_hashes_to_what_the_code_computes(config):
         cfg = load_config(path, ["checkpoint.dir=/x", "runtime.threads=3"])
     # A config stored before the keys added since (NEUTRAL_DEFAULTS) existed lacks them.
     stored = to_dict(cfg)
-    for key, neutral in C.NEUTRAL_DEFAULTS.items():
+    for key, neutral in rules.NEUTRAL_DEFAULTS.items():
         section, _, name = key.rpartition(".")
         node = stored
         for part in section.split(".") if section else []:
