@@ -33,6 +33,7 @@ from sqlalchemy import create_engine, text
 from conftest import REPO, drop_pg_database, fast_overrides, fresh_pg_database
 from grpoctl.registry.engine import resolve_url
 from ray_cluster import local_cluster, need_ray, recorder, seen
+from run_rows import EVALS, METRICS, SAMPLES, assert_same_rows
 
 need_ray()
 
@@ -55,36 +56,15 @@ def cluster(tmp_path_factory):
 
 
 def rows(url: str, name: str) -> dict[str, list[tuple]]:
-    """A run's metric rows (timings and memory left out: they differ run to run), stored
-    completions and evals, in a canonical order."""
+    """run_rows.rows, from a registry at any URL (here PostgreSQL)."""
     engine = create_engine(resolve_url(url))
     try:
         with engine.connect() as conn:
             run_id = conn.execute(text("SELECT id FROM run WHERE name = :n"), {"n": name}).scalar_one()
-            q = lambda sql: [tuple(r) for r in conn.execute(text(sql), {"id": run_id})]  # noqa: E731
-            return {
-                "metrics": q("SELECT step, opt_step, name, value FROM metric WHERE run_id = :id AND name NOT LIKE "
-                             "'time/%' AND name NOT LIKE 'mem/%' ORDER BY step, coalesce(opt_step, -1), name"),
-                "samples": q("SELECT step, kind, prompt, response, ground_truth, reward FROM sample "
-                             "WHERE run_id = :id ORDER BY step, kind, id"),
-                "evals": q("SELECT step, n, accuracy, format_rate FROM evalresult WHERE run_id = :id "
-                           "ORDER BY step, id"),
-            }
+            return {table: [tuple(r) for r in conn.execute(text(query.format(id=":id")), {"id": run_id})]
+                    for table, query in (("metrics", METRICS), ("samples", SAMPLES), ("evals", EVALS))}
     finally:
         engine.dispose()
-
-
-def assert_same_rows(got: dict, want: dict) -> None:
-    keys = [(s, o, n) for s, o, n, _ in got["metrics"]]
-    assert len(keys) == len(set(keys)), "duplicated metric rows"
-    assert keys == [(s, o, n) for s, o, n, _ in want["metrics"]], "metric keys differ (gaps or extra rows)"
-    for (s, o, n, a), (_, _, _, b) in zip(got["metrics"], want["metrics"]):
-        assert a == pytest.approx(b, rel=1e-5, abs=1e-6), (s, o, n)
-    for table in ("samples", "evals"):
-        assert len(got[table]) == len(want[table]), table
-        for a, b in zip(got[table], want[table]):
-            assert a[:-1] == b[:-1] if table == "samples" else a[:2] == b[:2], (table, a, b)
-            assert a[-1] == pytest.approx(b[-1], rel=1e-5, abs=1e-6), (table, a, b)
 
 
 def straight_runs(model: Path, workdir: Path) -> dict[str, dict]:

@@ -14,27 +14,14 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from conftest import REPO
+from run_rows import rows
 
 FIXTURE = REPO / "tests" / "fixtures" / "checkpoint_v0"
 DIGIT_TRAIN = [sys.executable, str(REPO / "tests" / "digit_reward_train.py")]
-
-
-def rows(db: Path, name: str) -> dict[str, list[tuple]]:
-    with sqlite3.connect(db) as conn:
-        (run_id,) = conn.execute("SELECT id FROM run WHERE name = ?", (name,)).fetchone()
-        metrics = conn.execute(
-            "SELECT step, opt_step, name, value FROM metric WHERE run_id = ? AND name NOT LIKE 'time/%' "
-            "AND name NOT LIKE 'mem/%' ORDER BY step, coalesce(opt_step, -1), name", (run_id,)).fetchall()
-        samples = conn.execute("SELECT step, kind, prompt, response, ground_truth, reward FROM sample "
-                               "WHERE run_id = ? ORDER BY step, kind, id", (run_id,)).fetchall()
-        evals = conn.execute("SELECT step, n, accuracy, format_rate FROM evalresult WHERE run_id = ? "
-                             "ORDER BY step, id", (run_id,)).fetchall()
-    return {"metrics": metrics, "samples": samples, "evals": evals}
 
 
 def test_a_run_stopped_by_the_old_code_resumes_to_the_uninterrupted_result(tmp_path):
