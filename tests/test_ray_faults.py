@@ -145,7 +145,12 @@ def test_a_killed_trainer_and_a_killed_worker_are_resumed_without_a_duplicate_ro
                 driver.kill()
                 driver.wait()
         assert driver.returncode == 0, out
-        assert holds == {a: 2, b: 1}, holds  # a: killed at step 3, resumed from 2 to pass it; b: resumed from 3
+        # a: killed at step 3, resumed from 2 to pass it again. b: its orphan finishes step 3 and
+        # checkpoints on the parent-death SIGTERM, so the retry resumes from 3 -- unless Ray's
+        # cleanup of the dead worker's children sends a second SIGTERM first, which stops it at
+        # once (as a second signal must), and the retry resumes from 2. Either way no row is
+        # lost or written twice (below).
+        assert holds[a] == 2 and holds[b] in (1, 2) and len(holds) == 2, holds
         assert killed_worker is not None
 
         registry = Registry(db)
