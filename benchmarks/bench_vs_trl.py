@@ -202,8 +202,8 @@ def child_trl(model_dir: str, steps: int) -> dict:
 def run_side(side: str, python: str, model_dir: Path, steps: int, core: int, src: str | None) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
                TRANSFORMERS_VERBOSITY="error", HF_HUB_OFFLINE="1", PYTHONWARNINGS="ignore")
-    if src:
-        env["PYTHONPATH"] = src
+    # Both sides import this checkout's grpoctl (prompts, reward), whatever the TRL venv has installed.
+    env["PYTHONPATH"] = src or str(REPO)
     cmd = ["taskset", "-c", str(core), python, str(Path(__file__).resolve()), "--child",
            "trl" if side == "trl" else "grpoctl", "--model", str(model_dir), "--steps", str(steps)]
     before, started = os.times(), time.perf_counter()
