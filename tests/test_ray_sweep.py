@@ -34,7 +34,7 @@ from grpoctl.registry import Registry  # noqa: E402
 TIMEOUT_S = 420
 # Every trainer of this module's cluster stops itself once step 5's rollouts exist (see
 # grpoctl/train/faults.py), so that a test acts on a run mid-way, not on a timing guess.
-# The 3-step runs never get there.
+# Runs of 3 steps (the default here) never get there.
 HOLD = "step-rollouts@5"
 pytestmark = pytest.mark.slow
 
@@ -74,22 +74,57 @@ def counts(registry: Registry, run) -> dict[str, int]:
             "samples": len(registry.samples(run.id))}
 
 
+def release_in_pairs(driver: subprocess.Popen, workdir: Path) -> None:
+    """Let the trainers held at HOLD go on two at a time: two members are then known to run
+    at once (a 6-step tiny run is over in a second or two, so without this two members on
+    two free GPUs may still miss each other). A trainer held alone for 60 s goes on alone."""
+    held_since: dict[int, float] = {}
+    released: set[int] = set()
+    deadline = time.monotonic() + TIMEOUT_S
+    while driver.poll() is None and time.monotonic() < deadline:
+        for pid in seen(workdir):
+            try:
+                if pid not in released and pid not in held_since and stopped(pid):
+                    held_since[pid] = time.monotonic()
+            except FileNotFoundError:  # that trainer is over
+                released.add(pid)
+        alone_too_long = any(time.monotonic() - t > 60 for t in held_since.values())
+        if len(held_since) >= 2 or alone_too_long:
+            for pid in held_since:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+            released.update(held_since)
+            held_since.clear()
+        time.sleep(0.1)
+
+
 def test_four_members_on_two_fake_gpus_run_two_at_a_time(cluster, pg_url, tiny_model_dir, tmp_path):
     address, workdir = cluster
-    args = sweep_args(address, pg_url, tiny_model_dir, tmp_path, "1e-3,2e-3,3e-3,4e-3")
-    out = grpoctl(*args, cwd=tmp_path)
-    assert out.returncode == 0, out.stdout + out.stderr
+    args = sweep_args(address, pg_url, tiny_model_dir, tmp_path, "1e-3,2e-3,3e-3,4e-3",
+                      **{"loop.n_grpo_steps": 6, "eval.every": 3, "checkpoint.every": 3})
+    driver = subprocess.Popen([sys.executable, "-m", "grpoctl", *args], cwd=tmp_path, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, env=dict(os.environ, COLUMNS="200"))
+    try:
+        release_in_pairs(driver, workdir)
+        out, _ = driver.communicate(timeout=60)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    assert driver.returncode == 0, out
     registry = Registry(pg_url)
     runs = registry.runs_in_group("lr-sweep")
     assert [r.status for r in runs] == ["finished"] * 4
 
-    # 3 steps; evals at 0, 2 and 3; checkpoints at 2 and 3; one optimizer step per GRPO step (from 0);
+    # 6 steps; evals at 0, 3 and 6; checkpoints at 3 and 6; one optimizer step per GRPO step (from 0);
     # 4 completions stored per step, 4 more per eval.
     for run in runs:
         assert counts(registry, run) == {"metric keys": counts(registry, runs[0])["metric keys"], "evals": 3,
-                                         "checkpoints": 2, "samples": 4 * 3 + 4 * 3}, run.name
-        assert {s for s, _ in registry.metric_series(run.id)["train/reward"]} == {1, 2, 3}
-        assert [o for o, _ in registry.metric_series(run.id, per_opt_step=True)["train/loss"]] == [0, 1, 2]
+                                         "checkpoints": 2, "samples": 4 * 6 + 4 * 3}, run.name
+        assert {s for s, _ in registry.metric_series(run.id)["train/reward"]} == set(range(1, 7))
+        assert [o for o, _ in registry.metric_series(run.id, per_opt_step=True)["train/loss"]] == list(range(6))
 
     # Which devices each trainer saw (every member ran once: its run's pid is its trainer).
     devices = {pid: d for pid, (d, _) in seen(workdir).items()}
