@@ -40,14 +40,36 @@ from grpoctl.registry import EvalResult, Registry, Run
 
 TARGET_S = 1.0
 METRICS = [
-    "train/reward", "train/format_reward", "train/answer_reward", "train/loss", "train/grad_norm",
-    "train/token_entropy", "train/response_length", "train/response_clip_fraction",
-    "train/clip_fraction", "train/zero_std_group_fraction", "train/lr",
-    "eval/accuracy", "eval/format_rate", "eval/response_length",
-    "time/rollout", "time/reward", "time/train", "time/eval", "time/step", "time/weight_sync",
-    "mem/peak", "mem/peak_after_rollout", "mem/peak_after_train", "mem/peak_after_eval",
-    "train/advantage_mean", "train/advantage_std", "train/ratio_mean", "train/kl",
-    "train/reward_std", "train/num_tokens",
+    "train/reward",
+    "train/format_reward",
+    "train/answer_reward",
+    "train/loss",
+    "train/grad_norm",
+    "train/token_entropy",
+    "train/response_length",
+    "train/response_clip_fraction",
+    "train/clip_fraction",
+    "train/zero_std_group_fraction",
+    "train/lr",
+    "eval/accuracy",
+    "eval/format_rate",
+    "eval/response_length",
+    "time/rollout",
+    "time/reward",
+    "time/train",
+    "time/eval",
+    "time/step",
+    "time/weight_sync",
+    "mem/peak",
+    "mem/peak_after_rollout",
+    "mem/peak_after_train",
+    "mem/peak_after_eval",
+    "train/advantage_mean",
+    "train/advantage_std",
+    "train/ratio_mean",
+    "train/kl",
+    "train/reward_std",
+    "train/num_tokens",
 ]
 LRS = [1e-6, 3e-6, 1e-5, 3e-5, 1e-4]
 LOSSES = ["no_baseline", "reinforce_with_baseline", "grpo_clip", "grpo_no_clip"]  # x 5 lrs = 20 variants
@@ -84,25 +106,59 @@ def build(path: Path | str, runs: int, steps: int) -> None:
     for i in range(runs):
         lr, loss, seed = LRS[i % 5], LOSSES[(i // 5) % 4], i // 20  # 20 variants, seeds fold
         variant = f"lr={lr:g}-{loss}"
-        cfg = load_config(None, [f"optimizer.lr={lr}", f"loss.loss_type={loss}", f"seed={seed}",
-                                 f"loop.n_grpo_steps={steps}"])
+        cfg = load_config(
+            None, [f"optimizer.lr={lr}", f"loss.loss_type={loss}", f"seed={seed}", f"loop.n_grpo_steps={steps}"]
+        )
         digest = config_hash(cfg)
         registry.add_sweep_member(sweep.id, digest, variant, seed)
-        run_rows.append(dict(
-            id=i + 1, name=f"bench-{variant}-s{seed}", group="bench", variant=variant,
-            status="finished", config=json.dumps(to_dict(cfg)), config_diff=json.dumps(config_diff(cfg)),
-            config_hash=digest, seed=seed, host="bench", device="H100", version="0",
-            total_steps=steps, last_step=steps - 1, created_at=now, heartbeat_at=now, finished_at=now,
-        ))
-    evals = [dict(run_id=i + 1, step=s, n=1024, accuracy=round(0.3 + 0.4 * s / steps + rng.gauss(0, 0.02), 4), format_rate=0.9, mean_response_length=300.0,
-                  subset_hash="abc", data_hash="def", template_hash="r1", decoding="{}", grader="math-verify",
-                  created_at=now)
-             for i in range(runs) for s in range(0, steps, 10)]
+        run_rows.append(
+            dict(
+                id=i + 1,
+                name=f"bench-{variant}-s{seed}",
+                group="bench",
+                variant=variant,
+                status="finished",
+                config=json.dumps(to_dict(cfg)),
+                config_diff=json.dumps(config_diff(cfg)),
+                config_hash=digest,
+                seed=seed,
+                host="bench",
+                device="H100",
+                version="0",
+                total_steps=steps,
+                last_step=steps - 1,
+                created_at=now,
+                heartbeat_at=now,
+                finished_at=now,
+            )
+        )
+    evals = [
+        dict(
+            run_id=i + 1,
+            step=s,
+            n=1024,
+            accuracy=round(0.3 + 0.4 * s / steps + rng.gauss(0, 0.02), 4),
+            format_rate=0.9,
+            mean_response_length=300.0,
+            subset_hash="abc",
+            data_hash="def",
+            template_hash="r1",
+            decoding="{}",
+            grader="math-verify",
+            created_at=now,
+        )
+        for i in range(runs)
+        for s in range(0, steps, 10)
+    ]
     with registry.engine.begin() as conn:
         conn.execute(insert(Run), run_rows)
         conn.execute(insert(EvalResult), evals)
-    metric_rows = ((i + 1, step, name, curve(name, step, steps, rng, collapse=i % 10 == 4))
-                   for i in range(runs) for step in range(steps) for name in METRICS)
+    metric_rows = (
+        (i + 1, step, name, curve(name, step, steps, rng, collapse=i % 10 == 4))
+        for i in range(runs)
+        for step in range(steps)
+        for name in METRICS
+    )
     if registry.engine.dialect.name == "postgresql":
         raw = registry.engine.raw_connection()
         try:
@@ -120,8 +176,9 @@ def build(path: Path | str, runs: int, steps: int) -> None:
     registry.close()
     db = sqlite3.connect(path)
     with db:
-        db.executemany("INSERT INTO metric (run_id, step, opt_step, name, value) VALUES (?, ?, NULL, ?, ?)",
-                       metric_rows)
+        db.executemany(
+            "INSERT INTO metric (run_id, step, opt_step, name, value) VALUES (?, ?, NULL, ?, ?)", metric_rows
+        )
     db.close()
 
 
@@ -151,7 +208,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--keep", help="build the registry in this directory and keep it")
-    parser.add_argument("--db", help="build it at this URL instead (an empty PostgreSQL database, or a new SQLite path)")
+    parser.add_argument(
+        "--db", help="build it at this URL instead (an empty PostgreSQL database, or a new SQLite path)"
+    )
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -165,14 +224,22 @@ def main() -> None:
         rows = args.runs * args.steps * len(METRICS)
         size = f" ({path.stat().st_size / 2**20:.0f} MiB)" if isinstance(path, Path) else ""
         where = path.name if isinstance(path, Path) else Registry(path, readonly=True).public_url
-        print(f"built {where}: {args.runs} runs x {args.steps} steps x {len(METRICS)} metrics "
-              f"= {rows:,} metric rows in {time.perf_counter() - start:.1f} s{size}")
-        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores "
-              "(other processes stretch the wall clock, not the CPU time)")
+        print(
+            f"built {where}: {args.runs} runs x {args.steps} steps x {len(METRICS)} metrics "
+            f"= {rows:,} metric rows in {time.perf_counter() - start:.1f} s{size}"
+        )
+        print(
+            f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores "
+            "(other processes stretch the wall clock, not the CPU time)"
+        )
         ok = True
-        cases = (("--help", ["--help"], False), ("table", [], True), ("json", ["--format", "json"], True),
-                 ("table --baseline", ["--baseline", BASELINE], False),
-                 ("json --baseline", ["--format", "json", "--baseline", BASELINE], False))
+        cases = (
+            ("--help", ["--help"], False),
+            ("table", [], True),
+            ("json", ["--format", "json"], True),
+            ("table --baseline", ["--baseline", BASELINE], False),
+            ("json --baseline", ["--format", "json", "--baseline", BASELINE], False),
+        )
         for label, extra, held in cases:
             walls, cpus = time_compare(path, args.repeat, extra)
             med = statistics.median(walls)
@@ -180,12 +247,16 @@ def main() -> None:
             if held:  # --help is the floor (interpreter start and the CLI's imports)
                 ok &= med <= TARGET_S
                 verdict = f"  {'OK' if med <= TARGET_S else 'SLOWER THAN'} {TARGET_S:.1f} s target"
-            print(f"grpoctl compare {label:16} median {med:.3f} s wall (min {min(walls):.3f}, "
-                  f"max {max(walls):.3f}), {statistics.median(cpus):.3f} s CPU{verdict}")
+            print(
+                f"grpoctl compare {label:16} median {med:.3f} s wall (min {min(walls):.3f}, "
+                f"max {max(walls):.3f}), {statistics.median(cpus):.3f} s CPU{verdict}"
+            )
         for label, code in (("numpy", "import numpy"), ("scipy.stats", "import scipy.stats")):
             walls, cpus = time_command([sys.executable, "-c", code], args.repeat)
-            print(f"python -c 'import {label}'{'':{16 - len(label)}} median {statistics.median(walls):.3f} s wall, "
-                  f"{statistics.median(cpus):.3f} s CPU")
+            print(
+                f"python -c 'import {label}'{'':{16 - len(label)}} median {statistics.median(walls):.3f} s wall, "
+                f"{statistics.median(cpus):.3f} s CPU"
+            )
     sys.exit(0 if ok else 1)
 
 

@@ -30,8 +30,16 @@ SPIN = "while True:\n    pass\n"
 
 def start_run(steps: int, overrides: list[str], tag: str) -> tuple[subprocess.Popen, Path]:
     workdir = Path(tempfile.mkdtemp(prefix=f"grpoctl-contention-{tag}-"))
-    cmd = [sys.executable, "-m", "grpoctl", "train", f"loop.n_grpo_steps={steps}", "logging.live=false",
-           f"name={tag}", *overrides]
+    cmd = [
+        sys.executable,
+        "-m",
+        "grpoctl",
+        "train",
+        f"loop.n_grpo_steps={steps}",
+        "logging.live=false",
+        f"name={tag}",
+        *overrides,
+    ]
     proc = subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return proc, workdir
 
@@ -42,8 +50,10 @@ def seconds_per_step(proc: subprocess.Popen, workdir: Path, tag: str) -> tuple[f
         raise SystemExit(f"{tag} failed:\n{out[-3000:]}")
     threads = next((line for line in out.splitlines() if line.startswith("torch threads:")), "torch threads: ?")
     with sqlite3.connect(workdir / "registry.db") as conn:
-        rows = conn.execute("SELECT step, name, value FROM metric WHERE opt_step IS NULL AND step > 1 "
-                            "AND name IN ('time/step', 'time/eval')").fetchall()
+        rows = conn.execute(
+            "SELECT step, name, value FROM metric WHERE opt_step IS NULL AND step > 1 "
+            "AND name IN ('time/step', 'time/eval')"
+        ).fetchall()
     per_step: dict[int, float] = {}
     for step, name, value in rows:
         per_step[step] = per_step.get(step, 0.0) + (value if name == "time/step" else -value)

@@ -28,8 +28,17 @@ REPO = Path(__file__).resolve().parents[1]
 
 def run_seed(seed: int, threads: int | None, overrides: list[str], keep: Path | None) -> dict:
     workdir = Path(tempfile.mkdtemp(prefix=f"grpoctl-bench-s{seed}-", dir=keep))
-    cmd = [sys.executable, "-m", "grpoctl", "train", f"seed={seed}", "logging.live=false", f"name=bench-s{seed}",
-           *([f"runtime.threads={threads}"] if threads else []), *overrides]
+    cmd = [
+        sys.executable,
+        "-m",
+        "grpoctl",
+        "train",
+        f"seed={seed}",
+        "logging.live=false",
+        f"name=bench-s{seed}",
+        *([f"runtime.threads={threads}"] if threads else []),
+        *overrides,
+    ]
     before, started = os.times(), time.perf_counter()
     out = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True)
     wall, after = time.perf_counter() - started, os.times()
@@ -40,17 +49,29 @@ def run_seed(seed: int, threads: int | None, overrides: list[str], keep: Path | 
     with sqlite3.connect(workdir / "registry.db") as conn:
         acc = conn.execute("SELECT step, value FROM metric WHERE name='eval/accuracy' ORDER BY step").fetchall()
         steps = [v for (v,) in conn.execute("SELECT value FROM metric WHERE name='time/step' AND opt_step IS NULL")]
-        phases = {name: statistics.median(v for (v,) in conn.execute(
-            "SELECT value FROM metric WHERE name=? AND opt_step IS NULL", (name,)))
-            for name in ("time/rollout", "time/train", "time/weight_sync")}
+        phases = {
+            name: statistics.median(
+                v for (v,) in conn.execute("SELECT value FROM metric WHERE name=? AND opt_step IS NULL", (name,))
+            )
+            for name in ("time/rollout", "time/train", "time/weight_sync")
+        }
         backend = conn.execute("SELECT config FROM run").fetchone()[0]
     threads_line = next((line for line in out.stdout.splitlines() if line.startswith("torch threads:")), "")
     return {
-        "seed": seed, "wall_s": wall, "cpu_s": (after.children_user + after.children_system)
-        - (before.children_user + before.children_system), "warmstart_s": warm["seconds"],
-        "warmstart_steps": warm["steps"], "s_per_step": statistics.median(steps), "start": acc[0][1], "end": acc[-1][1],
-        "best": max(v for _, v in acc), "curve": acc, "phases": phases, "threads": threads_line,
-        "backend": json.loads(backend)["rollout"]["backend"], "dir": str(workdir),
+        "seed": seed,
+        "wall_s": wall,
+        "cpu_s": (after.children_user + after.children_system) - (before.children_user + before.children_system),
+        "warmstart_s": warm["seconds"],
+        "warmstart_steps": warm["steps"],
+        "s_per_step": statistics.median(steps),
+        "start": acc[0][1],
+        "end": acc[-1][1],
+        "best": max(v for _, v in acc),
+        "curve": acc,
+        "phases": phases,
+        "threads": threads_line,
+        "backend": json.loads(backend)["rollout"]["backend"],
+        "dir": str(workdir),
     }
 
 
@@ -62,17 +83,25 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="extra key=value overrides, e.g. rollout.backend=vllm")
     args = parser.parse_args()
     rows = [run_seed(int(s), args.threads, args.overrides, args.keep) for s in args.seeds.split(",")]
-    print(f"grpoctl train (embedded default), {rows[0]['threads'] or 'threads: ?'}, backend {rows[0]['backend']}, "
-          f"overrides: {' '.join(args.overrides) or 'none'}")
-    print(f"{'seed':>4} {'wall s':>7} {'cpu s':>7} {'warm-start s':>12} {'ws steps':>8} {'s/step':>7} {'start':>6} "
-          f"{'end':>6} {'best':>6} {'gain':>6}")
+    print(
+        f"grpoctl train (embedded default), {rows[0]['threads'] or 'threads: ?'}, backend {rows[0]['backend']}, "
+        f"overrides: {' '.join(args.overrides) or 'none'}"
+    )
+    print(
+        f"{'seed':>4} {'wall s':>7} {'cpu s':>7} {'warm-start s':>12} {'ws steps':>8} {'s/step':>7} {'start':>6} "
+        f"{'end':>6} {'best':>6} {'gain':>6}"
+    )
     for r in rows:
-        print(f"{r['seed']:>4} {r['wall_s']:>7.1f} {r['cpu_s']:>7.1f} {r['warmstart_s']:>12.1f} {r['warmstart_steps']:>8} "
-              f"{r['s_per_step']:>7.2f} {r['start']:>6.3f} {r['end']:>6.3f} {r['best']:>6.3f} "
-              f"{r['end'] - r['start']:>+6.3f}")
+        print(
+            f"{r['seed']:>4} {r['wall_s']:>7.1f} {r['cpu_s']:>7.1f} {r['warmstart_s']:>12.1f} {r['warmstart_steps']:>8} "
+            f"{r['s_per_step']:>7.2f} {r['start']:>6.3f} {r['end']:>6.3f} {r['best']:>6.3f} "
+            f"{r['end'] - r['start']:>+6.3f}"
+        )
     gains = [r["end"] - r["start"] for r in rows]
-    print(f"mean gain {statistics.mean(gains):+.3f}; min gain {min(gains):+.3f}; "
-          f"max wall {max(r['wall_s'] for r in rows):.1f} s")
+    print(
+        f"mean gain {statistics.mean(gains):+.3f}; min gain {min(gains):+.3f}; "
+        f"max wall {max(r['wall_s'] for r in rows):.1f} s"
+    )
     for r in rows:
         print(f"seed {r['seed']} median s: " + ", ".join(f"{k} {v:.3f}" for k, v in r["phases"].items()))
     for r in rows:

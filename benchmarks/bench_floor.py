@@ -76,17 +76,24 @@ def main() -> None:
     cube_rate = [2 * 2048**3 / t / 1e9 for t in cube]
     rate = max(mlp_rate[1], cube_rate[1]) * 1e9
     tokens = args.rows * args.tokens
-    print(f"tiny Qwen2, {params / 1e6:.2f}M parameters, batch {args.rows} x {args.tokens} = {tokens} tokens, "
-          f"{torch.get_num_threads()} thread")
-    print(f"matmul GFLOP/s (wall / cpu): {mlp_rate[0]:.0f} / {mlp_rate[1]:.0f} at {a.shape[0]}x128 @ 128x512, "
-          f"{cube_rate[0]:.0f} / {cube_rate[1]:.0f} at 2048^3")
+    print(
+        f"tiny Qwen2, {params / 1e6:.2f}M parameters, batch {args.rows} x {args.tokens} = {tokens} tokens, "
+        f"{torch.get_num_threads()} thread"
+    )
+    print(
+        f"matmul GFLOP/s (wall / cpu): {mlp_rate[0]:.0f} / {mlp_rate[1]:.0f} at {a.shape[0]}x128 @ 128x512, "
+        f"{cube_rate[0]:.0f} / {cube_rate[1]:.0f} at 2048^3"
+    )
     print(f"{'floor':<28}{'wall s':>9}{'cpu s':>9}")
     for name, (wall, cpu) in rows.items():
         print(f"{name:<28}{wall:>9.3f}{cpu:>9.3f}")
-    print(f"{'FLOPs train (6 N T)':<28}{6 * params * tokens / rate:>9.3f}{'':>9}  "
-          f"{6 * params * tokens / 1e9:.1f} GFLOP")
-    print(f"{'FLOPs generation (2 N T)':<28}{2 * params * tokens / rate:>9.3f}{'':>9}  "
-          f"{2 * params * tokens / 1e9:.1f} GFLOP")
+    print(
+        f"{'FLOPs train (6 N T)':<28}{6 * params * tokens / rate:>9.3f}{'':>9}  {6 * params * tokens / 1e9:.1f} GFLOP"
+    )
+    print(
+        f"{'FLOPs generation (2 N T)':<28}{2 * params * tokens / rate:>9.3f}{'':>9}  "
+        f"{2 * params * tokens / 1e9:.1f} GFLOP"
+    )
 
 
 if __name__ == "__main__":

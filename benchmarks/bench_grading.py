@@ -58,8 +58,13 @@ def perturb(answer: str) -> str:
 def gamed(truth: str) -> list[str]:
     """Answers that carry the truth next to a wrong value, hoping to be read as it."""
     wrong = perturb(truth)
-    return [f"{wrong}={truth}", f"x={wrong}={truth}", f"{truth}={wrong}", f"x={wrong}, y={truth}",
-            rf"{truth} \text{{ or }} {wrong}"]
+    return [
+        f"{wrong}={truth}",
+        f"x={wrong}={truth}",
+        f"{truth}={wrong}",
+        f"x={wrong}, y={truth}",
+        rf"{truth} \text{{ or }} {wrong}",
+    ]
 
 
 def hostile_strings(n: int, seed: int = 0) -> list[str]:

@@ -47,14 +47,27 @@ def warm_started_model(cache_dir: Path) -> Path:
 
 def grpoctl_overrides(model_dir: str, steps: int) -> list[str]:
     return [
-        f"model.path={model_dir}", f"seed={SEED}", f"loop.n_grpo_steps={steps}",
-        f"rollout.rollout_batch_size={PROMPTS * GROUP}", f"rollout.group_size={GROUP}",
-        f"rollout.max_tokens={MAX_TOKENS}", f"rollout.min_tokens={MIN_TOKENS}", "rollout.stop=[]",
-        f"loop.train_batch_size={PROMPTS * GROUP}", f"loop.gradient_accumulation_steps={ACCUM}",
-        f"optimizer.lr={LR}", "optimizer.warmup_steps=0", "optimizer.lr_schedule=constant",
-        "loss.length_normalization=mean", "loss.loss_type=grpo_clip",
-        "eval.at_start=false", "eval.every=0", "eval.subset=16", "checkpoint.every=0",
-        "runtime.threads=1", "logging.live=false",
+        f"model.path={model_dir}",
+        f"seed={SEED}",
+        f"loop.n_grpo_steps={steps}",
+        f"rollout.rollout_batch_size={PROMPTS * GROUP}",
+        f"rollout.group_size={GROUP}",
+        f"rollout.max_tokens={MAX_TOKENS}",
+        f"rollout.min_tokens={MIN_TOKENS}",
+        "rollout.stop=[]",
+        f"loop.train_batch_size={PROMPTS * GROUP}",
+        f"loop.gradient_accumulation_steps={ACCUM}",
+        f"optimizer.lr={LR}",
+        "optimizer.warmup_steps=0",
+        "optimizer.lr_schedule=constant",
+        "loss.length_normalization=mean",
+        "loss.loss_type=grpo_clip",
+        "eval.at_start=false",
+        "eval.every=0",
+        "eval.subset=16",
+        "checkpoint.every=0",
+        "runtime.threads=1",
+        "logging.live=false",
     ]
 
 
@@ -88,6 +101,7 @@ def child_grpoctl(model_dir: str, steps: int) -> dict:
                 wall, cpu = clock.elapsed()
                 rec = records[-1] if records else {}
                 rec[phase] = tuple(a + b for a, b in zip(rec.get(phase, (0.0, 0.0)), (wall, cpu)))
+
         return wrapper
 
     one_step, score = trainer.grpo_step, grpo.score_rollouts
@@ -153,18 +167,46 @@ def child_trl(model_dir: str, steps: int) -> dict:
         return [reward_fn(c, a)["reward"] for c, a in zip(completions, answer)]
 
     args = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="bench-vs-trl-trl-"), use_cpu=True, seed=SEED, max_steps=steps,
-        per_device_train_batch_size=MICRO, gradient_accumulation_steps=ACCUM, num_generations=GROUP,
-        max_completion_length=MAX_TOKENS, generation_kwargs={"min_new_tokens": MIN_TOKENS},
-        temperature=1.0, top_p=1.0, top_k=0, shuffle_dataset=False,
-        learning_rate=LR, lr_scheduler_type="constant", warmup_steps=0, adam_beta1=0.9, adam_beta2=0.95,
-        weight_decay=0.0, max_grad_norm=1.0, loss_type="grpo", beta=0.0, num_iterations=1, scale_rewards="group",
-        logging_steps=1, report_to="none", save_strategy="no", disable_tqdm=True, dataloader_num_workers=0,
-        bf16=False, model_init_kwargs={"dtype": torch.float32},
+        output_dir=tempfile.mkdtemp(prefix="bench-vs-trl-trl-"),
+        use_cpu=True,
+        seed=SEED,
+        max_steps=steps,
+        per_device_train_batch_size=MICRO,
+        gradient_accumulation_steps=ACCUM,
+        num_generations=GROUP,
+        max_completion_length=MAX_TOKENS,
+        generation_kwargs={"min_new_tokens": MIN_TOKENS},
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        shuffle_dataset=False,
+        learning_rate=LR,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        adam_beta1=0.9,
+        adam_beta2=0.95,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        loss_type="grpo",
+        beta=0.0,
+        num_iterations=1,
+        scale_rewards="group",
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        bf16=False,
+        model_init_kwargs={"dtype": torch.float32},
     )
     tokenizer = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
-    trainer = GRPOTrainer(model=model_dir, reward_funcs=r1_zero, args=args, train_dataset=Dataset.from_list(rows),
-                          processing_class=tokenizer)
+    trainer = GRPOTrainer(
+        model=model_dir,
+        reward_funcs=r1_zero,
+        args=args,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+    )
 
     phases: list[dict] = []
     generate = trainer._generate_and_score_completions
@@ -200,12 +242,30 @@ def child_trl(model_dir: str, steps: int) -> dict:
 
 
 def run_side(side: str, python: str, model_dir: Path, steps: int, core: int, src: str | None) -> dict:
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
-               TRANSFORMERS_VERBOSITY="error", HF_HUB_OFFLINE="1", PYTHONWARNINGS="ignore")
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        TOKENIZERS_PARALLELISM="false",
+        TRANSFORMERS_VERBOSITY="error",
+        HF_HUB_OFFLINE="1",
+        PYTHONWARNINGS="ignore",
+    )
     # Both sides import this checkout's grpoctl (prompts, reward), whatever the TRL venv has installed.
     env["PYTHONPATH"] = src or str(REPO)
-    cmd = ["taskset", "-c", str(core), python, str(Path(__file__).resolve()), "--child",
-           "trl" if side == "trl" else "grpoctl", "--model", str(model_dir), "--steps", str(steps)]
+    cmd = [
+        "taskset",
+        "-c",
+        str(core),
+        python,
+        str(Path(__file__).resolve()),
+        "--child",
+        "trl" if side == "trl" else "grpoctl",
+        "--model",
+        str(model_dir),
+        "--steps",
+        str(steps),
+    ]
     before, started = os.times(), time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tempfile.gettempdir())
     after = os.times()
@@ -213,8 +273,10 @@ def run_side(side: str, python: str, model_dir: Path, steps: int, core: int, src
         raise SystemExit(f"{side} failed:\n{out.stderr[-3000:]}")
     result = json.loads(out.stdout.strip().splitlines()[-1])
     # The whole process: interpreter start, imports, model load, every step, the end.
-    result["process"] = {"wall": time.perf_counter() - started,
-                         "cpu": (after.children_user + after.children_system) - (before.children_user + before.children_system)}
+    result["process"] = {
+        "wall": time.perf_counter() - started,
+        "cpu": (after.children_user + after.children_system) - (before.children_user + before.children_system),
+    }
     return result
 
 
@@ -230,22 +292,30 @@ def report(results: dict[str, list[dict]], clock: str) -> None:
     for name in names:
         for r, res in enumerate(results[name]):
             s = res["steps"]
-            print(f"{name:<9}{r + 1:>6}{median(s, clock, 'rollout'):>9.3f}{median(s, clock, 'train'):>8.3f}"
-                  f"{median(s, clock, 'total'):>8.3f}{sum(x[clock]['total'] for x in s):>8.2f}"
-                  f"{res['process'][clock]:>9.1f}{sum(x['tokens'] for x in s):>8}")
+            print(
+                f"{name:<9}{r + 1:>6}{median(s, clock, 'rollout'):>9.3f}{median(s, clock, 'train'):>8.3f}"
+                f"{median(s, clock, 'total'):>8.3f}{sum(x[clock]['total'] for x in s):>8.2f}"
+                f"{res['process'][clock]:>9.1f}{sum(x['tokens'] for x in s):>8}"
+            )
 
     def ratios(a: str, b: str, phase: str) -> list[float]:
-        return [median(x["steps"], clock, phase) / median(y["steps"], clock, phase) for x, y in zip(results[a], results[b])]
+        return [
+            median(x["steps"], clock, phase) / median(y["steps"], clock, phase) for x, y in zip(results[a], results[b])
+        ]
 
     total = ratios("grpoctl", "trl", "total")
-    print(f"grpoctl/TRL ({clock}) per round: {', '.join(f'{x:.2f}' for x in total)}; median {statistics.median(total):.2f}"
-          f" (rollout {statistics.median(ratios('grpoctl', 'trl', 'rollout')):.2f},"
-          f" train {statistics.median(ratios('grpoctl', 'trl', 'train')):.2f})")
+    print(
+        f"grpoctl/TRL ({clock}) per round: {', '.join(f'{x:.2f}' for x in total)}; median {statistics.median(total):.2f}"
+        f" (rollout {statistics.median(ratios('grpoctl', 'trl', 'rollout')):.2f},"
+        f" train {statistics.median(ratios('grpoctl', 'trl', 'train')):.2f})"
+    )
     if "baseline" in results:
         base = ratios("grpoctl", "baseline", "total")
-        print(f"grpoctl/baseline ({clock}) median {statistics.median(base):.2f}"
-              f" (rollout {statistics.median(ratios('grpoctl', 'baseline', 'rollout')):.2f},"
-              f" train {statistics.median(ratios('grpoctl', 'baseline', 'train')):.2f})")
+        print(
+            f"grpoctl/baseline ({clock}) median {statistics.median(base):.2f}"
+            f" (rollout {statistics.median(ratios('grpoctl', 'baseline', 'rollout')):.2f},"
+            f" train {statistics.median(ratios('grpoctl', 'baseline', 'train')):.2f})"
+        )
 
 
 def main() -> None:
@@ -273,15 +343,20 @@ def main() -> None:
     names = list(sides)
     results: dict[str, list[dict]] = {name: [] for name in names}
     for r in range(args.rounds):
-        for name in (names if r % 2 == 0 else names[::-1]):
+        for name in names if r % 2 == 0 else names[::-1]:
             python, src = sides[name]
             res = run_side(name, python, model_dir, args.steps, args.core, src)
             results[name].append(res)
-            print(f"round {r + 1}: {name:<8} median step {median(res['steps'], 'wall', 'total'):.3f} s wall, "
-                  f"{median(res['steps'], 'cpu', 'total'):.3f} s cpu", flush=True)
+            print(
+                f"round {r + 1}: {name:<8} median step {median(res['steps'], 'wall', 'total'):.3f} s wall, "
+                f"{median(res['steps'], 'cpu', 'total'):.3f} s cpu",
+                flush=True,
+            )
 
-    print(f"\n{args.steps} steps x {PROMPTS} prompts x {GROUP} completions <= {MAX_TOKENS} tokens, "
-          f"1 torch thread pinned to core {args.core}, {args.rounds} alternating rounds")
+    print(
+        f"\n{args.steps} steps x {PROMPTS} prompts x {GROUP} completions <= {MAX_TOKENS} tokens, "
+        f"1 torch thread pinned to core {args.core}, {args.rounds} alternating rounds"
+    )
     for clock in ("wall", "cpu"):
         report(results, clock)
     tok = {n: sum(sum(x["tokens"] for x in res["steps"]) for res in results[n]) for n in names}

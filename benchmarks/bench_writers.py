@@ -87,9 +87,16 @@ def main() -> None:
         with Registry(db) as registry:
             where = registry.public_url
         env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-        procs = [subprocess.Popen([sys.executable, "-c", WRITER, db, f"w{i}", str(args.steps), str(args.metrics),
-                                   str(sync)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-                 for i in range(args.writers)]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", WRITER, db, f"w{i}", str(args.steps), str(args.metrics), str(sync)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
+            for i in range(args.writers)
+        ]
         deadline = time.monotonic() + 120
         while len(list(sync.glob("*.ready"))) < args.writers:
             if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
@@ -116,13 +123,19 @@ def main() -> None:
     errors = sum(len(r["errors"]) for r in results) + len(crashed)
     lost = (expected_metrics - metrics) + (expected_samples - samples)
     finished = sum(r.status == "finished" and r.last_step == args.steps - 1 for r in runs)
-    print(f"{where}: {args.writers} writers x {args.steps} steps x ({args.metrics} metrics + 2 per-opt-step "
-          f"+ 2 samples), load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    print(f"  {elapsed:.1f} s wall, {args.writers * args.steps / elapsed:.0f} steps/s together; per step commit: "
-          f"median p50 {statistics.median(r['p50_ms'] for r in results):.1f} ms, "
-          f"worst p99 {max(r['p99_ms'] for r in results):.1f} ms")
-    print(f"  rows: {metrics:,} metrics (expected {expected_metrics:,}), {samples:,} samples "
-          f"(expected {expected_samples:,}); {finished}/{args.writers} runs finished")
+    print(
+        f"{where}: {args.writers} writers x {args.steps} steps x ({args.metrics} metrics + 2 per-opt-step "
+        f"+ 2 samples), load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    )
+    print(
+        f"  {elapsed:.1f} s wall, {args.writers * args.steps / elapsed:.0f} steps/s together; per step commit: "
+        f"median p50 {statistics.median(r['p50_ms'] for r in results):.1f} ms, "
+        f"worst p99 {max(r['p99_ms'] for r in results):.1f} ms"
+    )
+    print(
+        f"  rows: {metrics:,} metrics (expected {expected_metrics:,}), {samples:,} samples "
+        f"(expected {expected_samples:,}); {finished}/{args.writers} runs finished"
+    )
     print(f"  lost rows: {lost}, errors: {errors}" + (f" ({crashed[:2]})" if crashed else ""))
     for r in results:
         for e in r["errors"][:2]:

@@ -37,17 +37,42 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 PRESETS = ("rtx4090", "h100")
 
-QWEN_MATH_15B = dict(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
-                     intermediate_size=8960, vocab_size=151936, tie_word_embeddings=True,
-                     max_position_embeddings=4096, rope_theta=10000.0, rms_norm_eps=1e-6)
+QWEN_MATH_15B = dict(
+    hidden_size=1536,
+    num_hidden_layers=28,
+    num_attention_heads=12,
+    num_key_value_heads=2,
+    intermediate_size=8960,
+    vocab_size=151936,
+    tie_word_embeddings=True,
+    max_position_embeddings=4096,
+    rope_theta=10000.0,
+    rms_norm_eps=1e-6,
+)
 
 # --scale cpu: the same code paths on sizes a CPU runs in seconds. head_dim 64, since
 # vLLM's CPU attention refuses smaller heads (16 is "Unsupported CPU attention configuration").
-CPU_MODEL = dict(QWEN_MATH_15B, hidden_size=128, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-                 intermediate_size=128, vocab_size=4096, max_position_embeddings=1024)
-CPU_OVERRIDES = ["runtime.device=cpu", "rollout.rollout_batch_size=8", "rollout.group_size=4", "rollout.max_tokens=8",
-                 "loop.train_batch_size=8", "loop.gradient_accumulation_steps=4", "eval.max_tokens=8",
-                 "model.dtype=float32", "runtime.threads=1"]
+CPU_MODEL = dict(
+    QWEN_MATH_15B,
+    hidden_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    intermediate_size=128,
+    vocab_size=4096,
+    max_position_embeddings=1024,
+)
+CPU_OVERRIDES = [
+    "runtime.device=cpu",
+    "rollout.rollout_batch_size=8",
+    "rollout.group_size=4",
+    "rollout.max_tokens=8",
+    "loop.train_batch_size=8",
+    "loop.gradient_accumulation_steps=4",
+    "eval.max_tokens=8",
+    "model.dtype=float32",
+    "runtime.threads=1",
+]
 PHASES = ("time/rollout", "time/reward", "time/old_log_probs", "time/train", "time/weight_sync", "time/step")
 
 
@@ -70,8 +95,14 @@ def synthetic_tokenizer(vocab_size: int):
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     core.decoder = decoders.ByteLevel()
     core.add_special_tokens([PAD, EOS])
-    return PreTrainedTokenizerFast(tokenizer_object=core, pad_token=PAD, eos_token=EOS, model_max_length=1 << 20,
-                                   padding_side="left", clean_up_tokenization_spaces=False)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        pad_token=PAD,
+        eos_token=EOS,
+        model_max_length=1 << 20,
+        padding_side="left",
+        clean_up_tokenization_spaces=False,
+    )
 
 
 def build_model_dir(path: Path, sizes: dict, device: str) -> Path:
@@ -107,18 +138,27 @@ def write_problems(folder: Path) -> tuple[Path, Path]:
 # --------------------------------------------------------------------------- one preset
 
 
-def preset_overrides(preset: str, model_dir: Path, train: Path, evals: Path, workdir: Path, steps: int,
-                     scale: str) -> tuple[list[str], list[str]]:
+def preset_overrides(
+    preset: str, model_dir: Path, train: Path, evals: Path, workdir: Path, steps: int, scale: str
+) -> tuple[list[str], list[str]]:
     """(overrides for `grpoctl train experiments/PRESET.yaml`, notes on what differs from the preset)."""
     from grpoctl.config import load_config
 
     preset_cfg = load_config(REPO / "experiments" / f"{preset}.yaml", CPU_OVERRIDES if scale == "cpu" else [])
     max_tokens = preset_cfg.rollout.max_tokens
     overrides = [
-        f"model.path={model_dir}", f"data.train_path={train}", f"data.eval_path={evals}",
+        f"model.path={model_dir}",
+        f"data.train_path={train}",
+        f"data.eval_path={evals}",
         f"rollout.min_tokens={max_tokens}",  # random weights: run every response to full length
-        f"loop.n_grpo_steps={steps}", "eval.at_start=false", "eval.every=0", "eval.subset=16",
-        "checkpoint.every=0", f"checkpoint.dir={workdir / 'ckpt'}", "logging.live=false", f"name={preset}",
+        f"loop.n_grpo_steps={steps}",
+        "eval.at_start=false",
+        "eval.every=0",
+        "eval.subset=16",
+        "checkpoint.every=0",
+        f"checkpoint.dir={workdir / 'ckpt'}",
+        "logging.live=false",
+        f"name={preset}",
     ]
     if scale == "cpu":
         overrides = CPU_OVERRIDES + overrides
@@ -147,6 +187,7 @@ def child(preset: str, overrides: list[str], timings_out: Path) -> None:
                     return method(self, *a, **k)
                 finally:
                     events[name].append(time.perf_counter() - t0)
+
             return wrapper
 
         cls = vllm_backend.VLLMRolloutBackend
@@ -166,8 +207,11 @@ def child(preset: str, overrides: list[str], timings_out: Path) -> None:
 
 def measured(db: Path, name: str) -> dict[str, list[float]]:
     with sqlite3.connect(db) as conn:
-        rows = conn.execute("SELECT m.name, m.value FROM metric m JOIN run r ON r.id = m.run_id "
-                            "WHERE r.name = ? AND m.opt_step IS NULL AND m.step > 0 ORDER BY m.step", (name,)).fetchall()
+        rows = conn.execute(
+            "SELECT m.name, m.value FROM metric m JOIN run r ON r.id = m.run_id "
+            "WHERE r.name = ? AND m.opt_step IS NULL AND m.step > 0 ORDER BY m.step",
+            (name,),
+        ).fetchall()
     out: dict[str, list[float]] = {}
     for key, value in rows:
         out.setdefault(key, []).append(value)
@@ -177,12 +221,15 @@ def measured(db: Path, name: str) -> dict[str, list[float]]:
 def report(preset: str, cfg, metrics: dict, events: dict, notes: list[str], device: str) -> None:
     from grpoctl.train.memory_estimate import GiB, MiB, arch_from_model_path, estimate_peak_memory, visible_device_bytes
 
-    estimate = estimate_peak_memory(arch_from_model_path(cfg.model.path), cfg,
-                                    device_total_bytes=visible_device_bytes(device))
-    print(f"\n== {preset}: {len(metrics.get('time/step', []))} steps, rollout_batch_size "
-          f"{cfg.rollout.rollout_batch_size} x {cfg.rollout.max_tokens} tokens (full length), microbatch "
-          f"{cfg.loop.train_batch_size // cfg.loop.gradient_accumulation_steps}, backend {cfg.rollout.backend}, "
-          f"optimizer {cfg.optimizer.name}, checkpointing {cfg.model.gradient_checkpointing}")
+    estimate = estimate_peak_memory(
+        arch_from_model_path(cfg.model.path), cfg, device_total_bytes=visible_device_bytes(device)
+    )
+    print(
+        f"\n== {preset}: {len(metrics.get('time/step', []))} steps, rollout_batch_size "
+        f"{cfg.rollout.rollout_batch_size} x {cfg.rollout.max_tokens} tokens (full length), microbatch "
+        f"{cfg.loop.train_batch_size // cfg.loop.gradient_accumulation_steps}, backend {cfg.rollout.backend}, "
+        f"optimizer {cfg.optimizer.name}, checkpointing {cfg.model.gradient_checkpointing}"
+    )
     for note in notes:
         print(f"   note: {note}")
     print(f"   {'memory (GiB)':<22}{'measured':>10}{'estimated':>11}")
@@ -192,11 +239,15 @@ def report(preset: str, cfg, metrics: dict, events: dict, notes: list[str], devi
     peak = max(metrics.get("mem/peak", [float("nan")])) * MiB / GiB
     print(f"   {'peak of the step':<22}{peak:>10.2f}{estimate.total / GiB:>11.2f}")
     print(f"   {'time (s, median)':<22}" + "".join(f"{p.split('/')[1]:>16}" for p in PHASES))
-    print(f"   {'':<22}" + "".join(f"{statistics.median(metrics[p]) if p in metrics else float('nan'):>16.2f}"
-                                   for p in PHASES))
+    print(
+        f"   {'':<22}"
+        + "".join(f"{statistics.median(metrics[p]) if p in metrics else float('nan'):>16.2f}" for p in PHASES)
+    )
     if events.get("sleep") or events.get("sync"):
-        print(f"   vLLM sleep {statistics.median(events['sleep']):.2f} s, wake + weight sync "
-              f"{statistics.median(events['sync']):.2f} s (median)")
+        print(
+            f"   vLLM sleep {statistics.median(events['sleep']):.2f} s, wake + weight sync "
+            f"{statistics.median(events['sync']):.2f} s (median)"
+        )
     else:
         print("   vLLM sleep/wake and weight sync: not measured (vLLM not installed)")
 
@@ -223,8 +274,10 @@ def main() -> None:
     started = time.perf_counter()
     model_dir = build_model_dir(workdir / "model", QWEN_MATH_15B if scale == "gpu" else CPU_MODEL, device)
     train, evals = write_problems(workdir)
-    print(f"{'Qwen2.5-Math-1.5B-shaped' if scale == 'gpu' else 'scaled-down Qwen2'} model with random weights in "
-          f"{model_dir} ({time.perf_counter() - started:.0f} s); device {torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}")
+    print(
+        f"{'Qwen2.5-Math-1.5B-shaped' if scale == 'gpu' else 'scaled-down Qwen2'} model with random weights in "
+        f"{model_dir} ({time.perf_counter() - started:.0f} s); device {torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}"
+    )
 
     from grpoctl.config import load_config
 
@@ -232,10 +285,25 @@ def main() -> None:
         overrides, notes = preset_overrides(preset, model_dir, train, evals, workdir, args.steps, scale)
         db, timings = workdir / f"{preset}.db", workdir / f"{preset}-vllm.json"
         t0 = time.perf_counter()
-        out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", preset, str(timings), "--",
-                              *overrides, f"--db={db}"], cwd=workdir, capture_output=True, text=True)
+        out = subprocess.run(
+            [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "--child",
+                preset,
+                str(timings),
+                "--",
+                *overrides,
+                f"--db={db}",
+            ],
+            cwd=workdir,
+            capture_output=True,
+            text=True,
+        )
         if out.returncode != 0:
-            print(f"\n== {preset}: FAILED after {time.perf_counter() - t0:.0f} s\n{out.stdout[-2000:]}{out.stderr[-4000:]}")
+            print(
+                f"\n== {preset}: FAILED after {time.perf_counter() - t0:.0f} s\n{out.stdout[-2000:]}{out.stderr[-4000:]}"
+            )
             raise SystemExit(1)
         cfg = load_config(REPO / "experiments" / f"{preset}.yaml", overrides)
         events = json.loads(timings.read_text()) if timings.exists() else {}

@@ -143,9 +143,19 @@ RANGES: dict[str, Rule] = {
 
 # Text values that mean nothing when empty (a path, a field name, a stop string).
 NON_EMPTY = (
-    "model.path", "prompt.template", "checkpoint.dir", "runtime.cache_dir", "data.question_field",
-    "data.answer_field", "data.eval_question_field", "data.eval_answer_field", "data.train_split",
-    "data.eval_split", "data.train_path", "data.eval_path", "rollout.stop",
+    "model.path",
+    "prompt.template",
+    "checkpoint.dir",
+    "runtime.cache_dir",
+    "data.question_field",
+    "data.answer_field",
+    "data.eval_question_field",
+    "data.eval_answer_field",
+    "data.train_split",
+    "data.eval_split",
+    "data.train_path",
+    "data.eval_path",
+    "rollout.stop",
 )
 
 
@@ -167,7 +177,9 @@ def check_ranges(cfg: DictConfig) -> None:
         value = OmegaConf.select(cfg, key)
         texts = list(value) if isinstance(value, ListConfig) else [value]
         if any(isinstance(t, str) and not t.strip() for t in texts):
-            raise UserError(f"{key} must not be empty, got {_show(value if not isinstance(value, ListConfig) else texts)}")
+            raise UserError(
+                f"{key} must not be empty, got {_show(value if not isinstance(value, ListConfig) else texts)}"
+            )
 
 
 def _number_in(value: Any, r: Rule) -> bool:
@@ -231,8 +243,9 @@ def validate(cfg: DictConfig) -> None:
     expected_reward = reward_for_template(cfg.prompt.template)
     if expected_reward and cfg.prompt.reward != expected_reward:
         answers_in = "\\boxed{}" if expected_reward == "question_only" else "<answer> tags"
-        raise UserError(f"prompt.template={cfg.prompt.template} answers in {answers_in}: "
-                        f"set prompt.reward={expected_reward}")
+        raise UserError(
+            f"prompt.template={cfg.prompt.template} answers in {answers_in}: set prompt.reward={expected_reward}"
+        )
     if cfg.data.source != "synthetic" and cfg.data.train_path is None:
         raise UserError(f"data.source={cfg.data.source} needs data.train_path (a jsonl file or hub dataset name)")
     _check_synthetic(cfg.data.synthetic)
@@ -251,7 +264,9 @@ def _check_label(key: str, value: str | None) -> None:
 
 def _check_synthetic(syn: DictConfig) -> None:
     if syn.min_digits > syn.max_digits:
-        raise UserError(f"data.synthetic.min_digits ({syn.min_digits}) exceeds data.synthetic.max_digits ({syn.max_digits})")
+        raise UserError(
+            f"data.synthetic.min_digits ({syn.min_digits}) exceeds data.synthetic.max_digits ({syn.max_digits})"
+        )
     ops = list(syn.ops)
     if not ops or any(op not in SYNTHETIC_OPERATORS for op in ops):
         raise UserError(f"data.synthetic.ops must be a non-empty list of {', '.join(SYNTHETIC_OPERATORS)}, got {ops}")
@@ -260,15 +275,21 @@ def _check_synthetic(syn: DictConfig) -> None:
 def _check_tiny(model: DictConfig) -> None:
     t = model.tiny
     if t.hidden_size % t.num_attention_heads or (t.hidden_size // t.num_attention_heads) % 2:
-        raise UserError(f"model.tiny.hidden_size ({t.hidden_size}) must split into model.tiny.num_attention_heads "
-                        f"({t.num_attention_heads}) heads of an even size (rotary embeddings rotate pairs)")
+        raise UserError(
+            f"model.tiny.hidden_size ({t.hidden_size}) must split into model.tiny.num_attention_heads "
+            f"({t.num_attention_heads}) heads of an even size (rotary embeddings rotate pairs)"
+        )
     if t.num_attention_heads % t.num_key_value_heads:
-        raise UserError(f"model.tiny.num_attention_heads ({t.num_attention_heads}) must be divisible by "
-                        f"model.tiny.num_key_value_heads ({t.num_key_value_heads})")
+        raise UserError(
+            f"model.tiny.num_attention_heads ({t.num_attention_heads}) must be divisible by "
+            f"model.tiny.num_key_value_heads ({t.num_key_value_heads})"
+        )
     path = model.path
     if path.startswith("tiny@"):
         at = path.partition("@")[2]
         saved = ", ".join(str(s) for s in model.warmstart.save_steps)
         if not at.isdigit() or int(at) not in model.warmstart.save_steps:
-            raise UserError(f"model.path={path}: the warm-start keeps its weights at steps {saved} "
-                            "(model.warmstart.save_steps) and at its end (model.path=tiny)")
+            raise UserError(
+                f"model.path={path}: the warm-start keeps its weights at steps {saved} "
+                "(model.warmstart.save_steps) and at its end (model.path=tiny)"
+            )

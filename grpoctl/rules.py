@@ -55,8 +55,14 @@ NULL_MEANS = {"data.eval_source": "the same as data.source"}
 RUN_STATUSES = ("running", "finished", "failed", "diverged", "interrupted")
 SHOWN_STATUSES = (*RUN_STATUSES, "stale")
 ENDED_BADLY = ("failed", "diverged")  # a sweep retries these on request; plots draw them dashed
-STATUS_STYLES = {"running": "cyan", "finished": "green", "failed": "red", "diverged": "magenta",
-                 "interrupted": "yellow", "stale": "yellow"}
+STATUS_STYLES = {
+    "running": "cyan",
+    "finished": "green",
+    "failed": "red",
+    "diverged": "magenta",
+    "interrupted": "yellow",
+    "stale": "yellow",
+}
 
 # --------------------------------------------------------------------------- what goes with what
 
@@ -133,8 +139,16 @@ def flatten(tree: Mapping, prefix: str = "") -> dict[str, Any]:
 # where its files go or how it is shown (checkpoint.*, runtime.cache_dir, logging.*), or
 # change only its speed (runtime.threads, eval.batch_size). A key ending in "." covers
 # its whole section.
-HASH_EXCLUDED = ("name", "group", "variant", "checkpoint.", "runtime.threads", "runtime.cache_dir",
-                 "logging.", "eval.batch_size")
+HASH_EXCLUDED = (
+    "name",
+    "group",
+    "variant",
+    "checkpoint.",
+    "runtime.threads",
+    "runtime.cache_dir",
+    "logging.",
+    "eval.batch_size",
+)
 # Config keys added AFTER this definition of the hash (identity v2), each with the value
 # that keeps the behaviour runs had before the key existed. At that value the key is left
 # out of the hash, so adding it changes no existing run's identity and sweeps keep finding

@@ -43,30 +43,71 @@ class Finding:
 
 
 FINDINGS = [
-    Finding("A learning rate 3.3x the best collapses the policy (Qwen: 1e-4 against 3e-5).",
-            "tiny-lr-sweep", "lr=1e-3", "worse"),
-    Finding("The best learning rate beats one 3x lower (Qwen: 3e-5 over 1e-5).",
-            "tiny-lr-sweep", "lr=1e-4", "worse"),
-    Finding("Without the group-mean baseline REINFORCE peaks early and declines (with it: ~0.61).",
-            "tiny-baseline-ablation", "no_baseline", "worse"),
-    Finding("Length normalization barely matters: constant reaches mean's accuracy.",
-            "tiny-length-normalization", "constant", "same"),
-    Finding("Length normalization barely matters: microbatch reaches mean's accuracy.",
-            "tiny-length-normalization", "microbatch", "same"),
-    Finding("constant normalization gives lower gradient norms than mean.",
-            "tiny-length-normalization", "constant", "lower", "grad_norm"),
-    Finding("Dividing by the group's reward std gives higher accuracy (Qwen: 0.72 against 0.65).",
-            "tiny-std-normalization", "std_off", "worse"),
-    Finding("Without std normalization gradient norms are lower.",
-            "tiny-std-normalization", "std_off", "lower", "grad_norm"),
-    Finding("Aggressive rollout reuse (16 optimizer steps per GRPO step) collapses.",
-            "tiny-off-policy", "e4_tb64_ga2", "worse"),
-    Finding("Mild reuse (2 epochs over the rollouts) does not beat on-policy.",
-            "tiny-off-policy", "e2_tb256_ga8", "not better"),
-    Finding("Mild reuse (2 optimizer steps of half batches) does not beat on-policy.",
-            "tiny-off-policy", "e1_tb128_ga4", "not better"),
-    Finding("The more SFT a GRPO start has seen, the lower its ceiling: an early checkpoint beats the final one.",
-            "tiny-sft-init", "warmstart_100", "better"),
+    Finding(
+        "A learning rate 3.3x the best collapses the policy (Qwen: 1e-4 against 3e-5).",
+        "tiny-lr-sweep",
+        "lr=1e-3",
+        "worse",
+    ),
+    Finding("The best learning rate beats one 3x lower (Qwen: 3e-5 over 1e-5).", "tiny-lr-sweep", "lr=1e-4", "worse"),
+    Finding(
+        "Without the group-mean baseline REINFORCE peaks early and declines (with it: ~0.61).",
+        "tiny-baseline-ablation",
+        "no_baseline",
+        "worse",
+    ),
+    Finding(
+        "Length normalization barely matters: constant reaches mean's accuracy.",
+        "tiny-length-normalization",
+        "constant",
+        "same",
+    ),
+    Finding(
+        "Length normalization barely matters: microbatch reaches mean's accuracy.",
+        "tiny-length-normalization",
+        "microbatch",
+        "same",
+    ),
+    Finding(
+        "constant normalization gives lower gradient norms than mean.",
+        "tiny-length-normalization",
+        "constant",
+        "lower",
+        "grad_norm",
+    ),
+    Finding(
+        "Dividing by the group's reward std gives higher accuracy (Qwen: 0.72 against 0.65).",
+        "tiny-std-normalization",
+        "std_off",
+        "worse",
+    ),
+    Finding(
+        "Without std normalization gradient norms are lower.", "tiny-std-normalization", "std_off", "lower", "grad_norm"
+    ),
+    Finding(
+        "Aggressive rollout reuse (16 optimizer steps per GRPO step) collapses.",
+        "tiny-off-policy",
+        "e4_tb64_ga2",
+        "worse",
+    ),
+    Finding(
+        "Mild reuse (2 epochs over the rollouts) does not beat on-policy.",
+        "tiny-off-policy",
+        "e2_tb256_ga8",
+        "not better",
+    ),
+    Finding(
+        "Mild reuse (2 optimizer steps of half batches) does not beat on-policy.",
+        "tiny-off-policy",
+        "e1_tb128_ga4",
+        "not better",
+    ),
+    Finding(
+        "The more SFT a GRPO start has seen, the lower its ceiling: an early checkpoint beats the final one.",
+        "tiny-sft-init",
+        "warmstart_100",
+        "better",
+    ),
     Finding("... and a mid checkpoint beats the final one.", "tiny-sft-init", "warmstart_200", "better"),
 ]
 # Measured beside the seed's modes, with no claim of the seed's to test.
@@ -85,26 +126,36 @@ READING = {
         "responses run to about 29.7 of their 32-token limit (the pages' length column), so dividing by 32 "
         "(constant) is within about 8% of dividing by each response's length (mean). The seed's responses "
         "were 300-400 of 1024 tokens; the tiny setup cannot show its 2-2.5x gap in gradient scale, only that "
-        "accuracy does not move."),
+        "accuracy does not move."
+    ),
     "tiny-off-policy": (
         "at equal GRPO steps, reuse takes 2-16x the optimizer steps on the same rollouts, and the tiny model, "
         "60 steps from its start and far from its ceiling, turns them into faster learning: mild reuse is "
         "ahead at step 60. The seed's on-policy win was over 200 steps, at Qwen's own learning rate. The "
         "aggressive variant (16 optimizer steps) does show the instability: every seed falls from 0.40 to "
-        "0.24-0.30 at step 10, then recovers."),
+        "0.24-0.30 at step 10, then recovers."
+    ),
     "tiny-sft-init": (
         "the tiny warm-start's checkpoints at steps 100 and 200 answer almost nothing (eval 0.006 before "
         "GRPO and 0.00-0.02 after it; a train reward of at most 0.03 at any step): nearly every group's "
         "rewards are all 0, so GRPO has almost no signal to learn from. The seed's "
         "base model already solved some problems; the tiny model has no such base, so this measures a start "
-        "with too little supervised training for RL, not SFT narrowing the policy."),
+        "with too little supervised training for RL, not SFT narrowing the policy."
+    ),
     "tiny-std-normalization": (
         "removing the std division halves the gradient norm, as the seed saw; its accuracy cost (-2.6 "
-        "points) is in the seed's direction but not resolved by 3 seeds."),
+        "points) is in the seed's direction but not resolved by 3 seeds."
+    ),
 }
 
-STUDIES = ["tiny-lr-sweep", "tiny-baseline-ablation", "tiny-length-normalization", "tiny-std-normalization",
-           "tiny-off-policy", "tiny-sft-init"]
+STUDIES = [
+    "tiny-lr-sweep",
+    "tiny-baseline-ablation",
+    "tiny-length-normalization",
+    "tiny-std-normalization",
+    "tiny-off-policy",
+    "tiny-sft-init",
+]
 
 
 def pts(x: float) -> str:
@@ -140,12 +191,16 @@ def accuracy_row(table, finding: Finding) -> tuple[str, str, str, str]:
 
 def grad_norm_row(table, finding: Finding) -> tuple[str, str, str, str]:
     """(measured, p, verdict, "") of a gradient-norm finding: Welch over per-seed mean grad norms."""
+
     def per_seed(label):
         row = next((r for r in table.rows if r.label == label), None)
         if row is None:
             return []
-        return [statistics.fmean(v for _, v in rd.series["train/grad_norm"])
-                for rd in row.runs if rd.series.get("train/grad_norm")]
+        return [
+            statistics.fmean(v for _, v in rd.series["train/grad_norm"])
+            for rd in row.runs
+            if rd.series.get("train/grad_norm")
+        ]
 
     variant, base = per_seed(finding.variant), per_seed(table.versus.baseline if table.versus else "")
     if len(variant) < 2 or len(base) < 2:
@@ -199,14 +254,24 @@ def main() -> int:
             continue
         base = table.versus.baseline if table.versus else "?"
         measured, p, verdict, needed = (grad_norm_row if finding.measure == "grad_norm" else accuracy_row)(
-            table, finding)
+            table, finding
+        )
         what = "grad norm: " if finding.measure == "grad_norm" else ""
-        lines.append(f"| {finding.claim} | [{finding.study}]({finding.study}/report.md): {what}"
-                     f"`{finding.variant}` vs `{base}` | {measured} | {p} | {verdict} | {needed} |")
+        lines.append(
+            f"| {finding.claim} | [{finding.study}]({finding.study}/report.md): {what}"
+            f"`{finding.variant}` vs `{base}` | {measured} | {p} | {verdict} | {needed} |"
+        )
     lines.append("| The r1_zero prompt beats question-only. | none | | | not testable at this scale | |")
-    lines += ["", "Seeds needed: per arm, for the observed accuracy difference at alpha 0.05 and power 0.8 "
-              "(noncentral t; >100 when it is too close to zero to resolve).", "",
-              "## Reading the verdicts", "", PROMPT_NOT_TESTABLE, ""]
+    lines += [
+        "",
+        "Seeds needed: per arm, for the observed accuracy difference at alpha 0.05 and power 0.8 "
+        "(noncentral t; >100 when it is too close to zero to resolve).",
+        "",
+        "## Reading the verdicts",
+        "",
+        PROMPT_NOT_TESTABLE,
+        "",
+    ]
     lines += [f"- **{study}**: {note}" for study, note in READING.items() if study in tables]
     lines += ["", "Beyond the seed:", ""]
     for study, variant, what in BEYOND_THE_SEED:
@@ -216,16 +281,19 @@ def main() -> int:
         base = tables[study].versus.baseline if tables[study].versus else "?"
         lines.append(f"- {what}: `{variant}` vs `{base}` {measured}, p {p}: {verdict}.")
 
-    steps_s = sum((rd.s_per_step or 0) * (rd.run.last_step or 0) for t in tables.values() for r in t.rows
-                  for rd in r.runs)
+    steps_s = sum(
+        (rd.s_per_step or 0) * (rd.run.last_step or 0) for t in tables.values() for r in t.rows for rd in r.runs
+    )
     runs = {rd.run.id for t in tables.values() for r in t.rows for rd in r.runs}
     lines += ["", "## The studies", ""]
     for study in tables:
         rows = tables[study].rows
-        lines.append(f"- [{study}]({study}/report.md): {len(rows)} variants, "
-                     f"{sum(len(r.runs) for r in rows)} runs")
-    lines += ["", f"{len(runs)} distinct runs (a config shared by two studies, such as their common baseline, "
-              f"is run once), {steps_s / 3600:.2f} h of single-thread training steps (median s/step x steps)."]
+        lines.append(f"- [{study}]({study}/report.md): {len(rows)} variants, {sum(len(r.runs) for r in rows)} runs")
+    lines += [
+        "",
+        f"{len(runs)} distinct runs (a config shared by two studies, such as their common baseline, "
+        f"is run once), {steps_s / 3600:.2f} h of single-thread training steps (median s/step x steps).",
+    ]
     if args.wall_s is not None:
         lines.append(f"This page was regenerated in {args.wall_s:.0f} s.")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -107,8 +107,9 @@ def pg_execute(admin_url: str, *statements: str) -> None:
     from sqlalchemy.engine import make_url
 
     url = make_url(admin_url)
-    with psycopg.connect(host=url.host, port=url.port, user=url.username, password=url.password,
-                         dbname=url.database, autocommit=True) as conn:
+    with psycopg.connect(
+        host=url.host, port=url.port, user=url.username, password=url.password, dbname=url.database, autocommit=True
+    ) as conn:
         for statement in statements:
             conn.execute(statement)
 
@@ -153,7 +154,9 @@ def registry_rows(url: str) -> dict[str, list[tuple]]:
             warnings.simplefilter("ignore")
             meta.reflect(engine)
         with engine.connect() as conn:
-            return {name: [tuple(r) for r in conn.execute(select(table).order_by(*table.primary_key.columns))]
-                    for name, table in sorted(meta.tables.items())}
+            return {
+                name: [tuple(r) for r in conn.execute(select(table).order_by(*table.primary_key.columns))]
+                for name, table in sorted(meta.tables.items())
+            }
     finally:
         engine.dispose()

@@ -26,8 +26,10 @@ PASSWORD = "pw-4e1c9b-secret"  # a value distinctive enough to grep for in leak 
 
 def find_bindir() -> Path | None:
     """The directory of initdb/pg_ctl, newest PostgreSQL first; None when not installed."""
-    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
-                        key=lambda p: int(Path(p).parts[-3]) if Path(p).parts[-3].isdigit() else 0)
+    candidates = sorted(
+        glob.glob("/usr/lib/postgresql/*/bin/initdb"),
+        key=lambda p: int(Path(p).parts[-3]) if Path(p).parts[-3].isdigit() else 0,
+    )
     if candidates:
         return Path(candidates[-1]).parent
     found = shutil.which("initdb")
@@ -60,16 +62,47 @@ def start(root: Path, bindir: Path | None = None) -> str:
         os.chmod(root, 0o755)
         os.chown(root, server.pw_uid, server.pw_gid)
         os.chown(pwfile, server.pw_uid, server.pw_gid)
-    out = _as_server_user([str(bindir / "initdb"), "-D", str(data), "-U", USER, "--pwfile", str(pwfile),
-                           "--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8",
-                           "--locale=C", "--no-sync"], timeout=120)
+    out = _as_server_user(
+        [
+            str(bindir / "initdb"),
+            "-D",
+            str(data),
+            "-U",
+            USER,
+            "--pwfile",
+            str(pwfile),
+            "--auth-local=trust",
+            "--auth-host=scram-sha-256",
+            "-E",
+            "UTF8",
+            "--locale=C",
+            "--no-sync",
+        ],
+        timeout=120,
+    )
     if out.returncode != 0:
         raise RuntimeError(f"initdb failed: {out.stderr.strip()}")
     port = _free_port()
-    options = (f"-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={root} "
-               "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=100")
-    out = _as_server_user([str(bindir / "pg_ctl"), "-D", str(data), "-l", str(root / "server.log"),
-                           "-o", options, "-w", "-t", "60", "start"], timeout=90)
+    options = (
+        f"-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={root} "
+        "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=100"
+    )
+    out = _as_server_user(
+        [
+            str(bindir / "pg_ctl"),
+            "-D",
+            str(data),
+            "-l",
+            str(root / "server.log"),
+            "-o",
+            options,
+            "-w",
+            "-t",
+            "60",
+            "start",
+        ],
+        timeout=90,
+    )
     if out.returncode != 0:
         log = (root / "server.log").read_text() if (root / "server.log").exists() else ""
         raise RuntimeError(f"pg_ctl start failed: {out.stderr.strip()} {log[-500:]}")
@@ -86,8 +119,7 @@ def stop(root: Path, bindir: Path | None = None) -> None:
     bindir = bindir or find_bindir()
     if bindir is None or not (root / "data").exists():
         return
-    _as_server_user([str(bindir / "pg_ctl"), "-D", str(root / "data"), "-m", "immediate", "-w", "stop"],
-                    timeout=60)
+    _as_server_user([str(bindir / "pg_ctl"), "-D", str(root / "data"), "-m", "immediate", "-w", "stop"], timeout=60)
 
 
 def wait_gone(root: Path, timeout: float = 10) -> None:

@@ -26,7 +26,7 @@ LOCAL_ONLY = {"RAY_AUTH_MODE": "disabled", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": 
 # Runs as `grpoctl train` for the members: notes which devices and command each trainer
 # process saw, then becomes tests/digit_reward_train.py in the same process (so that
 # the trainer is still the member's direct child, as `grpoctl train` would be).
-RECORDER = r'''
+RECORDER = r"""
 import os, runpy, sys
 path = os.path.join(os.environ["RAYTEST_RECORD"], f"{os.getpid()}")
 with open(path + ".tmp", "w") as out:
@@ -35,7 +35,7 @@ os.replace(path + ".tmp", path + ".txt")  # whole, for a test that reads it mean
 script = os.path.join(os.environ["RAYTEST_REPO"], "tests", "digit_reward_train.py")
 sys.argv = [script, "train", *sys.argv[1:]]
 runpy.run_path(script, run_name="__main__")
-'''
+"""
 
 
 def need_ray():
@@ -54,8 +54,13 @@ def recorder(workdir: Path) -> dict[str, str]:
     script = workdir / "record_and_train.py"
     script.write_text(RECORDER)
     (workdir / "seen").mkdir(exist_ok=True)
-    return {"GRPOCTL_TRAIN_CMD": f"{sys.executable} {script}", "RAYTEST_RECORD": str(workdir / "seen"),
-            "RAYTEST_REPO": str(REPO), "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+    return {
+        "GRPOCTL_TRAIN_CMD": f"{sys.executable} {script}",
+        "RAYTEST_RECORD": str(workdir / "seen"),
+        "RAYTEST_REPO": str(REPO),
+        "PYTHONPATH": str(REPO),
+        "HF_HUB_OFFLINE": "1",
+    }
 
 
 def seen(workdir: Path) -> dict[int, tuple[str, str]]:
@@ -76,8 +81,7 @@ def local_cluster(env: dict[str, str], num_cpus: int, num_gpus: int):
     try:
         # address="local": a new cluster of our own, even where `ray start` left one running
         # (a bare ray.init() would join that one).
-        ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
-                 log_to_driver=False)
+        ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False, log_to_driver=False)
         try:
             yield ray.get_runtime_context().gcs_address
         finally:

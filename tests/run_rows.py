@@ -9,10 +9,13 @@ from pathlib import Path
 
 import pytest
 
-METRICS = ("SELECT step, opt_step, name, value FROM metric WHERE run_id = {id} AND name NOT LIKE 'time/%' "
-           "AND name NOT LIKE 'mem/%' ORDER BY step, coalesce(opt_step, -1), name")
-SAMPLES = ("SELECT step, kind, prompt, response, ground_truth, reward FROM sample WHERE run_id = {id} "
-           "ORDER BY step, kind, id")
+METRICS = (
+    "SELECT step, opt_step, name, value FROM metric WHERE run_id = {id} AND name NOT LIKE 'time/%' "
+    "AND name NOT LIKE 'mem/%' ORDER BY step, coalesce(opt_step, -1), name"
+)
+SAMPLES = (
+    "SELECT step, kind, prompt, response, ground_truth, reward FROM sample WHERE run_id = {id} ORDER BY step, kind, id"
+)
 EVALS = "SELECT step, n, accuracy, format_rate FROM evalresult WHERE run_id = {id} ORDER BY step, id"
 
 
@@ -20,8 +23,10 @@ def rows(db: Path, name: str) -> dict[str, list[tuple]]:
     """A run's rows in a SQLite registry."""
     with sqlite3.connect(db) as conn:
         (run_id,) = conn.execute("SELECT id FROM run WHERE name = ?", (name,)).fetchone()
-        return {table: conn.execute(query.format(id="?"), (run_id,)).fetchall()
-                for table, query in (("metrics", METRICS), ("samples", SAMPLES), ("evals", EVALS))}
+        return {
+            table: conn.execute(query.format(id="?"), (run_id,)).fetchall()
+            for table, query in (("metrics", METRICS), ("samples", SAMPLES), ("evals", EVALS))
+        }
 
 
 def assert_same_rows(got: dict, want: dict) -> None:

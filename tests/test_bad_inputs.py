@@ -37,10 +37,21 @@ import pytest
 from conftest import REPO, grpoctl_cmd
 
 FAST = [
-    "model.path={M}", "steps=1", "rollout.rollout_batch_size=8", "rollout.group_size=4",
-    "loop.train_batch_size=8", "loop.gradient_accumulation_steps=1", "rollout.min_tokens=1",
-    "rollout.max_tokens=4", "eval.max_tokens=4", "eval.subset=4", "eval.at_start=false",
-    "runtime.threads=1", "logging.live=false", "checkpoint.dir=outputs/ckpt", "runtime.cache_dir=outputs/cache",
+    "model.path={M}",
+    "steps=1",
+    "rollout.rollout_batch_size=8",
+    "rollout.group_size=4",
+    "loop.train_batch_size=8",
+    "loop.gradient_accumulation_steps=1",
+    "rollout.min_tokens=1",
+    "rollout.max_tokens=4",
+    "eval.max_tokens=4",
+    "eval.subset=4",
+    "eval.at_start=false",
+    "runtime.threads=1",
+    "logging.live=false",
+    "checkpoint.dir=outputs/ckpt",
+    "runtime.cache_dir=outputs/cache",
 ]
 MATH = ["data.source=math", "data.train_path={A}/data/train.jsonl", "data.eval_path={A}/data/eval.jsonl"]
 
@@ -69,31 +80,54 @@ def train(*bad):
 # --------------------------------------------------------------------------- config
 
 for key, value, expect in [
-    ("lr", "nan", "optimizer.lr"), ("lr", "inf", "optimizer.lr"), ("lr", "-inf", "optimizer.lr"),
-    ("lr", "0", "optimizer.lr"), ("lr", "-1e-4", "optimizer.lr"), ("lr", "1e400", "optimizer.lr"),
-    ("temperature", "nan", "rollout.temperature"), ("temperature", "inf", "rollout.temperature"),
-    ("temperature", "0", "rollout.temperature"), ("rollout.top_p", "nan", "rollout.top_p"),
-    ("rollout.top_p", "1.5", "rollout.top_p"), ("cliprange", "nan", "loss.cliprange"),
-    ("cliprange", "inf", "loss.cliprange"), ("cliprange", "0", "loss.cliprange"),
-    ("cliprange", "1.0", "loss.cliprange"), ("cliprange", "1.5", "loss.cliprange"),
-    ("loss.cliprange_high", "nan", "loss.cliprange_high"), ("loss.cliprange_high", "-0.1", "loss.cliprange_high"),
-    ("kl_beta", "nan", "loss.kl_beta"), ("kl_beta", "inf", "loss.kl_beta"), ("kl_beta", "-0.1", "loss.kl_beta"),
-    ("optimizer.betas", "[0.9,1.0]", "optimizer.betas"), ("optimizer.betas", "[1.5,0.9]", "optimizer.betas"),
-    ("optimizer.betas", "[-0.1,0.95]", "optimizer.betas"), ("optimizer.betas", "[0.9]", "optimizer.betas"),
+    ("lr", "nan", "optimizer.lr"),
+    ("lr", "inf", "optimizer.lr"),
+    ("lr", "-inf", "optimizer.lr"),
+    ("lr", "0", "optimizer.lr"),
+    ("lr", "-1e-4", "optimizer.lr"),
+    ("lr", "1e400", "optimizer.lr"),
+    ("temperature", "nan", "rollout.temperature"),
+    ("temperature", "inf", "rollout.temperature"),
+    ("temperature", "0", "rollout.temperature"),
+    ("rollout.top_p", "nan", "rollout.top_p"),
+    ("rollout.top_p", "1.5", "rollout.top_p"),
+    ("cliprange", "nan", "loss.cliprange"),
+    ("cliprange", "inf", "loss.cliprange"),
+    ("cliprange", "0", "loss.cliprange"),
+    ("cliprange", "1.0", "loss.cliprange"),
+    ("cliprange", "1.5", "loss.cliprange"),
+    ("loss.cliprange_high", "nan", "loss.cliprange_high"),
+    ("loss.cliprange_high", "-0.1", "loss.cliprange_high"),
+    ("kl_beta", "nan", "loss.kl_beta"),
+    ("kl_beta", "inf", "loss.kl_beta"),
+    ("kl_beta", "-0.1", "loss.kl_beta"),
+    ("optimizer.betas", "[0.9,1.0]", "optimizer.betas"),
+    ("optimizer.betas", "[1.5,0.9]", "optimizer.betas"),
+    ("optimizer.betas", "[-0.1,0.95]", "optimizer.betas"),
+    ("optimizer.betas", "[0.9]", "optimizer.betas"),
     ("optimizer.betas", "[0.9,.nan]", "optimizer.betas"),
-    ("optimizer.max_grad_norm", "-1", "optimizer.max_grad_norm"), ("optimizer.max_grad_norm", "0", "optimizer.max_grad_norm"),
+    ("optimizer.max_grad_norm", "-1", "optimizer.max_grad_norm"),
+    ("optimizer.max_grad_norm", "0", "optimizer.max_grad_norm"),
     ("optimizer.max_grad_norm", "nan", "optimizer.max_grad_norm"),
-    ("advantage_eps", "-1e-6", "loss.advantage_eps"), ("advantage_eps", "nan", "loss.advantage_eps"),
+    ("advantage_eps", "-1e-6", "loss.advantage_eps"),
+    ("advantage_eps", "nan", "loss.advantage_eps"),
     ("optimizer.warmup_steps", "-1", "optimizer.warmup_steps"),
-    ("optimizer.min_lr_ratio", "-0.1", "optimizer.min_lr_ratio"), ("optimizer.min_lr_ratio", "1.5", "optimizer.min_lr_ratio"),
-    ("optimizer.weight_decay", "-0.01", "optimizer.weight_decay"), ("optimizer.weight_decay", "nan", "optimizer.weight_decay"),
-    ("eval.every", "-1", "eval.every"), ("runtime.threads", "-1", "runtime.threads"),
-    ("data.train_size", "-5", "data.train_size"), ("data.train_size", "0", "data.train_size"),
+    ("optimizer.min_lr_ratio", "-0.1", "optimizer.min_lr_ratio"),
+    ("optimizer.min_lr_ratio", "1.5", "optimizer.min_lr_ratio"),
+    ("optimizer.weight_decay", "-0.01", "optimizer.weight_decay"),
+    ("optimizer.weight_decay", "nan", "optimizer.weight_decay"),
+    ("eval.every", "-1", "eval.every"),
+    ("runtime.threads", "-1", "runtime.threads"),
+    ("data.train_size", "-5", "data.train_size"),
+    ("data.train_size", "0", "data.train_size"),
     ("data.synthetic.min_digits", "0", "data.synthetic.min_digits"),
     ("data.synthetic.num_operands", "1", "data.synthetic.num_operands"),
-    ("data.synthetic.ops", "[/]", "data.synthetic.ops"), ("data.synthetic.ops", "[]", "data.synthetic.ops"),
-    ("seed", "-1", "seed"), ("seed", "18446744073709551616", "seed"),
-    ("model.warmstart.lr", "nan", "model.warmstart.lr"), ("model.warmstart.steps", "0", "model.warmstart.steps"),
+    ("data.synthetic.ops", "[/]", "data.synthetic.ops"),
+    ("data.synthetic.ops", "[]", "data.synthetic.ops"),
+    ("seed", "-1", "seed"),
+    ("seed", "18446744073709551616", "seed"),
+    ("model.warmstart.lr", "nan", "model.warmstart.lr"),
+    ("model.warmstart.steps", "0", "model.warmstart.steps"),
     ("model.warmstart.target_accuracy", "1.5", "model.warmstart.target_accuracy"),
     ("model.warmstart.batch_size", "0", "model.warmstart.batch_size"),
     ("model.warmstart.check_every", "0", "model.warmstart.check_every"),
@@ -104,23 +138,35 @@ for key, value, expect in [
     ("rollout.vllm.sleep_level", "3", "rollout.vllm.sleep_level"),
     ("rollout.vllm.max_model_len", "0", "rollout.vllm.max_model_len"),
     ("rollout.vllm.cpu_kvcache_space_gb", "-1", "rollout.vllm.cpu_kvcache_space_gb"),
-    ("eval.subset", "0", "eval.subset"), ("eval.batch_size", "0", "eval.batch_size"),
-    ("eval.max_tokens", "0", "eval.max_tokens"), ("eval.temperature", "nan", "eval.temperature"),
-    ("checkpoint.keep_last", "0", "checkpoint.keep_last"), ("checkpoint.every", "-1", "checkpoint.every"),
+    ("eval.subset", "0", "eval.subset"),
+    ("eval.batch_size", "0", "eval.batch_size"),
+    ("eval.max_tokens", "0", "eval.max_tokens"),
+    ("eval.temperature", "nan", "eval.temperature"),
+    ("checkpoint.keep_last", "0", "checkpoint.keep_last"),
+    ("checkpoint.every", "-1", "checkpoint.every"),
     ("checkpoint.keep_best", "-1", "checkpoint.keep_best"),
     ("logging.samples_per_step", "-1", "logging.samples_per_step"),
     ("rollout.generation_batch_size", "0", "rollout.generation_batch_size"),
     ("rollout.min_tokens", "-1", "rollout.min_tokens"),
-    ("rollout.stop", '[""]', "rollout.stop"), ("model.path", '""', "model.path"),
+    ("rollout.stop", '[""]', "rollout.stop"),
+    ("model.path", '""', "model.path"),
 ]:
     case("config", f"{key}={value}", train(f"{key}={value}"), expect)
 
 case("config", "eval-top_p-nan-sampled", train("eval.greedy=false", "eval.top_p=nan"), "eval.top_p")
-case("config", "max_digits<min_digits", train("data.synthetic.min_digits=3", "data.synthetic.max_digits=2"), "max_digits")
+case(
+    "config", "max_digits<min_digits", train("data.synthetic.min_digits=3", "data.synthetic.max_digits=2"), "max_digits"
+)
 case("config", "tiny-heads-do-not-divide", train("model.tiny.num_attention_heads=3"), "num_attention_heads")
-case("config", "tiny-kv-heads-do-not-divide", train("model.tiny.num_key_value_heads=2", "model.tiny.num_attention_heads=1"),
-     "num_key_value_heads")
-case("config", "gspo-with-reinforce", train("loss.importance_level=sequence", "loss=reinforce_with_baseline"), "sequence")
+case(
+    "config",
+    "tiny-kv-heads-do-not-divide",
+    train("model.tiny.num_key_value_heads=2", "model.tiny.num_attention_heads=1"),
+    "num_key_value_heads",
+)
+case(
+    "config", "gspo-with-reinforce", train("loss.importance_level=sequence", "loss=reinforce_with_baseline"), "sequence"
+)
 case("config", "gspo-with-no-baseline", train("loss.importance_level=sequence", "loss=no_baseline"), "sequence")
 case("config", "device-cuda-without-cuda", train("runtime.device=cuda"), "cuda")
 case("config", "tiny@150-not-saved", train("model.path=tiny@150"), "tiny@150")
@@ -140,10 +186,22 @@ case("config", "cache-dir-is-a-file", train("model.path=tiny", "runtime.cache_di
 # --------------------------------------------------------------------------- data files
 
 for name, expect in [
-    ("missing", "no such file"), ("adir", "directory"), ("empty", "empty"), ("blank", "empty"),
-    ("badjson", "invalid JSON"), ("list", "expected a JSON object"), ("noq", "missing key 'problem'"),
-    ("noa", "missing key 'answer'"), ("dictans", "must be text"), ("badutf8", "UTF-8"), ("dupid", "duplicate id"),
-    ("nested", ":1:"), ("deep", ":2:"), ("huge", "MB"), ("nan", "NaN"), ("infinity", "Infinity"),
+    ("missing", "no such file"),
+    ("adir", "directory"),
+    ("empty", "empty"),
+    ("blank", "empty"),
+    ("badjson", "invalid JSON"),
+    ("list", "expected a JSON object"),
+    ("noq", "missing key 'problem'"),
+    ("noa", "missing key 'answer'"),
+    ("dictans", "must be text"),
+    ("badutf8", "UTF-8"),
+    ("dupid", "duplicate id"),
+    ("nested", ":1:"),
+    ("deep", ":2:"),
+    ("huge", "MB"),
+    ("nan", "NaN"),
+    ("infinity", "Infinity"),
 ]:
     path = "{A}/adir" if name == "adir" else f"{{A}}/data/{name}.jsonl"
     case("data", f"train-{name}", train(*MATH, f"data.train_path={path}"), expect)
@@ -151,12 +209,20 @@ case("data", "eval-badjson", train(*MATH, "data.eval_path={A}/data/badjson.jsonl
 case("data", "eval-huge", train(*MATH, "data.eval_path={A}/data/huge.jsonl"), "MB")
 case("data", "eval-path-missing", train("data.source=math", "data.train_path={A}/data/train.jsonl"), "eval_path")
 case("data", "all-train-in-eval", train(*MATH, "data.eval_path={A}/data/train.jsonl"), "no training examples")
-case("data", "gsm8k-without-marker", train("data.source=gsm8k", "data.train_path={A}/data/nomarker.jsonl",
-                                           "data.eval_path={A}/data/nomarker.jsonl"), "####")
+case(
+    "data",
+    "gsm8k-without-marker",
+    train("data.source=gsm8k", "data.train_path={A}/data/nomarker.jsonl", "data.eval_path={A}/data/nomarker.jsonl"),
+    "####",
+)
 case("data", "solution-without-boxed", train(*MATH, "data.answer_field=solution"), "solution")
 case("data", "jsonl-question-field-absent", train(*MATH, "data.source=jsonl", "data.question_field=prompt"), "prompt")
-case("data", "hub-without-datasets", train("data.source=hub", "data.train_path=org/name", "data.eval_path=org/name"),
-     "datasets")
+case(
+    "data",
+    "hub-without-datasets",
+    train("data.source=hub", "data.train_path=org/name", "data.eval_path=org/name"),
+    "datasets",
+)
 case("data", "train-bool-answer", train(*MATH, "data.train_path={A}/data/boolans.jsonl"), "must be text")
 case("data", "train-list-question", train(*MATH, "data.train_path={A}/data/listq.jsonl"), "must be text")
 
@@ -193,13 +259,32 @@ for name, args, expect in [
 
 SWEEP_FAST = [item for item in FAST if not item.startswith("steps=")]
 for values, expect in [
-    ("nan..1", "finite"), ("1e-4..inf", "finite"), ("1,nan", "finite"), ("nan", "finite"), ("inf", "finite"),
-    ("-inf,1e-4", "finite"), ("1e400", "finite"), ("1e-4..1e400", "finite"), ("nan..nan", "finite"),
-    ("1e-6..1e-4:nan", "integer"), ("1e-6..1e-4:0", "at least 2"), ("1e-6..1e-4:1", "at least 2"),
-    ("..", "not a number"), ("1e-6..", "not a number"), ("..1", "not a number"),
-    ("a..b", "not a number"), ("1,,2", "empty item"), ("1e-4,1e-4", "repeats"), ("", "empty"),
-    ("0..1", "positive"), ("-1..1", "positive"), ("1e-4..1e-6", "upward"), ("0.1..0.1", "upward"),
-    ("abc,def", "optimizer.lr"), ("1e-400,1e-4", "optimizer.lr"), ("0,1e-4", "optimizer.lr"),
+    ("nan..1", "finite"),
+    ("1e-4..inf", "finite"),
+    ("1,nan", "finite"),
+    ("nan", "finite"),
+    ("inf", "finite"),
+    ("-inf,1e-4", "finite"),
+    ("1e400", "finite"),
+    ("1e-4..1e400", "finite"),
+    ("nan..nan", "finite"),
+    ("1e-6..1e-4:nan", "integer"),
+    ("1e-6..1e-4:0", "at least 2"),
+    ("1e-6..1e-4:1", "at least 2"),
+    ("..", "not a number"),
+    ("1e-6..", "not a number"),
+    ("..1", "not a number"),
+    ("a..b", "not a number"),
+    ("1,,2", "empty item"),
+    ("1e-4,1e-4", "repeats"),
+    ("", "empty"),
+    ("0..1", "positive"),
+    ("-1..1", "positive"),
+    ("1e-4..1e-6", "upward"),
+    ("0.1..0.1", "upward"),
+    ("abc,def", "optimizer.lr"),
+    ("1e-400,1e-4", "optimizer.lr"),
+    ("0,1e-4", "optimizer.lr"),
 ]:
     case("sweep", f"lr={values}", ["sweep", "lr", "--values", values, "--dry-run", *SWEEP_FAST], expect)
 case("sweep", "too-many-points", ["sweep", "lr", "--values", "1e-6..1e-4:100000", "--dry-run"], "points", new=True)
@@ -219,15 +304,32 @@ case("sweep", "spec-variant-nan", ["sweep", "{A}/yaml/spec_nan.yaml", "--dry-run
 # --------------------------------------------------------------------------- yaml config files
 
 for name, expect, new in [
-    ("missing", "no config file", False), ("adir", "no config file", False), ("broken", "invalid yaml", False),
-    ("tabs", "invalid yaml", False), ("list", "mapping", False), ("scalar", "mapping", False),
-    ("ablation", "ablation spec", False), ("unknown", "loss.bogus", False), ("wrongtype", "optimizer.lr", False),
-    ("section_scalar", "loss", False), ("dup", "duplicate", False), ("binary", "yaml", False),
-    ("badutf8", "yaml", False), ("bomb", "yaml", False), ("pytag", "yaml", False), ("interp", "optimizer.lr", False),
-    ("lr_nan", "optimizer.lr", False), ("top_unknown", "foo", False), ("section_list", "optimizer", False),
-    ("stop_int", "rollout.stop", False), ("seed_float", "seed", False), ("deep", "yaml", False),
-    ("json_lr0", "optimizer.lr", False), ("empty", "sets no config keys", True),
-    ("comments_only", "sets no config keys", True), ("null", "sets no config keys", True),
+    ("missing", "no config file", False),
+    ("adir", "no config file", False),
+    ("broken", "invalid yaml", False),
+    ("tabs", "invalid yaml", False),
+    ("list", "mapping", False),
+    ("scalar", "mapping", False),
+    ("ablation", "ablation spec", False),
+    ("unknown", "loss.bogus", False),
+    ("wrongtype", "optimizer.lr", False),
+    ("section_scalar", "loss", False),
+    ("dup", "duplicate", False),
+    ("binary", "yaml", False),
+    ("badutf8", "yaml", False),
+    ("bomb", "yaml", False),
+    ("pytag", "yaml", False),
+    ("interp", "optimizer.lr", False),
+    ("lr_nan", "optimizer.lr", False),
+    ("top_unknown", "foo", False),
+    ("section_list", "optimizer", False),
+    ("stop_int", "rollout.stop", False),
+    ("seed_float", "seed", False),
+    ("deep", "yaml", False),
+    ("json_lr0", "optimizer.lr", False),
+    ("empty", "sets no config keys", True),
+    ("comments_only", "sets no config keys", True),
+    ("null", "sets no config keys", True),
 ]:
     case("yaml", name, ["train", f"{{A}}/yaml/{name}.yaml", *FAST], expect, new=new)
 
@@ -259,7 +361,12 @@ for name, args, expect, new in [
     ("resume-with-overrides", ["train", "--resume", "done", "lr=1"], "takes no config file", False),
     ("resume-and-from", ["train", "--resume", "done", "--from", "done"], "takes no config file", False),
     ("from-unknown", ["train", "--from", "nope"], "no run named 'nope'", False),
-    ("from-with-config-file", ["train", "--from", "done", "{A}/yaml/json_lr0.yaml"], "--from takes overrides only", False),
+    (
+        "from-with-config-file",
+        ["train", "--from", "done", "{A}/yaml/json_lr0.yaml"],
+        "--from takes overrides only",
+        False,
+    ),
     ("from-bad-override", ["train", "--from", "done", "lr=nan"], "optimizer.lr", False),
     ("from-name-taken", ["train", "--from", "done", "name=alpha-1"], "already exists", False),
     ("name-taken", train("name=done"), "already exists", False),
@@ -305,8 +412,10 @@ def _build_assets(root: Path, model: Path) -> list[Callable[[], None]]:
     _write_jsonl(data / "noa.jsonl", [{"problem": "1+1"}])
     _write_jsonl(data / "dictans.jsonl", [{"problem": "1+1", "answer": {"x": 1}}])
     (data / "badutf8.jsonl").write_bytes(b'{"problem": "\xff\xfe", "answer": "1"}\n')
-    _write_jsonl(data / "dupid.jsonl", [{"problem": "a", "answer": "1", "unique_id": "x"},
-                                        {"problem": "b", "answer": "2", "unique_id": "x"}])
+    _write_jsonl(
+        data / "dupid.jsonl",
+        [{"problem": "a", "answer": "1", "unique_id": "x"}, {"problem": "b", "answer": "2", "unique_id": "x"}],
+    )
     (data / "nested.jsonl").write_text("[" * 1_000_000 + "\n")  # 1 MB of nesting
     (data / "deep.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n' + '{"a":' * 5000 + "1" + "}" * 5000 + "\n")
     (data / "huge.jsonl").write_text(json.dumps({"problem": "x" * 20_000_000, "answer": "1"}) + "\n")
@@ -317,8 +426,15 @@ def _build_assets(root: Path, model: Path) -> list[Callable[[], None]]:
     _write_jsonl(data / "nomarker.jsonl", [{"question": "q", "answer": "no marker here"}])
 
     models = root / "models"
-    for name in ("bad_config", "list_config", "bad_weights", "truncated_weights", "no_weights", "no_tokenizer",
-                 "bad_marker"):
+    for name in (
+        "bad_config",
+        "list_config",
+        "bad_weights",
+        "truncated_weights",
+        "no_weights",
+        "no_tokenizer",
+        "bad_marker",
+    ):
         shutil.copytree(model, models / name)
     (models / "bad_config" / "config.json").write_text('{"model_type": "qwen2", ')
     (models / "list_config" / "config.json").write_text("[1, 2]")
@@ -341,14 +457,29 @@ def _build_assets(root: Path, model: Path) -> list[Callable[[], None]]:
     y.mkdir()
     (y / "adir.yaml").mkdir()
     texts = {
-        "broken": "loss: [unclosed\n", "tabs": "optimizer:\n\tlr: 1\n", "list": "- a\n- b\n", "scalar": "42\n",
-        "ablation": "variants:\n  a: {lr: 1.0e-4}\n", "unknown": "loss:\n  bogus: 1\n",
-        "wrongtype": "optimizer:\n  lr: fast\n", "section_scalar": "loss: 5\n", "dup": "seed: 1\nseed: 2\n",
-        "pytag": "name: !!python/object/apply:os.system ['echo hi']\n", "interp": "optimizer:\n  lr: ${nope}\n",
-        "lr_nan": "optimizer:\n  lr: .nan\n", "top_unknown": "foo: 1\n", "section_list": "optimizer: [1, 2]\n",
-        "stop_int": "rollout:\n  stop: 5\n", "seed_float": "seed: 1.5\n", "deep": "a: " + "[" * 20000 + "\n",
-        "json_lr0": '{"optimizer": {"lr": 0}}\n', "empty": "", "comments_only": "# nothing here\n\n# at all\n",
-        "null": "~\n", "spec_unknown": "variants:\n  a: {nope: 1}\n", "spec_nan": "variants:\n  a: {lr: .nan}\n",
+        "broken": "loss: [unclosed\n",
+        "tabs": "optimizer:\n\tlr: 1\n",
+        "list": "- a\n- b\n",
+        "scalar": "42\n",
+        "ablation": "variants:\n  a: {lr: 1.0e-4}\n",
+        "unknown": "loss:\n  bogus: 1\n",
+        "wrongtype": "optimizer:\n  lr: fast\n",
+        "section_scalar": "loss: 5\n",
+        "dup": "seed: 1\nseed: 2\n",
+        "pytag": "name: !!python/object/apply:os.system ['echo hi']\n",
+        "interp": "optimizer:\n  lr: ${nope}\n",
+        "lr_nan": "optimizer:\n  lr: .nan\n",
+        "top_unknown": "foo: 1\n",
+        "section_list": "optimizer: [1, 2]\n",
+        "stop_int": "rollout:\n  stop: 5\n",
+        "seed_float": "seed: 1.5\n",
+        "deep": "a: " + "[" * 20000 + "\n",
+        "json_lr0": '{"optimizer": {"lr": 0}}\n',
+        "empty": "",
+        "comments_only": "# nothing here\n\n# at all\n",
+        "null": "~\n",
+        "spec_unknown": "variants:\n  a: {nope: 1}\n",
+        "spec_nan": "variants:\n  a: {lr: .nan}\n",
     }
     for name, text in texts.items():
         (y / f"{name}.yaml").write_text(text)
@@ -371,8 +502,15 @@ def _build_registry(path: Path, model: Path) -> None:
     registry = Registry(str(path))
     runs = {}
     for name in ("alpha-1", "alpha-2", "done", "nockpt", "gone", "live"):
-        runs[name] = registry.create_run(name=name, config=to_dict(cfg), config_diff={}, config_hash="x" * 16,
-                                         seed=0, total_steps=1, output_dir=str(path.parent / "gone-ckpts" / name))
+        runs[name] = registry.create_run(
+            name=name,
+            config=to_dict(cfg),
+            config_diff={},
+            config_hash="x" * 16,
+            seed=0,
+            total_steps=1,
+            output_dir=str(path.parent / "gone-ckpts" / name),
+        )
     registry.set_status(runs["done"].id, "finished")
     for name in ("alpha-1", "alpha-2", "nockpt", "gone"):
         registry.set_status(runs[name].id, "interrupted", error="interrupted by the user (Ctrl-C)")
@@ -405,8 +543,9 @@ def snapshot(root: Path, by_content: bool = True) -> dict[str, object]:
         if path.name.endswith("-shm") or (path.name.endswith("-wal") and path.stat().st_size == 0):
             continue
         stat = path.stat()
-        out[str(path.relative_to(root))] = (hashlib.sha256(path.read_bytes()).hexdigest() if by_content
-                                            else (stat.st_size, stat.st_mtime_ns))
+        out[str(path.relative_to(root))] = (
+            hashlib.sha256(path.read_bytes()).hexdigest() if by_content else (stat.st_size, stat.st_mtime_ns)
+        )
     return out
 
 
@@ -504,8 +643,15 @@ def test_bad_input_is_refused_in_one_line_and_writes_nothing(c, assets, tiny_mod
     check_case(c, assets, tiny_model_dir, tmp_path / "cwd")
 
 
-SUBPROCESS_SAMPLE = ["config:lr=nan", "config:model-weights-corrupt", "data:train-nested", "eval:subset-0",
-                     "sweep:lr=1,nan", "yaml:empty", "run_ids:resume-checkpoint-files-missing"]
+SUBPROCESS_SAMPLE = [
+    "config:lr=nan",
+    "config:model-weights-corrupt",
+    "data:train-nested",
+    "eval:subset-0",
+    "sweep:lr=1,nan",
+    "yaml:empty",
+    "run_ids:resume-checkpoint-files-missing",
+]
 
 
 @pytest.mark.parametrize("case_id", SUBPROCESS_SAMPLE)
@@ -634,8 +780,18 @@ def test_an_explicit_empty_mapping_is_no_changes(assets, tmp_path):
 
 def test_a_subset_larger_than_the_data_warns_in_one_line(assets, tiny_model_dir, tmp_path):
     """Not bad input: the eval runs on all 12 problems, and says so once."""
-    args = ["eval", str(tiny_model_dir), "--data", str(assets / "data" / "eval.jsonl"), "--subset", "100",
-            "--prompt", "r1_zero_compact", "--max-tokens", "4"]
+    args = [
+        "eval",
+        str(tiny_model_dir),
+        "--data",
+        str(assets / "data" / "eval.jsonl"),
+        "--subset",
+        "100",
+        "--prompt",
+        "r1_zero_compact",
+        "--max-tokens",
+        "4",
+    ]
     code, stderr = run_subprocess(args, tmp_path)
     assert code == 0, stderr
     warnings = [line for line in stderr.splitlines() if line.startswith("warning:")]

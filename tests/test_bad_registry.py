@@ -26,16 +26,24 @@ FIXTURE = ROOT / "tests" / "fixtures" / "registry_v0.db"
 SECRET = "s3cret-never-shown"
 UNPRIVILEGED = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", "--"] if os.geteuid() == 0 else []
 
-BLOCK_PSYCOPG = ("import sys; sys.modules['psycopg'] = None\n"  # as if `grpoctl[postgres]` were not installed
-                 "sys.argv = ['grpoctl', *sys.argv[1:]]\nfrom grpoctl.cli import main\nmain()\n")
+BLOCK_PSYCOPG = (
+    "import sys; sys.modules['psycopg'] = None\n"  # as if `grpoctl[postgres]` were not installed
+    "sys.argv = ['grpoctl', *sys.argv[1:]]\nfrom grpoctl.cli import main\nmain()\n"
+)
 
 
 def grpoctl(args: list[str], cwd: Path, unprivileged: bool = False, no_psycopg: bool = False):
     env = {k: v for k, v in os.environ.items() if k not in ("GRPOCTL_DB", "PGPASSWORD")}
     env.update(PYTHONPATH=str(ROOT), COLUMNS="200")
     runner = [sys.executable, "-c", BLOCK_PSYCOPG] if no_psycopg else [sys.executable, "-m", "grpoctl"]
-    return subprocess.run((UNPRIVILEGED if unprivileged else []) + runner + args, cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        (UNPRIVILEGED if unprivileged else []) + runner + args,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def registry_file(tmp: Path) -> Path:
@@ -159,8 +167,7 @@ CASES = [
     Case("directory-read", lambda t: t, LIST, "is a directory, not a file"),
     Case("directory-train", lambda t: t, TRAIN, "is a directory, not a file"),
     Case("missing-parent", lambda t: str(t / "no" / "such" / "r.db"), TRAIN, "does not exist"),
-    Case("read-only-file-write", read_only_file, TAG, "is read-only, and this command writes to it",
-         unprivileged=True),
+    Case("read-only-file-write", read_only_file, TAG, "is read-only, and this command writes to it", unprivileged=True),
     Case("read-only-file-train", read_only_file, TRAIN, "is read-only", unprivileged=True),
     Case("read-only-dir-write", read_only_dir, TAG, "read-only directory", unprivileged=True),
     Case("unreadable", unreadable, LIST, "cannot read registry", unprivileged=True),
@@ -169,8 +176,7 @@ CASES = [
     Case("truncated", truncated, LIST, "is truncated"),
     Case("corrupt-page", corrupt_page, LIST, "is corrupt"),
     Case("zero-bytes", lambda t: (t / "registry.db").touch() or t / "registry.db", TAG, "is an empty file"),
-    Case("zero-bytes-upgrade", lambda t: (t / "registry.db").touch() or t / "registry.db", UPGRADE,
-         "is an empty file"),
+    Case("zero-bytes-upgrade", lambda t: (t / "registry.db").touch() or t / "registry.db", UPGRADE, "is an empty file"),
     Case("foreign-sqlite-read", foreign_sqlite, LIST, "is not a grpoctl registry: its tables (note)"),
     Case("foreign-sqlite-train", foreign_sqlite, TRAIN, "is not a grpoctl registry"),
     Case("foreign-sqlite-upgrade", foreign_sqlite, UPGRADE, "is not a grpoctl registry"),
@@ -179,24 +185,40 @@ CASES = [
     Case("newer-schema-upgrade", newer_schema, UPGRADE, "newer than this grpoctl"),
     Case("column-missing", column_missing, LIST, "missing columns git_commit"),
     Case("column-missing-upgrade", column_missing, UPGRADE, "in a layout no grpoctl made"),
-    Case("older-schema-read-only", old_schema_read_only, LIST,
-         f"older than this grpoctl's ({schema.HEAD}): run `grpoctl db upgrade", unprivileged=True),
+    Case(
+        "older-schema-read-only",
+        old_schema_read_only,
+        LIST,
+        f"older than this grpoctl's ({schema.HEAD}): run `grpoctl db upgrade",
+        unprivileged=True,
+    ),
     Case("scheme-foo", "foo://registry", LIST, "unknown database URL scheme 'foo://'"),
     Case("scheme-http", "http://example.com/registry", TRAIN, "unknown database URL scheme 'http://'"),
     Case("driver-mysql", "mysql://me@127.0.0.1/registry", LIST, "driver 'mysqldb' for mysql:// is not installed"),
-    Case("driver-psycopg2", f"postgresql+psycopg2://me:{SECRET}@127.0.0.1/r", LIST,
-         "grpoctl uses psycopg 3"),
-    Case("driver-missing", f"postgresql+psycopg://me:{SECRET}@127.0.0.1/r", TRAIN,
-         "pip install 'grpoctl[postgres]'", no_psycopg=True),
-    Case("refused-port", f"postgresql+psycopg://me:{SECRET}@127.0.0.1:1/registry", LIST,
-         "cannot connect to PostgreSQL at 127.0.0.1:1: connection refused"),
-    Case("refused-port-train", f"postgresql+psycopg://me:{SECRET}@127.0.0.1:1/registry", TRAIN,
-         "connection refused"),
+    Case("driver-psycopg2", f"postgresql+psycopg2://me:{SECRET}@127.0.0.1/r", LIST, "grpoctl uses psycopg 3"),
+    Case(
+        "driver-missing",
+        f"postgresql+psycopg://me:{SECRET}@127.0.0.1/r",
+        TRAIN,
+        "pip install 'grpoctl[postgres]'",
+        no_psycopg=True,
+    ),
+    Case(
+        "refused-port",
+        f"postgresql+psycopg://me:{SECRET}@127.0.0.1:1/registry",
+        LIST,
+        "cannot connect to PostgreSQL at 127.0.0.1:1: connection refused",
+    ),
+    Case("refused-port-train", f"postgresql+psycopg://me:{SECRET}@127.0.0.1:1/registry", TRAIN, "connection refused"),
     Case("wrong-password", PG.replace("{password}", SECRET), LIST, "password authentication failed", needs_pg=True),
-    Case("wrong-password-sweep", PG.replace("{password}", SECRET), ["sweep", "lr", "--values", "1e-4,1e-3"],
-         "password authentication failed", needs_pg=True),
-    Case("missing-database", PG.replace("{database}", "nosuchdb"), LIST, "has no database 'nosuchdb'",
-         needs_pg=True),
+    Case(
+        "wrong-password-sweep",
+        PG.replace("{password}", SECRET),
+        ["sweep", "lr", "--values", "1e-4,1e-3"],
+        "password authentication failed",
+        needs_pg=True,
+    ),
+    Case("missing-database", PG.replace("{database}", "nosuchdb"), LIST, "has no database 'nosuchdb'", needs_pg=True),
     Case("ssl-required", PG + "?sslmode=require", LIST, "server does not support SSL", needs_pg=True),
 ]
 
@@ -225,8 +247,9 @@ def test_bad_registry_is_one_line_exit_2_and_untouched(case, tmp_path, request):
         from sqlalchemy.engine import make_url
 
         admin = make_url(request.getfixturevalue("pg_admin_url"))
-        db = case.make.format(password=admin.password if "{password}" in case.make else SECRET,
-                              port=admin.port, database="postgres")
+        db = case.make.format(
+            password=admin.password if "{password}" in case.make else SECRET, port=admin.port, database="postgres"
+        )
         password = make_url(db).password
     elif callable(case.make):
         db = str(case.make(work))
@@ -234,8 +257,7 @@ def test_bad_registry_is_one_line_exit_2_and_untouched(case, tmp_path, request):
         db = case.make
     before = snapshot(work)
     try:
-        result = grpoctl([*case.args, "--db", db], cwd=work, unprivileged=case.unprivileged,
-                         no_psycopg=case.no_psycopg)
+        result = grpoctl([*case.args, "--db", db], cwd=work, unprivileged=case.unprivileged, no_psycopg=case.no_psycopg)
         after = snapshot(work)
     finally:
         for p in [work, *work.rglob("*")]:  # give back what the setup took away, for cleanup

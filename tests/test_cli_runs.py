@@ -20,8 +20,15 @@ ROOT = Path(__file__).resolve().parents[1]
 def grpoctl(*args: str, cwd: Path, input: str | None = None, **env) -> subprocess.CompletedProcess:
     # $GRPOCTL_DB is the `project` fixture's registry (for SQLite: ./registry.db in cwd).
     environ = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="200", **env)
-    return subprocess.run([sys.executable, "-m", "grpoctl", *args], cwd=cwd, env=environ,
-                          input=input, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "grpoctl", *args],
+        cwd=cwd,
+        env=environ,
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess, fragment: str) -> None:
@@ -40,26 +47,49 @@ def project(tmp_path, db_url, monkeypatch):
         (out / "step_2").mkdir(parents=True)
         (out / "step_2" / "model.safetensors").write_text("weights")
         run = registry.create_run(
-            name="ablation-lr3", group="ablation", variant="lr=3e-05",
-            config={"lr": 3e-5, "loss_type": "grpo_clip"}, config_diff={"lr": 3e-5},
-            config_hash="h-lr3", seed=1, total_steps=4, output_dir=str(out))
+            name="ablation-lr3",
+            group="ablation",
+            variant="lr=3e-05",
+            config={"lr": 3e-5, "loss_type": "grpo_clip"},
+            config_diff={"lr": 3e-5},
+            config_hash="h-lr3",
+            seed=1,
+            total_steps=4,
+            output_dir=str(out),
+        )
         for step in range(3):
             registry.log_step(
-                run.id, step,
-                {"train/reward": 0.25 * step,
-                 "train/grad_norm": float("nan") if step == 1 else 1.0},
-                samples=[dict(prompt="Solve [b]: what is 2+2?", response="<answer>4</answer>",
-                              ground_truth="4", reward=1.0, format_reward=1.0, answer_reward=1.0,
-                              kind="train")],
+                run.id,
+                step,
+                {"train/reward": 0.25 * step, "train/grad_norm": float("nan") if step == 1 else 1.0},
+                samples=[
+                    dict(
+                        prompt="Solve [b]: what is 2+2?",
+                        response="<answer>4</answer>",
+                        ground_truth="4",
+                        reward=1.0,
+                        format_reward=1.0,
+                        answer_reward=1.0,
+                        kind="train",
+                    )
+                ],
             )
-        registry.add_eval(run_id=run.id, step=2, n=64, accuracy=0.375, format_rate=0.9,
-                          mean_response_length=123.0, data_source="synthetic", grader="exact")
+        registry.add_eval(
+            run_id=run.id,
+            step=2,
+            n=64,
+            accuracy=0.375,
+            format_rate=0.9,
+            mean_response_length=123.0,
+            data_source="synthetic",
+            grader="exact",
+        )
         registry.add_checkpoint(run.id, 2, str(out / "step_2"), eval_accuracy=0.375)
         registry.set_status(run.id, "finished")
-        registry.create_run(name="ablation-lr1", group="ablation", config={}, config_diff={},
-                            config_hash="h-lr1", seed=1, total_steps=4)
-        registry.create_run(name="solo", config={}, config_diff={}, config_hash="h", seed=0,
-                            total_steps=4)
+        registry.create_run(
+            name="ablation-lr1", group="ablation", config={}, config_diff={}, config_hash="h-lr1", seed=1, total_steps=4
+        )
+        registry.create_run(name="solo", config={}, config_diff={}, config_hash="h", seed=0, total_steps=4)
     return tmp_path
 
 
@@ -68,8 +98,7 @@ def test_list_shows_every_run_with_headline_figures(project, monkeypatch, db_url
         monkeypatch.delenv("GRPOCTL_DB")  # ./registry.db by default
     result = grpoctl("runs", "list", cwd=project)
     assert result.returncode == 0, result.stderr
-    for text in ("3 runs", "ablation-lr3", "ablation-lr1", "solo", "finished", "2/4", "0.375",
-                 "0.500"):
+    for text in ("3 runs", "ablation-lr3", "ablation-lr1", "solo", "finished", "2/4", "0.375", "0.500"):
         assert text in result.stdout
     only = grpoctl("runs", "list", "--group", "ablation", "--status", "finished", cwd=project)
     assert "ablation-lr3" in only.stdout and "ablation-lr1" not in only.stdout
@@ -84,8 +113,7 @@ def test_list_of_an_empty_registry_is_friendly(tmp_path, db_url):
 def test_show_text_and_json(project):
     text = grpoctl("runs", "show", "ablation-lr3", cwd=project)
     assert text.returncode == 0, text.stderr
-    for fragment in ("ablation-lr3", "lr = 3e-05", "train/reward", "0.375", "synthetic",
-                     "step_2"):
+    for fragment in ("ablation-lr3", "lr = 3e-05", "train/reward", "0.375", "synthetic", "step_2"):
         assert fragment in text.stdout
 
     result = grpoctl("runs", "show", "ablation-lr3", "--format", "json", cwd=project)
@@ -103,8 +131,7 @@ def test_show_text_and_json(project):
 def test_samples_are_readable(project):
     result = grpoctl("runs", "samples", "ablation-lr3", "--limit", "1", cwd=project)
     assert result.returncode == 0, result.stderr
-    for fragment in ("step 2", "Solve [b]: what is 2+2?", "<answer>4</answer>", "ground truth",
-                     "reward 1.00"):
+    for fragment in ("step 2", "Solve [b]: what is 2+2?", "<answer>4</answer>", "ground truth", "reward 1.00"):
         assert fragment in result.stdout
     none = grpoctl("runs", "samples", "ablation-lr3", "--kind", "eval", cwd=project)
     assert none.returncode == 0 and "no eval samples" in none.stdout
@@ -158,8 +185,7 @@ def test_help_and_no_arguments_exit_0(tmp_path):
 
 
 def test_reading_commands_do_not_import_torch(tmp_path):
-    code = ("import sys, grpoctl.registry, grpoctl.cli.runs; "
-            "sys.exit('torch' in sys.modules)")
+    code = "import sys, grpoctl.registry, grpoctl.cli.runs; sys.exit('torch' in sys.modules)"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

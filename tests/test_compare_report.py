@@ -30,15 +30,34 @@ N_EVAL = 1024
 DECODING = {"greedy": True, "max_tokens": 32}
 
 
-def make_run(registry, name, overrides, group="abl", variant=None, steps=20, status="finished",
-             error=None, collapse_at=None, reward_top=0.7, decoding=DECODING, subset_hash="s1",
-             logged=None):
+def make_run(
+    registry,
+    name,
+    overrides,
+    group="abl",
+    variant=None,
+    steps=20,
+    status="finished",
+    error=None,
+    collapse_at=None,
+    reward_top=0.7,
+    decoding=DECODING,
+    subset_hash="s1",
+    logged=None,
+):
     """A run whose metrics follow a learning curve, or collapse from `collapse_at`; it
     stops after `logged` steps (all of them by default)."""
     cfg = load_config(None, overrides + [f"loop.n_grpo_steps={steps}"])
-    run = registry.create_run(name=name, config=to_dict(cfg), config_diff=config_diff(cfg),
-                              config_hash=config_hash(cfg), seed=cfg.seed, total_steps=steps,
-                              group=group, variant=variant)
+    run = registry.create_run(
+        name=name,
+        config=to_dict(cfg),
+        config_diff=config_diff(cfg),
+        config_hash=config_hash(cfg),
+        seed=cfg.seed,
+        total_steps=steps,
+        group=group,
+        variant=variant,
+    )
     wiggle = 0.01 * (cfg.seed + 1)
     logged = steps if logged is None else logged
     for step in range(logged):
@@ -57,9 +76,19 @@ def make_run(registry, name, overrides, group="abl", variant=None, steps=20, sta
         if step % 5 == 0 or step == logged - 1:
             accuracy = 0.0 if broken else round(0.35 + (reward_top - 0.35) * t, 4)
             registry.log_step(run.id, step, {"eval/accuracy": accuracy})
-            registry.add_eval(run_id=run.id, step=step, n=N_EVAL, accuracy=accuracy, format_rate=0.9,
-                              mean_response_length=14.0, data_hash="d1", subset_hash=subset_hash,
-                              template_hash="t1", decoding=decoding, grader="exact")
+            registry.add_eval(
+                run_id=run.id,
+                step=step,
+                n=N_EVAL,
+                accuracy=accuracy,
+                format_rate=0.9,
+                mean_response_length=14.0,
+                data_hash="d1",
+                subset_hash=subset_hash,
+                template_hash="t1",
+                decoding=decoding,
+                grader="exact",
+            )
     registry.set_status(run.id, status, error=error)
     return cfg, run
 
@@ -78,22 +107,55 @@ def db(request, tmp_path_factory):
         runs = [
             make_run(registry, "abl-good-s0", ["seed=0"], variant="good"),
             make_run(registry, "abl-good-s1", ["seed=1"], variant="good", reward_top=0.66),
-            make_run(registry, "abl-hot-s0", ["optimizer.lr=1e-3"], variant="hot", collapse_at=4,
-                     status="diverged", error="non-finite loss at step 20"),
-            make_run(registry, "abl-broken-s0", ["loss.loss_type=no_baseline"], variant="broken", logged=3,
-                     status="failed", error="RuntimeError: CUDA out of memory\nTraceback..."),
+            make_run(
+                registry,
+                "abl-hot-s0",
+                ["optimizer.lr=1e-3"],
+                variant="hot",
+                collapse_at=4,
+                status="diverged",
+                error="non-finite loss at step 20",
+            ),
+            make_run(
+                registry,
+                "abl-broken-s0",
+                ["loss.loss_type=no_baseline"],
+                variant="broken",
+                logged=3,
+                status="failed",
+                error="RuntimeError: CUDA out of memory\nTraceback...",
+            ),
         ]
         for cfg, run in runs:
             registry.add_sweep_member(sweep.id, run.config_hash, run.variant, run.seed)
         # A later `grpoctl eval` of a checkpoint on other data, linked to the run: not its curve.
         good = runs[0][1]
-        registry.add_eval(run_id=good.id, step=19, checkpoint_path="/ckpt/step-19", n=200, accuracy=0.01,
-                          format_rate=0.0, mean_response_length=31.0, data_hash="gsm8k", subset_hash="s9",
-                          template_hash="t1", decoding=DECODING, grader="exact")
+        registry.add_eval(
+            run_id=good.id,
+            step=19,
+            checkpoint_path="/ckpt/step-19",
+            n=200,
+            accuracy=0.01,
+            format_rate=0.0,
+            mean_response_length=31.0,
+            data_hash="gsm8k",
+            subset_hash="s9",
+            template_hash="t1",
+            decoding=DECODING,
+            grader="exact",
+        )
         # Another group, evaluated differently: sampled decoding, another subset.
         make_run(registry, "other-a", ["seed=5"], group="other", variant="a")
-        make_run(registry, "other-b", ["seed=6", "optimizer.lr=1e-4"], group="other", variant="b",
-                 decoding={"greedy": False, "temperature": 1.0}, subset_hash="s2", status="running")
+        make_run(
+            registry,
+            "other-b",
+            ["seed=6", "optimizer.lr=1e-4"],
+            group="other",
+            variant="b",
+            decoding={"greedy": False, "temperature": 1.0},
+            subset_hash="s2",
+            status="running",
+        )
         with registry.engine.begin() as conn:  # other-b stopped heartbeating an hour ago
             conn.execute(update(Run).where(Run.name == "other-b").values(heartbeat_at=utcnow() - timedelta(hours=1)))
     return path
@@ -106,8 +168,9 @@ def registry(db):
 
 
 def grpoctl(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "grpoctl", *args], capture_output=True, text=True,
-                          timeout=60, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "grpoctl", *args], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
 
 
 def test_one_row_per_variant_with_seeds_folded(registry):
@@ -185,16 +248,18 @@ def test_runs_by_ref(registry):
 
 
 def test_cli_json_and_csv_parse_and_stay_clear_of_torch(db, tmp_path):
-    code = ("import sys, runpy\n"
-            f"sys.argv = ['grpoctl', 'compare', 'abl', '--db', {str(db)!r}, '--format', 'json']\n"
-            "try:\n    runpy.run_module('grpoctl', run_name='__main__')\n"
-            "except SystemExit as exc:\n    assert not exc.code, exc.code\n"
-            "heavy = [m for m in ('torch', 'matplotlib', 'pandas', 'transformers') if m in sys.modules]\n"
-            "print('HEAVY', heavy, file=sys.stderr)\n"
-            "from grpoctl.cli.report_view import write_report\n"
-            "from grpoctl.registry import Registry\n"
-            f"write_report(Registry({str(db)!r}), 'abl', {str(tmp_path)!r})\n"
-            "print('REPORT TORCH', 'torch' in sys.modules, file=sys.stderr)\n")
+    code = (
+        "import sys, runpy\n"
+        f"sys.argv = ['grpoctl', 'compare', 'abl', '--db', {str(db)!r}, '--format', 'json']\n"
+        "try:\n    runpy.run_module('grpoctl', run_name='__main__')\n"
+        "except SystemExit as exc:\n    assert not exc.code, exc.code\n"
+        "heavy = [m for m in ('torch', 'matplotlib', 'pandas', 'transformers') if m in sys.modules]\n"
+        "print('HEAVY', heavy, file=sys.stderr)\n"
+        "from grpoctl.cli.report_view import write_report\n"
+        "from grpoctl.registry import Registry\n"
+        f"write_report(Registry({str(db)!r}), 'abl', {str(tmp_path)!r})\n"
+        "print('REPORT TORCH', 'torch' in sys.modules, file=sys.stderr)\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert "HEAVY []" in out.stderr and "REPORT TORCH False" in out.stderr, out.stderr
     payload = json.loads(out.stdout)
@@ -210,11 +275,14 @@ def test_cli_json_and_csv_parse_and_stay_clear_of_torch(db, tmp_path):
     assert float(records[1]["best_acc"]) == 0.35 and records[0]["runs"] == "abl-good-s0;abl-good-s1"
 
 
-@pytest.mark.parametrize("args, message", [
-    (["compare", "nosuch"], "no sweep, group or run named 'nosuch'"),
-    (["compare", "abl", "--format", "xml"], "--format 'xml' is not one of"),
-    (["report", "nosuch"], "no sweep, group or run named 'nosuch'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["compare", "nosuch"], "no sweep, group or run named 'nosuch'"),
+        (["compare", "abl", "--format", "xml"], "--format 'xml' is not one of"),
+        (["report", "nosuch"], "no sweep, group or run named 'nosuch'"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(db, args, message):
     out = grpoctl(*args, "--db", str(db))
     assert out.returncode == 2, out
@@ -224,8 +292,15 @@ def test_bad_input_is_one_line_and_exit_2(db, args, message):
 def test_report_writes_markdown_and_readable_plots(registry, tmp_path):
     path = write_report(registry, "abl", tmp_path / "rep")
     text = path.read_text()
-    for heading in ("# abl", "## What varied", "## What was shared", "## Results", "## Curves",
-                    "## Health", "## Runs that did not finish"):
+    for heading in (
+        "# abl",
+        "## What varied",
+        "## What was shared",
+        "## Results",
+        "## Curves",
+        "## Health",
+        "## Runs that did not finish",
+    ):
         assert heading in text, heading
     assert "- `optimizer.lr`: 3e-4, 1e-3\n" in text
     assert "- `loss.loss_type`: grpo_clip, no_baseline\n" in text
@@ -242,8 +317,13 @@ def test_report_writes_markdown_and_readable_plots(registry, tmp_path):
     import matplotlib.image
 
     pngs = sorted(p.name for p in path.parent.glob("*.png"))
-    assert pngs == ["eval_accuracy.png", "grad_norm.png", "response_length.png", "token_entropy.png",
-                    "train_reward.png"]
+    assert pngs == [
+        "eval_accuracy.png",
+        "grad_norm.png",
+        "response_length.png",
+        "token_entropy.png",
+        "train_reward.png",
+    ]
     for name in pngs:
         data = (path.parent / name).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n"
@@ -268,14 +348,31 @@ def test_report_calls_a_close_race_within_noise(tmp_path, db_url):
 def eval_run(registry, sweep, name, variant, overrides, evals, n=512, group="study"):
     """A finished run with only evals: (step, accuracy) pairs of `n` problems each."""
     cfg = load_config(None, overrides + ["loop.n_grpo_steps=30"])
-    run = registry.create_run(name=name, config=to_dict(cfg), config_diff=config_diff(cfg),
-                              config_hash=config_hash(cfg), seed=cfg.seed, total_steps=30, group=group,
-                              variant=variant)
+    run = registry.create_run(
+        name=name,
+        config=to_dict(cfg),
+        config_diff=config_diff(cfg),
+        config_hash=config_hash(cfg),
+        seed=cfg.seed,
+        total_steps=30,
+        group=group,
+        variant=variant,
+    )
     for step, accuracy in evals:
         registry.log_step(run.id, step, {"train/reward": accuracy})
-        registry.add_eval(run_id=run.id, step=step, n=n, accuracy=accuracy, format_rate=1.0,
-                          mean_response_length=10.0, data_hash="d1", subset_hash="s1", template_hash="t1",
-                          decoding=DECODING, grader="exact")
+        registry.add_eval(
+            run_id=run.id,
+            step=step,
+            n=n,
+            accuracy=accuracy,
+            format_rate=1.0,
+            mean_response_length=10.0,
+            data_hash="d1",
+            subset_hash="s1",
+            template_hash="t1",
+            decoding=DECODING,
+            grader="exact",
+        )
     registry.set_status(run.id, "finished")
     if sweep is not None:
         registry.add_sweep_member(sweep.id, run.config_hash, variant, cfg.seed)
@@ -306,12 +403,27 @@ def study_db(tmp_path_factory) -> Path:
         wide = registry.get_or_create_sweep("wide", "ablation", {"file": "wide.yaml", "baseline": "base8"})
         for variant, lr, finals in (("base8", "1e-4", BASE8), ("wide8", "3e-4", WIDE8)):
             for seed, final in enumerate(finals):
-                eval_run(registry, wide, f"{variant}-s{seed}", variant, [f"seed={seed}", f"optimizer.lr={lr}"],
-                         [(0, 0.3), (29, final)], group="wide")
+                eval_run(
+                    registry,
+                    wide,
+                    f"{variant}-s{seed}",
+                    variant,
+                    [f"seed={seed}", f"optimizer.lr={lr}"],
+                    [(0, 0.3), (29, final)],
+                    group="wide",
+                )
         # One seed each, 1000 problems: 700 and 660 right at the end.
         eval_run(registry, None, "solo-a", "a", ["seed=0"], [(0, 0.3), (20, 0.5), (29, 0.700)], n=1000, group="solo")
-        eval_run(registry, None, "solo-b", "b", ["seed=0", "optimizer.lr=1e-4"], [(0, 0.3), (20, 0.8), (29, 0.660)],
-                 n=1000, group="solo")
+        eval_run(
+            registry,
+            None,
+            "solo-b",
+            "b",
+            ["seed=0", "optimizer.lr=1e-4"],
+            [(0, 0.3), (20, 0.8), (29, 0.660)],
+            n=1000,
+            group="solo",
+        )
     return path
 
 
@@ -334,12 +446,14 @@ def test_compare_json_sets_each_variant_against_the_spec_baseline(study_db):
     assert better["diff"] == pytest.approx(0.07666666666666666, rel=1e-6)
     assert better["p_value"] == pytest.approx(0.05886876404903681, rel=1e-6)
     assert (better["diff_ci_low"], better["diff_ci_high"]) == pytest.approx(
-        (-0.005026512043801765, 0.1583598453771351), rel=1e-6)
+        (-0.005026512043801765, 0.1583598453771351), rel=1e-6
+    )
     # scipy.stats.ttest_ind([.63, .61, .66], [.62, .65, .60], equal_var=False)
     assert close["diff"] == pytest.approx(0.01, abs=1e-9)
     assert close["p_value"] == pytest.approx(0.6519586963751585, rel=1e-6)
     assert (close["diff_ci_low"], close["diff_ci_high"]) == pytest.approx(
-        (-0.04705052361651999, 0.06705052361651978), rel=1e-6)
+        (-0.04705052361651999, 0.06705052361651978), rel=1e-6
+    )
     # Holm over the two: min(1, 2 x 0.0589) = 0.1177 for the smaller, max(that, 0.652) for the other.
     assert better["p_holm"] == pytest.approx(0.11773752809807363, rel=1e-6)
     assert close["p_holm"] == pytest.approx(0.6519586963751585, rel=1e-6)
@@ -351,13 +465,24 @@ def test_compare_json_sets_each_variant_against_the_spec_baseline(study_db):
     # Best-so-far: per seed mean + peak; ttest_ind([.75, .79, .71], [.63, .66, .61], equal_var=False)
     assert better["best_diff"] == pytest.approx(0.1166666666666667, rel=1e-6)
     assert (better["best_diff_ci_low"], better["best_diff_ci_high"]) == pytest.approx(
-        (0.03497348795619827, 0.19835984537713514), rel=1e-6)
+        (0.03497348795619827, 0.19835984537713514), rel=1e-6
+    )
     assert better["diff_bca_low"] is None  # 3 seeds: no bootstrap interval
     assert lonely["verdict"] == "untested" and lonely["p_value"] is None and lonely["p_holm"] is None
     assert "1 seed(s) against the baseline's 3" in lonely["comparison_note"]
     # Every existing key is still there.
-    assert {"final_acc", "final_acc_sd", "final_acc_se", "best_acc", "best_step", "runs", "seeds",
-            "status", "health", "best"} <= set(better)
+    assert {
+        "final_acc",
+        "final_acc_sd",
+        "final_acc_se",
+        "best_acc",
+        "best_step",
+        "runs",
+        "seeds",
+        "status",
+        "health",
+        "best",
+    } <= set(better)
     assert better["final_acc"] == pytest.approx(0.70)
 
 
@@ -380,7 +505,8 @@ def test_bca_appears_from_eight_seeds_per_arm(study_db):
     # ttest_ind(WIDE8, BASE8, equal_var=False); bootstrap((WIDE8, BASE8), diff of means, method="BCa", rng=0)
     assert wide["p_value"] == pytest.approx(0.0021830535854393688, rel=1e-6)
     assert (wide["diff_bca_low"], wide["diff_bca_high"]) == pytest.approx(
-        (0.018750000000000155, 0.053750000000000075), rel=1e-6)
+        (0.018750000000000155, 0.053750000000000075), rel=1e-6
+    )
     assert wide["verdict"] == "better" and wide["p_holm"] == wide["p_value"]  # one comparison
     assert (wide["seeds_needed"], wide["seeds_needed_capped"]) == (6, False)
 
@@ -390,19 +516,24 @@ def test_one_seed_each_rests_on_eval_noise(study_db):
     a, b = rows["a"], rows["b"]
     # scipy.stats.binomtest(700, 1000).proportion_ci(method="wilson"); the same for 660
     assert (a["acc_last_k_ci_low"], a["acc_last_k_ci_high"]) == pytest.approx(
-        (0.6708761390827828, 0.7275931575229951), rel=1e-6)
+        (0.6708761390827828, 0.7275931575229951), rel=1e-6
+    )
     assert (b["acc_last_k_ci_low"], b["acc_last_k_ci_high"]) == pytest.approx(
-        (0.6300773195897642, 0.6886981176948581), rel=1e-6)
+        (0.6300773195897642, 0.6886981176948581), rel=1e-6
+    )
     # chi2_contingency([[660, 340], [700, 300]], correction=False).pvalue; Newcombe from the Wilson limits
     assert b["diff_test"] == "two-proportion" and b["diff"] == pytest.approx(-0.04)
     assert b["p_value"] == pytest.approx(0.05518555099113409, rel=1e-6) and b["verdict"] == "within noise"
-    assert (b["diff_ci_low"], b["diff_ci_high"]) == pytest.approx((-0.08070318347527537, 0.0008874214637380126),
-                                                                  rel=1e-6)
+    assert (b["diff_ci_low"], b["diff_ci_high"]) == pytest.approx(
+        (-0.08070318347527537, 0.0008874214637380126), rel=1e-6
+    )
     assert b["comparison_note"] == "one seed per arm: this rests on eval noise alone, not on how much seeds differ"
     assert b["seeds_needed"] is None and b["best_diff"] == pytest.approx(0.8 - 0.7)
     out = grpoctl("compare", "solo", "--db", str(study_db), "--baseline", "a", "--last-k", "1", "--format", "markdown")
-    assert "| b | 1 | 0.660 [0.630, 0.689] Wilson CI | -0.040 [-0.081, +0.001] | 0.055 | 0.055 | within noise |" \
+    assert (
+        "| b | 1 | 0.660 [0.630, 0.689] Wilson CI | -0.040 [-0.081, +0.001] | 0.055 | 0.055 | within noise |"
         in out.stdout
+    )
     assert "- b: one seed per arm: this rests on eval noise alone" in out.stdout
     assert "Newcombe's score interval and a two-proportion test" in out.stdout
 
@@ -422,21 +553,26 @@ def test_csv_carries_the_comparison_and_a_group_has_no_baseline_until_named(stud
 def test_scipy_only_when_there_is_something_to_test(study_db, db):
     """scipy.stats costs most of a second to import: compare without a baseline skips it,
     and with one still needs no torch."""
-    code = ("import sys, runpy, io, contextlib\n"
-            "sys.argv = ['grpoctl', 'compare', *sys.argv[1:], '--format', 'json']\n"
-            "with contextlib.redirect_stdout(io.StringIO()):\n"
-            "    try:\n        runpy.run_module('grpoctl', run_name='__main__')\n"
-            "    except SystemExit as exc:\n        assert not exc.code, exc.code\n"
-            "print([m for m in ('scipy.stats', 'torch') if m in sys.modules])\n")
+    code = (
+        "import sys, runpy, io, contextlib\n"
+        "sys.argv = ['grpoctl', 'compare', *sys.argv[1:], '--format', 'json']\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    try:\n        runpy.run_module('grpoctl', run_name='__main__')\n"
+        "    except SystemExit as exc:\n        assert not exc.code, exc.code\n"
+        "print([m for m in ('scipy.stats', 'torch') if m in sys.modules])\n"
+    )
     for args, loaded in ((["abl", "--db", str(db)], "[]"), (["study", "--db", str(study_db)], "['scipy.stats']")):
         out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60, cwd=ROOT)
         assert out.stdout.strip() == loaded, out.stderr
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--baseline", "nope"], "--baseline 'nope' is not one of the variants: base, better, close, lonely"),
-    (["--last-k", "0"], "--last-k must be at least 1, got 0"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--baseline", "nope"], "--baseline 'nope' is not one of the variants: base, better, close, lonely"),
+        (["--last-k", "0"], "--last-k must be at least 1, got 0"),
+    ],
+)
 def test_bad_comparison_options_are_one_line(study_db, args, message, tmp_path):
     for command in (["compare", "study"], ["report", "study", "-o", str(tmp_path / "rep")]):
         out = grpoctl(*command, *args, "--db", str(study_db))
@@ -450,10 +586,12 @@ def test_report_has_the_comparison_table_and_a_sentence_per_variant(study_db, tm
     section = text.split("## Against the baseline\n\n", 1)[1].split("## Curves", 1)[0]
     assert section.startswith("| variant | seeds | acc, mean of last 3 evals | Δ vs base (95% CI) | p | p Holm |")
     assert "| better | 3 | 0.700 ± 0.040 sd | +0.077 [-0.005, +0.158] | 0.059 | 0.118 | within noise | 5 |" in section
-    assert ("- **better** against **base** (acc, mean of last 3 evals, 3 vs 3 seeds): 0.700 against 0.623, "
-            "+7.7 points, 95% CI −0.5 to +15.8 (Welch's t), p = 0.059, 0.118 after Holm over 2: **within noise**. "
-            "Seeds needed to resolve a difference this size (α 0.05, power 0.8): about 5 per arm "
-            "(this study has 3).") in section
+    assert (
+        "- **better** against **base** (acc, mean of last 3 evals, 3 vs 3 seeds): 0.700 against 0.623, "
+        "+7.7 points, 95% CI −0.5 to +15.8 (Welch's t), p = 0.059, 0.118 after Holm over 2: **within noise**. "
+        "Seeds needed to resolve a difference this size (α 0.05, power 0.8): about 5 per arm "
+        "(this study has 3)."
+    ) in section
     assert "A difference this close to zero would need more than 100 seeds per arm" in section
     assert "- **lonely** against **base**: not tested: 1 seed(s) against the baseline's 3" in section
     assert "(bands: ± 1 sd over seeds)" not in section  # a plot title, not text
@@ -484,12 +622,26 @@ def test_a_run_shared_by_two_studies_carries_each_studys_label(tmp_path):
         first = registry.get_or_create_sweep("first", "ablation", {"file": "a.yaml", "baseline": "with_std"})
         second = registry.get_or_create_sweep("second", "ablation", {"file": "b.yaml", "baseline": "mean"})
         for seed, m in enumerate([0.62, 0.65, 0.60]):
-            run = eval_run(registry, first, f"first-with_std-s{seed}", "with_std", [f"seed={seed}"],
-                           [(0, 0.3), (29, m)], group="first")
+            run = eval_run(
+                registry,
+                first,
+                f"first-with_std-s{seed}",
+                "with_std",
+                [f"seed={seed}"],
+                [(0, 0.3), (29, m)],
+                group="first",
+            )
             registry.add_sweep_member(second.id, run.config_hash, "mean", seed)  # the same config
         for seed, m in enumerate([0.70, 0.74, 0.66]):
-            eval_run(registry, second, f"second-token-s{seed}", "token", [f"seed={seed}", "loss.length_normalization=token"],
-                     [(0, 0.3), (29, m)], group="second")
+            eval_run(
+                registry,
+                second,
+                f"second-token-s{seed}",
+                "token",
+                [f"seed={seed}", "loss.length_normalization=token"],
+                [(0, 0.3), (29, m)],
+                group="second",
+            )
         table = build_compare_table(registry, ["second"])
     assert sorted(r.label for r in table.rows) == ["mean", "token"]
     assert table.versus is not None and table.versus.baseline == "mean"

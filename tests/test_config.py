@@ -43,23 +43,26 @@ def test_aliases_resolve_to_dotted_paths():
         resolve_key("rollout.nope")
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["nope=1"], "unknown config key 'nope'"),
-    (["lr=fast"], "optimizer.lr"),
-    (["steps=1.5"], "loop.n_grpo_steps"),
-    (["rollout.group_size=3"], "must be divisible by rollout.group_size"),
-    (["loop.gradient_accumulation_steps=3"], "must be divisible by loop.gradient_accumulation_steps"),
-    (["loop.train_batch_size=96"], "must be divisible by loop.train_batch_size"),
-    (["loss=ppo"], "is not one of: no_baseline, reinforce_with_baseline, grpo_clip, grpo_no_clip"),
-    (["length_normalization=sum"], "mean, constant, microbatch"),
-    (["backend=tpu"], "auto, vllm, hf"),
-    (["epochs=2", "loss=reinforce_with_baseline"], "on-policy only"),
-    (["template=question_only"], "prompt.reward=question_only"),
-    (["data.source=math"], "needs data.train_path"),
-    (["rollout.min_tokens=64"], "exceeds rollout.max_tokens"),
-    (["rollout.group_size=1", "rollout.rollout_batch_size=8"], "at least 2"),
-    (["top_p=0"], None),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["nope=1"], "unknown config key 'nope'"),
+        (["lr=fast"], "optimizer.lr"),
+        (["steps=1.5"], "loop.n_grpo_steps"),
+        (["rollout.group_size=3"], "must be divisible by rollout.group_size"),
+        (["loop.gradient_accumulation_steps=3"], "must be divisible by loop.gradient_accumulation_steps"),
+        (["loop.train_batch_size=96"], "must be divisible by loop.train_batch_size"),
+        (["loss=ppo"], "is not one of: no_baseline, reinforce_with_baseline, grpo_clip, grpo_no_clip"),
+        (["length_normalization=sum"], "mean, constant, microbatch"),
+        (["backend=tpu"], "auto, vllm, hf"),
+        (["epochs=2", "loss=reinforce_with_baseline"], "on-policy only"),
+        (["template=question_only"], "prompt.reward=question_only"),
+        (["data.source=math"], "needs data.train_path"),
+        (["rollout.min_tokens=64"], "exceeds rollout.max_tokens"),
+        (["rollout.group_size=1", "rollout.rollout_batch_size=8"], "at least 2"),
+        (["top_p=0"], None),
+    ],
+)
 def test_invalid_configs_are_refused_in_one_line(overrides, message):
     with pytest.raises(UserError) as info:
         load_config(None, overrides)

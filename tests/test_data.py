@@ -395,9 +395,7 @@ def test_hub_loader_with_fake_datasets(monkeypatch):
     assert math[0].solution == "It is $\\boxed{2}$."
     assert math[1].id == "someone/MATH/all:train:1"
 
-    gsm = load_examples(
-        "hub", path="openai/gsm8k", split="test", question_field="question", answer_field="answer"
-    )
+    gsm = load_examples("hub", path="openai/gsm8k", split="test", question_field="question", answer_field="answer")
     assert gsm == [Example("openai/gsm8k:test:0", "q", "1200", "Work: 3*4=12")]
 
     with pytest.raises(DataError) as exc_info:
@@ -430,17 +428,28 @@ def test_train_and_eval_data_in_different_formats(tmp_path):
     from grpoctl.data.run_data import load_run_data
     from grpoctl.errors import UserError
 
-    train = write_jsonl(tmp_path / "train.jsonl", [
-        {"question": "What is 2+3?", "answer": "2+3=5\n#### 5"},
-        {"question": "What is 7*6?", "answer": "7*6=42\n#### 42"},
-        {"question": "What is $1+1$?", "answer": "#### 2"},  # also an eval problem
-    ])
-    evals = write_jsonl(tmp_path / "eval.jsonl", [
-        {"problem": "What is $1+1$?", "solution": "$1+1=\\boxed{2}$", "answer": "2"},
-        {"problem": "Find $x$ if $x^2=9$, $x>0$.", "solution": "\\boxed{3}", "answer": "3"},
-    ])
-    base = ["data.source=jsonl", "data.question_field=question", "data.answer_field=answer",
-            f"data.train_path={train}", f"data.eval_path={evals}"]
+    train = write_jsonl(
+        tmp_path / "train.jsonl",
+        [
+            {"question": "What is 2+3?", "answer": "2+3=5\n#### 5"},
+            {"question": "What is 7*6?", "answer": "7*6=42\n#### 42"},
+            {"question": "What is $1+1$?", "answer": "#### 2"},  # also an eval problem
+        ],
+    )
+    evals = write_jsonl(
+        tmp_path / "eval.jsonl",
+        [
+            {"problem": "What is $1+1$?", "solution": "$1+1=\\boxed{2}$", "answer": "2"},
+            {"problem": "Find $x$ if $x^2=9$, $x>0$.", "solution": "\\boxed{3}", "answer": "3"},
+        ],
+    )
+    base = [
+        "data.source=jsonl",
+        "data.question_field=question",
+        "data.answer_field=answer",
+        f"data.train_path={train}",
+        f"data.eval_path={evals}",
+    ]
     data = load_run_data(run_config(*base, "data.eval_source=jsonl", "data.eval_question_field=problem"))
     assert [ex.answer for ex in data.train] == ["5", "42"]  # GSM8K style: after the marker
     assert sorted(ex.question for ex in data.eval) == ["Find $x$ if $x^2=9$, $x>0$.", "What is $1+1$?"]
@@ -452,8 +461,9 @@ def test_train_and_eval_data_in_different_formats(tmp_path):
         load_run_data(run_config(*base, "data.eval_source=jsonl"))
     # An eval of a checkpoint reads only the eval data (the train file may be gone by then).
     train.unlink()
-    only_eval = load_run_data(run_config(*base, "data.eval_source=math", "data.eval_question_field=problem"),
-                              need_train=False)
+    only_eval = load_run_data(
+        run_config(*base, "data.eval_source=math", "data.eval_question_field=problem"), need_train=False
+    )
     assert only_eval.train == [] and len(only_eval.eval) == 2
 
 
@@ -466,11 +476,17 @@ def test_synthetic_training_with_a_file_to_evaluate_on(tmp_path):
     assert data.eval_source == "math" and data.data_hash == file_hash(evals)
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["data.eval_source=csv"], "data.eval_source='csv' is not one of: synthetic, math, gsm8k, jsonl, hub "
-                               "(or null: the same as data.source)"),
-    (["data.eval_question_field=''"], "data.eval_question_field must not be empty"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["data.eval_source=csv"],
+            "data.eval_source='csv' is not one of: synthetic, math, gsm8k, jsonl, hub "
+            "(or null: the same as data.source)",
+        ),
+        (["data.eval_question_field=''"], "data.eval_question_field must not be empty"),
+    ],
+)
 def test_eval_data_settings_are_checked(overrides, message):
     from grpoctl.errors import UserError
 

@@ -50,8 +50,9 @@ def env(fault: str | None = None) -> dict:
 
 
 def run(args: list[str], cwd: Path, fault: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(DIGIT_TRAIN + args, cwd=cwd, env=env(fault), capture_output=True, text=True,
-                          timeout=TIMEOUT_S)
+    return subprocess.run(
+        DIGIT_TRAIN + args, cwd=cwd, env=env(fault), capture_output=True, text=True, timeout=TIMEOUT_S
+    )
 
 
 def start(args: list[str], cwd: Path, fault: str) -> subprocess.Popen:
@@ -101,8 +102,11 @@ def status(db: Path, name: str) -> tuple:
 
 def live_checkpoints(db: Path, name: str) -> list[tuple[int, str]]:
     with sqlite3.connect(db) as conn:
-        return conn.execute("SELECT c.step, c.path FROM checkpoint c JOIN run r ON r.id = c.run_id "
-                            "WHERE r.name = ? AND c.deleted = 0 ORDER BY c.step", (name,)).fetchall()
+        return conn.execute(
+            "SELECT c.step, c.path FROM checkpoint c JOIN run r ON r.id = c.run_id "
+            "WHERE r.name = ? AND c.deleted = 0 ORDER BY c.step",
+            (name,),
+        ).fetchall()
 
 
 def dump(db: Path) -> list[str]:
@@ -172,17 +176,22 @@ def test_one_signal_finishes_the_step_checkpoints_and_resumes(sig, tiny_model_di
     assert wait(proc, tmp_path) == 1
     db = tmp_path / "registry.db"
     state, error, last_step = status(db, "once")
-    assert state == "interrupted" and error == ("interrupted by the user (Ctrl-C)" if sig == signal.SIGINT
-                                                else "interrupted by SIGTERM")
+    assert state == "interrupted" and error == (
+        "interrupted by the user (Ctrl-C)" if sig == signal.SIGINT else "interrupted by SIGTERM"
+    )
     assert last_step == 3 and [s for s, _ in live_checkpoints(db, "once")] == [2, 3]  # step 3 finished, then saved
     resume_and_compare("once", tmp_path, straight)
 
 
-@pytest.mark.parametrize("first, second", [(signal.SIGINT, signal.SIGINT), (signal.SIGTERM, signal.SIGTERM),
-                                           (signal.SIGTERM, signal.SIGINT)])
+@pytest.mark.parametrize(
+    "first, second", [(signal.SIGINT, signal.SIGINT), (signal.SIGTERM, signal.SIGTERM), (signal.SIGTERM, signal.SIGINT)]
+)
 def test_a_second_signal_stops_at_once_and_resume_still_works(first, second, tiny_model_dir, tmp_path, straight):
-    proc = start(["train", *overrides(tiny_model_dir, tmp_path), "name=twice"], tmp_path,
-                 fault="step-rollouts@3:STOP,step-train@3:STOP")
+    proc = start(
+        ["train", *overrides(tiny_model_dir, tmp_path), "name=twice"],
+        tmp_path,
+        fault="step-rollouts@3:STOP,step-train@3:STOP",
+    )
     wait_stopped(proc, tmp_path)
     signal_while_stopped(proc, first)  # handled after step 3's rollouts: "stopping after this step"
     wait_stopped(proc, tmp_path)  # step 3 is about to update the weights
@@ -199,8 +208,13 @@ def test_a_second_signal_stops_at_once_and_resume_still_works(first, second, tin
 def test_sigterm_from_outside_during_a_plain_run(tiny_model_dir, tmp_path, straight):
     """What a scheduler does: SIGTERM at whatever moment, with no fault point involved."""
     args = ["train", *overrides(tiny_model_dir, tmp_path), "name=preempted"]
-    proc = subprocess.Popen(DIGIT_TRAIN + args, cwd=tmp_path, env=env(), stdout=subprocess.DEVNULL,
-                            stderr=open(tmp_path / "stderr.txt", "w"))
+    proc = subprocess.Popen(
+        DIGIT_TRAIN + args,
+        cwd=tmp_path,
+        env=env(),
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "stderr.txt", "w"),
+    )
     db = tmp_path / "registry.db"
     deadline = time.time() + TIMEOUT_S
     while time.time() < deadline and proc.poll() is None:

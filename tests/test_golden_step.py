@@ -35,9 +35,14 @@ WRITE = os.environ.get("GRPOCTL_WRITE_GOLDEN") == "1"
 
 CASES = {
     "on_policy": {"loop.n_grpo_steps": 4, "eval.every": 2, "checkpoint.every": 0},
-    "off_policy": {"loop.n_grpo_steps": 3, "eval.every": 3, "checkpoint.every": 0,
-                   "loop.epochs_per_rollout_batch": 2, "loop.train_batch_size": 8,
-                   "loop.gradient_accumulation_steps": 2},
+    "off_policy": {
+        "loop.n_grpo_steps": 3,
+        "eval.every": 3,
+        "checkpoint.every": 0,
+        "loop.epochs_per_rollout_batch": 2,
+        "loop.train_batch_size": 8,
+        "loop.gradient_accumulation_steps": 2,
+    },
 }
 
 
@@ -73,10 +78,14 @@ def recorded(db: Path, name: str) -> dict:
     with sqlite3.connect(db) as conn:
         rows = conn.execute(
             "SELECT m.step, m.opt_step, m.name, m.value FROM metric m JOIN run r ON r.id = m.run_id "
-            "WHERE r.name = ? ORDER BY m.step, m.opt_step, m.name", (name,)).fetchall()
+            "WHERE r.name = ? ORDER BY m.step, m.opt_step, m.name",
+            (name,),
+        ).fetchall()
         samples = conn.execute(
             "SELECT s.step, s.kind, s.response FROM sample s JOIN run r ON r.id = s.run_id "
-            "WHERE r.name = ? ORDER BY s.step, s.kind, s.id", (name,)).fetchall()
+            "WHERE r.name = ? ORDER BY s.step, s.kind, s.id",
+            (name,),
+        ).fetchall()
     metrics = {
         f"{step}/{'-' if opt is None else opt}/{metric}": value
         for step, opt, metric, value in rows
@@ -94,8 +103,14 @@ def golden_model(tmp_path_factory) -> Path:
 def test_step_matches_the_recorded_golden_run(golden_model, tmp_path, case):
     overrides = fast_overrides(golden_model, tmp_path, **CASES[case])
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    out = subprocess.run(DIGIT_TRAIN + ["train", *overrides, f"name={case}"], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        DIGIT_TRAIN + ["train", *overrides, f"name={case}"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     got = recorded(tmp_path / "registry.db", case)
     path = GOLDEN / f"{case}.json"

@@ -15,8 +15,23 @@ from conftest import REPO
 def test_gpu_check_runs_scaled_down_on_cpu(tmp_path):
     # The checkout's grpoctl, not whichever one the interpreter has installed.
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--scale", "cpu", "--steps", "1",
-                          "--workdir", str(tmp_path)], capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "gpu_check.py"),
+            "--scale",
+            "cpu",
+            "--steps",
+            "1",
+            "--workdir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env=env,
+    )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     for preset in ("rtx4090", "h100"):
         assert f"== {preset}: 1 steps" in out.stdout

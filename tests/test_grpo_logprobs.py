@@ -33,7 +33,9 @@ EXPECTED_MASK = [[False, False, False, True], [False, True, True, False]]
 
 
 def test_tokenize_prompt_and_output_by_hand():
-    batch = tokenize_prompt_and_output(["1+1=", "ab"], ["2", "cc"], char_tokenizer(pad_token="<pad>", eos_token="<eos>"))
+    batch = tokenize_prompt_and_output(
+        ["1+1=", "ab"], ["2", "cc"], char_tokenizer(pad_token="<pad>", eos_token="<eos>")
+    )
     assert set(batch) == {"input_ids", "labels", "response_mask"}
     assert batch["input_ids"].tolist() == EXPECTED_INPUT_IDS
     assert batch["labels"].tolist() == [[8, 6, 9, 7], [3, 4, 4, 0]]
@@ -73,8 +75,13 @@ def test_entropy_on_huge_logits_stays_finite():
 def tiny_qwen():
     torch.manual_seed(0)
     config = Qwen2Config(
-        vocab_size=50, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
+        vocab_size=50,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
     )
     return Qwen2ForCausalLM(config).eval()
 

@@ -100,8 +100,9 @@ def test_kl_penalty_is_added_per_token_and_logged_without_it():
     )
     assert torch.equal(logged_only, torch.zeros(1, 2)) and "kl" in meta
     # One place adds it, for every loss type: the dispatch (the clip loss itself has none).
-    clip_loss, _ = compute_policy_gradient_loss(logp, "grpo_clip", advantages=zero_adv, old_log_probs=logp,
-                                                cliprange=0.2, ref_log_probs=ref, kl_beta=0.1)
+    clip_loss, _ = compute_policy_gradient_loss(
+        logp, "grpo_clip", advantages=zero_adv, old_log_probs=logp, cliprange=0.2, ref_log_probs=ref, kl_beta=0.1
+    )
     assert torch.allclose(clip_loss, loss)
     bare, meta = compute_grpo_clip_loss(zero_adv, logp, logp, 0.2)
     assert torch.equal(bare, torch.zeros(1, 2)) and "kl" not in meta
@@ -157,5 +158,6 @@ def test_errors_name_what_is_missing_or_valid():
     with pytest.raises(ValueError, match="grpo_clip or grpo_no_clip"):
         compute_policy_gradient_loss(LOGP, "reinforce_with_baseline", advantages=ADV, importance_level="sequence")
     with pytest.raises(ValueError, match="token, sequence"):
-        compute_policy_gradient_loss(LOGP, "grpo_clip", advantages=ADV, old_log_probs=OLD, cliprange=0.2,
-                                     importance_level="word")
+        compute_policy_gradient_loss(
+            LOGP, "grpo_clip", advantages=ADV, old_log_probs=OLD, cliprange=0.2, importance_level="word"
+        )

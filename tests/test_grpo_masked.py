@@ -37,12 +37,15 @@ def test_numeric_masks_work_like_bool_masks():
     assert torch.equal(masked_normalize(T, M.long(), dim=-1), masked_normalize(T, M, dim=-1))
 
 
-@pytest.mark.parametrize("reduce", [
-    lambda t, m: masked_mean_or_zero(t, m, dim=-1).sum(),
-    lambda t, m: masked_mean(t, m, dim=-1)[0],  # the row with a selection (the other is nan)
-    lambda t, m: masked_mean(t, m),
-    lambda t, m: masked_normalize(t, m, dim=-1, normalize_constant=3.0).sum(),
-])
+@pytest.mark.parametrize(
+    "reduce",
+    [
+        lambda t, m: masked_mean_or_zero(t, m, dim=-1).sum(),
+        lambda t, m: masked_mean(t, m, dim=-1)[0],  # the row with a selection (the other is nan)
+        lambda t, m: masked_mean(t, m),
+        lambda t, m: masked_normalize(t, m, dim=-1, normalize_constant=3.0).sum(),
+    ],
+)
 def test_nan_and_inf_under_the_mask_never_leak(reduce):
     dirty = T.clone()
     dirty[0, 2], dirty[1, 0], dirty[1, 1] = float("nan"), float("inf"), -float("inf")

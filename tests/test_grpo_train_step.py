@@ -19,8 +19,13 @@ ADV = torch.tensor([[1.0], [2.0]])
 def step(length_normalization, **kwargs):
     logp = torch.tensor(LOGP, requires_grad=True)
     loss, meta = grpo_microbatch_train_step(
-        logp, MASK, 2, "reinforce_with_baseline", advantages=ADV,
-        length_normalization=length_normalization, **kwargs,
+        logp,
+        MASK,
+        2,
+        "reinforce_with_baseline",
+        advantages=ADV,
+        length_normalization=length_normalization,
+        **kwargs,
     )
     return loss, meta, logp.grad
 
@@ -63,9 +68,16 @@ def accumulated_grad(length_normalization, n_microbatches):
     for i in range(n_microbatches):
         rows = slice(i * size, (i + 1) * size)
         grpo_microbatch_train_step(
-            logp[rows], mask[rows], n_microbatches, "grpo_clip", advantages=adv[rows],
-            old_log_probs=old[rows], cliprange=0.2, length_normalization=length_normalization,
-            normalize_constant=8, batch_response_tokens=int(mask.sum()),
+            logp[rows],
+            mask[rows],
+            n_microbatches,
+            "grpo_clip",
+            advantages=adv[rows],
+            old_log_probs=old[rows],
+            cliprange=0.2,
+            length_normalization=length_normalization,
+            normalize_constant=8,
+            batch_response_tokens=int(mask.sum()),
         )
     return logp.grad
 
@@ -108,9 +120,18 @@ def test_the_loss_object_is_the_cs336_function():
     logp, old = torch.tensor(LOGP, requires_grad=True), torch.tensor(LOGP) - 0.1
     out, meta = loss.microbatch_train_step(logp, MASK, 2, advantages=ADV, old_log_probs=old)
     same = torch.tensor(LOGP, requires_grad=True)
-    want, want_meta = grpo_microbatch_train_step(same, MASK, 2, "grpo_clip", advantages=ADV, old_log_probs=old,
-                                                 cliprange=0.2, length_normalization="constant",
-                                                 normalize_constant=4, cliprange_high=0.28)
+    want, want_meta = grpo_microbatch_train_step(
+        same,
+        MASK,
+        2,
+        "grpo_clip",
+        advantages=ADV,
+        old_log_probs=old,
+        cliprange=0.2,
+        length_normalization="constant",
+        normalize_constant=4,
+        cliprange_high=0.28,
+    )
     assert torch.equal(out, want) and meta == want_meta and torch.equal(logp.grad, same.grad)
 
 
@@ -126,8 +147,16 @@ def test_garbage_under_the_mask_never_reaches_loss_or_gradient(importance_level)
     old = torch.tensor([[-1.1, float("nan"), -float("inf")], [-0.4, float("inf"), -50.0]])
     ref = torch.tensor([[-0.9, -float("inf"), float("nan")], [-0.6, float("nan"), -80.0]])
     loss, meta = grpo_microbatch_train_step(
-        logp, mask, 1, "grpo_clip", advantages=ADV, old_log_probs=old, cliprange=0.2,
-        importance_level=importance_level, ref_log_probs=ref, kl_beta=0.1,
+        logp,
+        mask,
+        1,
+        "grpo_clip",
+        advantages=ADV,
+        old_log_probs=old,
+        cliprange=0.2,
+        importance_level=importance_level,
+        ref_log_probs=ref,
+        kl_beta=0.1,
     )
     assert torch.isfinite(loss)
     assert torch.isfinite(logp.grad).all() and (logp.grad[~mask] == 0).all()
@@ -142,8 +171,14 @@ def test_metadata_is_python_floats_over_response_tokens():
     ref = logp.detach().clone()
     ref[0, 0] += torch.tensor(2.0).log()
     _, meta = grpo_microbatch_train_step(
-        logp, mask, 1, "grpo_clip", advantages=torch.tensor([[1.0]]),
-        old_log_probs=torch.zeros(1, 4), cliprange=0.2, ref_log_probs=ref,
+        logp,
+        mask,
+        1,
+        "grpo_clip",
+        advantages=torch.tensor([[1.0]]),
+        old_log_probs=torch.zeros(1, 4),
+        cliprange=0.2,
+        ref_log_probs=ref,
     )
     assert all(type(v) is float for v in meta.values())
     assert meta["clip_fraction"] == pytest.approx(1 / 3)

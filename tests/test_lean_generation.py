@@ -23,8 +23,14 @@ from grpoctl.train.setup import load_policy
 torch.set_num_threads(1)
 
 FAVOUR = 12.0
-PROMPTS = ["User: 12+34\nAssistant: <think>", "User: 5+7\nAssistant: <think>", "User: 100+9\nAssistant: <think>",
-           "User: 40+40\nAssistant: <think>", "Q: 1\nA:", "User: 81+19\nAssistant: <think>"]
+PROMPTS = [
+    "User: 12+34\nAssistant: <think>",
+    "User: 5+7\nAssistant: <think>",
+    "User: 100+9\nAssistant: <think>",
+    "User: 40+40\nAssistant: <think>",
+    "Q: 1\nA:",
+    "User: 81+19\nAssistant: <think>",
+]
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +51,8 @@ def stop_string(policy):
     character (a stop string straddling the prompt's end is the case tested on its own below)."""
     model, tokenizer = policy
     samples = HFRolloutBackend(model, tokenizer, engine="generate").generate(
-        PROMPTS, 4, SamplingSettings(min_tokens=14, max_tokens=14, stop=()), seed=0)
+        PROMPTS, 4, SamplingSettings(min_tokens=14, max_tokens=14, stop=()), seed=0
+    )
     ends = {p[-1] for p in PROMPTS}
     pairs = Counter(t[i : i + 2] for t in samples.response_texts for i in range(len(t) - 1) if t[i] not in ends)
     return pairs.most_common(1)[0][0]
@@ -53,21 +60,26 @@ def stop_string(policy):
 
 def both(policy, prompts, n, sampling, seed, batch_size=256):
     model, tokenizer = policy
-    ref = HFRolloutBackend(model, tokenizer, batch_size=batch_size, engine="generate").generate(prompts, n, sampling, seed)
+    ref = HFRolloutBackend(model, tokenizer, batch_size=batch_size, engine="generate").generate(
+        prompts, n, sampling, seed
+    )
     lean_backend = HFRolloutBackend(model, tokenizer, batch_size=batch_size, engine="lean")
     assert lean_backend.engine == "lean"
     return ref, lean_backend.generate(prompts, n, sampling, seed)
 
 
-@pytest.mark.parametrize("settings", [
-    dict(),
-    dict(min_tokens=0),
-    dict(min_tokens=6, max_tokens=10),
-    dict(temperature=0.7, top_p=0.9),
-    dict(temperature=1.3, top_p=0.5, min_tokens=1),
-    dict(greedy=True, min_tokens=1),
-    dict(greedy=True, min_tokens=0, stop=()),
-])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        dict(),
+        dict(min_tokens=0),
+        dict(min_tokens=6, max_tokens=10),
+        dict(temperature=0.7, top_p=0.9),
+        dict(temperature=1.3, top_p=0.5, min_tokens=1),
+        dict(greedy=True, min_tokens=1),
+        dict(greedy=True, min_tokens=0, stop=()),
+    ],
+)
 def test_lean_samples_are_generate_samples(policy, stop_string, settings):
     sampling = SamplingSettings(**({"stop": (stop_string,), "max_tokens": 14} | settings))
     ref, lean = both(policy, PROMPTS, 4, sampling, seed=3)

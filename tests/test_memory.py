@@ -89,8 +89,10 @@ def test_h100_preset_components():
 
 def test_without_the_tricks_the_24gb_card_overflows():
     """The seed's first attempt: defaults (no checkpointing, AdamW, no sleep) at microbatch 1."""
-    cfg = load_config("experiments/rtx4090.yaml", [
-        "model.gradient_checkpointing=false", "optimizer.name=adamw", "rollout.vllm.sleep_mode=false"])
+    cfg = load_config(
+        "experiments/rtx4090.yaml",
+        ["model.gradient_checkpointing=false", "optimizer.name=adamw", "rollout.vllm.sleep_mode=false"],
+    )
     assert estimate_peak_memory(QWEN, cfg, device_total_bytes=DEVICE_24, prompt_tokens=368).total > DEVICE_24
 
 
@@ -130,8 +132,15 @@ def test_activation_factor_matches_what_autograd_saves(dtype, b):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     def saved_bytes(layers):
-        config = Qwen2Config(vocab_size=300, hidden_size=256, intermediate_size=1024, num_attention_heads=4,
-                             num_key_value_heads=2, num_hidden_layers=layers, tie_word_embeddings=True)
+        config = Qwen2Config(
+            vocab_size=300,
+            hidden_size=256,
+            intermediate_size=1024,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            num_hidden_layers=layers,
+            tie_word_embeddings=True,
+        )
         torch.manual_seed(0)
         model = Qwen2ForCausalLM(config).to(dtype).train()
         params = {p.untyped_storage().data_ptr() for p in model.parameters()}
@@ -148,8 +157,17 @@ def test_activation_factor_matches_what_autograd_saves(dtype, b):
         return sum(seen.values())
 
     per_layer = (saved_bytes(3) - saved_bytes(1)) / (2 * 2 * 32)
-    small = arch_from_hf_config(dict(model_type="qwen2", hidden_size=256, intermediate_size=1024, num_attention_heads=4,
-                                     num_key_value_heads=2, num_hidden_layers=1, vocab_size=300))
+    small = arch_from_hf_config(
+        dict(
+            model_type="qwen2",
+            hidden_size=256,
+            intermediate_size=1024,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            num_hidden_layers=1,
+            vocab_size=300,
+        )
+    )
     assert per_layer == activation_bytes_per_token_layer(small, b)
 
 

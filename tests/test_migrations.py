@@ -36,8 +36,9 @@ RUNS = ("lr-sweep-lr=1e-4-s0", "lr-sweep-lr=1e-3-s0", "lr-sweep-lr=3e-4-s0", "so
 def grpoctl(*args: str, cwd: Path, python: str = sys.executable) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "GRPOCTL_DB"}
     env.update(PYTHONPATH=str(ROOT), COLUMNS="200")
-    return subprocess.run([python, "-m", "grpoctl", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [python, "-m", "grpoctl", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def sqlite_objects(path: Path) -> list[tuple]:
@@ -73,9 +74,17 @@ def test_the_chain_ends_at_head_and_matches_the_models(db_url):
         with warnings.catch_warnings():  # the COALESCE index cannot be reflected, so is not compared
             warnings.simplefilter("ignore")
             assert compare_metadata(MigrationContext.configure(conn), SQLModel.metadata) == []
-        indexes = conn.execute(text(
-            "SELECT sql FROM sqlite_master WHERE name = 'ux_metric_step_key'" if conn.dialect.name == "sqlite" else
-            "SELECT indexdef FROM pg_indexes WHERE indexname = 'ux_metric_step_key'")).scalars().all()
+        indexes = (
+            conn.execute(
+                text(
+                    "SELECT sql FROM sqlite_master WHERE name = 'ux_metric_step_key'"
+                    if conn.dialect.name == "sqlite"
+                    else "SELECT indexdef FROM pg_indexes WHERE indexname = 'ux_metric_step_key'"
+                )
+            )
+            .scalars()
+            .all()
+        )
     assert len(indexes) == 1 and "coalesce" in indexes[0].lower() and "unique" in indexes[0].lower()
 
 
@@ -111,8 +120,9 @@ def load_into_postgres(url: str) -> None:
                         row[key] = value.replace(tzinfo=timezone.utc)
             if rows:
                 dst.execute(insert(table), rows)
-            dst.execute(text(f"SELECT setval(pg_get_serial_sequence('{table.name}', 'id'), "
-                             f"(SELECT max(id) FROM {table.name}))"))
+            dst.execute(
+                text(f"SELECT setval(pg_get_serial_sequence('{table.name}', 'id'), (SELECT max(id) FROM {table.name}))")
+            )
     source.dispose()
     target.dispose()
 
@@ -182,8 +192,9 @@ def test_an_old_registry_upgrades_and_shows_the_same_runs_and_values(old_registr
         first = grpoctl("runs", "list", "--db", db, cwd=elsewhere)
         assert first.returncode == 0, first.stderr
         backup = project / "registry.db.bak-0001"
-        assert first.stderr.strip() == (f"note: upgraded registry {db} from schema revision 0001 to {schema.HEAD} "
-                                        f"(the registry before: {backup})")
+        assert first.stderr.strip() == (
+            f"note: upgraded registry {db} from schema revision 0001 to {schema.HEAD} (the registry before: {backup})"
+        )
         assert sqlite_objects(backup) == sqlite_objects(FIXTURES / "registry_v0.db")
         with sqlite3.connect(backup) as a, sqlite3.connect(FIXTURES / "registry_v0.db") as b:
             assert list(a.iterdump()) == list(b.iterdump())
@@ -193,8 +204,9 @@ def test_an_old_registry_upgrades_and_shows_the_same_runs_and_values(old_registr
     # The same runs, statuses and figures as db81e36's code showed.
     listed = grpoctl("runs", "list", "--db", db, cwd=elsewhere)
     assert listed.returncode == 0, listed.stderr
-    assert [line.split()[:6] for line in listed.stdout.splitlines()[2:]] == \
-        [line.split()[:6] for line in BEFORE["list"].splitlines()[2:]]
+    assert [line.split()[:6] for line in listed.stdout.splitlines()[2:]] == [
+        line.split()[:6] for line in BEFORE["list"].splitlines()[2:]
+    ]
     compared = grpoctl("compare", "lr-sweep", "--format", "json", "--db", db, cwd=elsewhere)
     assert compared.returncode == 0, compared.stderr
     # The sweep still finds all its members, with every key compare printed then (later
@@ -247,8 +259,7 @@ def test_postgres_upgrade_waits_for_the_advisory_lock(db_url, tmp_path):
     holder = engine.connect()
     holder.execute(text("SELECT pg_advisory_lock(:k)"), {"k": schema.MIGRATION_LOCK_KEY})
     result: dict = {}
-    thread = threading.Thread(target=lambda: result.update(done=grpoctl("db", "upgrade", "--db", db_url,
-                                                                        cwd=tmp_path)))
+    thread = threading.Thread(target=lambda: result.update(done=grpoctl("db", "upgrade", "--db", db_url, cwd=tmp_path)))
     thread.start()
     time.sleep(3)
     assert thread.is_alive()  # waiting for whoever holds the lock
@@ -263,13 +274,22 @@ def test_postgres_upgrade_waits_for_the_advisory_lock(db_url, tmp_path):
 @pytest.mark.slow
 def test_a_wheel_carries_the_migrations_and_its_install_runs_them(tmp_path):
     wheels = tmp_path / "wheels"
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                            "-w", str(wheels), str(ROOT)], capture_output=True, text=True, timeout=300)
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels), str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert built.returncode == 0, built.stderr
     wheel = next(wheels.glob("grpoctl-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
-    for revision in ("0001_base", "0002_run_identity", "0003_absolute_paths", "0004_claims",
-                     "0005_members_on_many_machines"):
+    for revision in (
+        "0001_base",
+        "0002_run_identity",
+        "0003_absolute_paths",
+        "0004_claims",
+        "0005_members_on_many_machines",
+    ):
         assert f"grpoctl/registry/migrations/versions/{revision}.py" in names
     assert "grpoctl/registry/migrations/env.py" in names
 
@@ -279,25 +299,51 @@ def test_a_wheel_carries_the_migrations_and_its_install_runs_them(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = str(venv / "bin" / "python")
-    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.strip()
     deps = next(p for p in sys.path if p.endswith("site-packages") and Path(p, "sqlmodel").exists())
-    installed = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
-                                "--target", site, str(wheel)], capture_output=True, text=True, timeout=300)
+    installed = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", site, str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert installed.returncode == 0, installed.stderr
     Path(site, "test-deps.pth").write_text(deps + "\n")
-    where = subprocess.run([python, "-c", "import grpoctl.registry.schema as s; print(s.migrations_dir())"],
-                           capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    where = subprocess.run(
+        [python, "-c", "import grpoctl.registry.schema as s; print(s.migrations_dir())"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
     assert where.returncode == 0 and where.stdout.startswith(site), (where.stdout, where.stderr)
 
     db = tmp_path / "registry.db"
     shutil.copy(FIXTURES / "registry_v0.db", db)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GRPOCTL_DB")} | {"COLUMNS": "200"}
-    upgraded = subprocess.run([python, "-m", "grpoctl", "db", "upgrade", "--db", str(db)], cwd=tmp_path,
-                              capture_output=True, text=True, timeout=120, env=env)
+    upgraded = subprocess.run(
+        [python, "-m", "grpoctl", "db", "upgrade", "--db", str(db)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert upgraded.returncode == 0 and f"to {schema.HEAD}" in upgraded.stdout, upgraded.stderr
-    listed = subprocess.run([python, "-m", "grpoctl", "runs", "list", "--db", str(db)], cwd=tmp_path,
-                            capture_output=True, text=True, timeout=120, env=env)
+    listed = subprocess.run(
+        [python, "-m", "grpoctl", "runs", "list", "--db", str(db)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert listed.returncode == 0 and "lr-sweep-lr=1e-4-s0" in listed.stdout, listed.stderr
 
 
@@ -309,15 +355,26 @@ def test_members_no_run_answered_are_dropped_and_the_rest_rehashed(tmp_path):
 
         command.upgrade(schema._alembic_config(conn, None), "0001")
         conn.execute(text("DROP TABLE alembic_version"))
-        conn.execute(text("INSERT INTO sweep (id, name, kind, spec, created_at) VALUES (1, 's', 'sweep', '{}', "
-                          "'2026-01-01 00:00:00')"))
-        conn.execute(text("INSERT INTO sweepmember (sweep_id, config_hash, variant, seed) VALUES "
-                          "(1, 'old-ran', 'a', 0), (1, 'old-never-ran', 'b', 0)"))
-        conn.execute(text(
-            "INSERT INTO run (name, status, config, config_diff, config_hash, seed, host, device, version, "
-            "total_steps, last_step, created_at, heartbeat_at) VALUES ('r', 'finished', :config, '{}', "
-            "'old-ran', 0, 'h', 'cpu', '0', 1, 1, '2026-01-01 00:00:00', '2026-01-01 00:00:00')"),
-            {"config": json.dumps({"optimizer": {"lr": 1e-3}, "checkpoint": {"dir": "/x"}})})
+        conn.execute(
+            text(
+                "INSERT INTO sweep (id, name, kind, spec, created_at) VALUES (1, 's', 'sweep', '{}', "
+                "'2026-01-01 00:00:00')"
+            )
+        )
+        conn.execute(
+            text(
+                "INSERT INTO sweepmember (sweep_id, config_hash, variant, seed) VALUES "
+                "(1, 'old-ran', 'a', 0), (1, 'old-never-ran', 'b', 0)"
+            )
+        )
+        conn.execute(
+            text(
+                "INSERT INTO run (name, status, config, config_diff, config_hash, seed, host, device, version, "
+                "total_steps, last_step, created_at, heartbeat_at) VALUES ('r', 'finished', :config, '{}', "
+                "'old-ran', 0, 'h', 'cpu', '0', 1, 1, '2026-01-01 00:00:00', '2026-01-01 00:00:00')"
+            ),
+            {"config": json.dumps({"optimizer": {"lr": 1e-3}, "checkpoint": {"dir": "/x"}})},
+        )
     engine.dispose()
     registry = Registry(str(db))  # a command that writes upgrades SQLite by itself
     members = registry.sweep_members("s")

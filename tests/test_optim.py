@@ -58,7 +58,9 @@ def test_adamw8bit_tracks_adamw_with_byte_states():
     for name in ("adamw", "adamw8bit"):
         torch.manual_seed(1)
         model = torch.nn.Linear(128, 64)  # 8192 weights: over bitsandbytes' 4096 minimum for 8-bit states
-        opt = build_optimizer(model.parameters(), load_config(overrides=[f"optimizer.name={name}", "lr=1e-2"]).optimizer)
+        opt = build_optimizer(
+            model.parameters(), load_config(overrides=[f"optimizer.name={name}", "lr=1e-2"]).optimizer
+        )
         for _ in range(20):
             loss = torch.nn.functional.mse_loss(model(x), y)
             loss.backward()

@@ -24,8 +24,16 @@ def pg_url(db_url):
     if not db_url.startswith("postgresql"):
         pytest.skip("PostgreSQL only")
     with Registry(db_url) as registry:
-        run = registry.create_run(name="one", config={"optimizer": {"lr": 1e-3}}, config_diff={},
-                                  config_hash="h", seed=0, total_steps=2, group="g", variant="a")
+        run = registry.create_run(
+            name="one",
+            config={"optimizer": {"lr": 1e-3}},
+            config_diff={},
+            config_hash="h",
+            seed=0,
+            total_steps=2,
+            group="g",
+            variant="a",
+        )
         registry.log_step(run.id, 1, {"train/reward": 0.5, "eval/accuracy": 0.25})
         registry.set_status(run.id, "finished")
     return db_url
@@ -34,8 +42,9 @@ def pg_url(db_url):
 def grpoctl(*args: str, cwd: Path, **env) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if k not in ("GRPOCTL_DB", "PGPASSWORD", "PGPASSFILE")}
     environ.update(PYTHONPATH=str(ROOT), COLUMNS="200", **env)
-    return subprocess.run([sys.executable, "-m", "grpoctl", *args], cwd=cwd, env=environ, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "grpoctl", *args], cwd=cwd, env=environ, capture_output=True, text=True, timeout=120
+    )
 
 
 def without_password(url: str) -> str:
@@ -62,11 +71,18 @@ def test_a_read_only_role_can_read_but_not_write(pg_url, pg_admin_url, tmp_path)
     database = make_url(pg_url).database
     role = f"reader_{database}"
     pg_execute(pg_admin_url, f"CREATE ROLE {role} LOGIN PASSWORD 'readpw'")
-    pg_execute(pg_url, f"GRANT USAGE ON SCHEMA public TO {role}", f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}")
+    pg_execute(
+        pg_url, f"GRANT USAGE ON SCHEMA public TO {role}", f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}"
+    )
     reader = make_url(pg_url).set(username=role, password="readpw").render_as_string(hide_password=False)
     try:
-        for args in (["runs", "list"], ["runs", "show", "one"], ["compare", "g"], ["db", "status"],
-                     ["report", "g", "-o", str(tmp_path / "rep")]):
+        for args in (
+            ["runs", "list"],
+            ["runs", "show", "one"],
+            ["compare", "g"],
+            ["db", "status"],
+            ["report", "g", "-o", str(tmp_path / "rep")],
+        ):
             result = grpoctl(*args, "--db", reader, cwd=tmp_path)
             assert result.returncode == 0, (args, result.stderr)
         for args in (["runs", "tag", "one", "x"], ["train", "steps=1"], ["db", "upgrade"]):
@@ -76,8 +92,9 @@ def test_a_read_only_role_can_read_but_not_write(pg_url, pg_admin_url, tmp_path)
             assert "readpw" not in result.stderr
         assert list(tmp_path.glob("outputs")) == []
     finally:
-        pg_execute(pg_url, f"REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {role}",
-                   f"REVOKE ALL ON SCHEMA public FROM {role}")
+        pg_execute(
+            pg_url, f"REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {role}", f"REVOKE ALL ON SCHEMA public FROM {role}"
+        )
         pg_execute(pg_admin_url, f"DROP ROLE {role}")
 
 
@@ -98,8 +115,12 @@ def test_a_process_holds_few_connections(pg_url):
         registry.heartbeat(run.id)
         registry.list_runs()
     with registry.engine.connect() as conn:
-        mine = conn.execute(text("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'grpoctl' "
-                                 "AND datname = current_database()")).scalar()
+        mine = conn.execute(
+            text(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'grpoctl' "
+                "AND datname = current_database()"
+            )
+        ).scalar()
         limit = int(conn.execute(text("SHOW max_connections")).scalar())
     assert 1 <= mine <= PG_POOL_SIZE + PG_MAX_OVERFLOW and limit == 100
     registry.close()

@@ -50,8 +50,9 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("ray-faults")
-    with local_cluster(recorder(workdir) | {"GRPOCTL_FAULT": "step-rollouts@3:STOP"}, num_cpus=4,
-                       num_gpus=2) as address:
+    with local_cluster(
+        recorder(workdir) | {"GRPOCTL_FAULT": "step-rollouts@3:STOP"}, num_cpus=4, num_gpus=2
+    ) as address:
         yield address, workdir
 
 
@@ -61,8 +62,10 @@ def rows(url: str, name: str) -> dict[str, list[tuple]]:
     try:
         with engine.connect() as conn:
             run_id = conn.execute(text("SELECT id FROM run WHERE name = :n"), {"n": name}).scalar_one()
-            return {table: [tuple(r) for r in conn.execute(text(query.format(id=":id")), {"id": run_id})]
-                    for table, query in (("metrics", METRICS), ("samples", SAMPLES), ("evals", EVALS))}
+            return {
+                table: [tuple(r) for r in conn.execute(text(query.format(id=":id")), {"id": run_id})]
+                for table, query in (("metrics", METRICS), ("samples", SAMPLES), ("evals", EVALS))
+            }
     finally:
         engine.dispose()
 
@@ -76,9 +79,17 @@ def straight_runs(model: Path, workdir: Path) -> dict[str, dict]:
         where = workdir / f"straight-{lr}"
         where.mkdir()
         args = fast_overrides(model, where, **FAULT_CONFIG, **{"optimizer.lr": lr}) + ["name=straight"]
-        procs[lr] = (where, subprocess.Popen([sys.executable, str(REPO / "tests" / "digit_reward_train.py"),
-                                              "train", *args], cwd=where, env=env, stdout=subprocess.DEVNULL,
-                                             stderr=subprocess.PIPE, text=True))
+        procs[lr] = (
+            where,
+            subprocess.Popen(
+                [sys.executable, str(REPO / "tests" / "digit_reward_train.py"), "train", *args],
+                cwd=where,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            ),
+        )
     out = {}
     for lr, (where, proc) in procs.items():
         _, err = proc.communicate(timeout=TIMEOUT_S)
@@ -107,15 +118,36 @@ def run_of(args: str) -> str:
 
 
 def test_a_killed_trainer_and_a_killed_worker_are_resumed_without_a_duplicate_row(
-        cluster, pg_admin_url, tiny_model_dir, tmp_path):
+    cluster, pg_admin_url, tiny_model_dir, tmp_path
+):
     address, workdir = cluster
     db = fresh_pg_database(pg_admin_url)
     try:
         driver = subprocess.Popen(
-            [sys.executable, "-m", "grpoctl", "sweep", "lr", "--values", ",".join(LRS),
-             *fast_overrides(tiny_model_dir, tmp_path, **FAULT_CONFIG), "--executor", "ray", "--ray-address",
-             address, "--max-retries", "3", "--db", db],
-            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ)
+            [
+                sys.executable,
+                "-m",
+                "grpoctl",
+                "sweep",
+                "lr",
+                "--values",
+                ",".join(LRS),
+                *fast_overrides(tiny_model_dir, tmp_path, **FAULT_CONFIG),
+                "--executor",
+                "ray",
+                "--ray-address",
+                address,
+                "--max-retries",
+                "3",
+                "--db",
+                db,
+            ],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=os.environ,
+        )
         straight = straight_runs(tiny_model_dir, tmp_path)  # meanwhile
         a, b = (f"lr-sweep-lr={lr}-s0" for lr in LRS)
         done: set[int] = set()

@@ -63,8 +63,13 @@ def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
 
 def test_several_machines_refuse_a_registry_only_one_of_them_reaches():
     two = {"10.0.0.1", "10.0.0.2"}
-    for db in ("registry.db", "sqlite:////shared/registry.db", "postgresql+psycopg://me@localhost/grpo",
-               "postgresql+psycopg://me@127.0.0.1:5432/grpo", "postgresql+psycopg://me@/grpo?host=/run/postgresql"):
+    for db in (
+        "registry.db",
+        "sqlite:////shared/registry.db",
+        "postgresql+psycopg://me@localhost/grpo",
+        "postgresql+psycopg://me@127.0.0.1:5432/grpo",
+        "postgresql+psycopg://me@/grpo?host=/run/postgresql",
+    ):
         problem = on_ray.registry_problem(resolve_url(db), two)
         assert problem is not None and "\n" not in problem and "2 machines" in problem, db
     assert "SQLite" in on_ray.registry_problem(resolve_url("registry.db"), two)
@@ -77,11 +82,22 @@ def test_several_machines_refuse_a_registry_only_one_of_them_reaches():
 def test_the_sweep_refuses_a_sqlite_registry_on_several_machines_in_one_line(cluster, monkeypatch, capsys, tmp_path):
     real_nodes = ray.nodes
     # The one real node, and the same node seen as a second machine (this test runs on one).
-    monkeypatch.setattr(on_ray.ray, "nodes", lambda: real_nodes() + [
-        {**real_nodes()[0], "NodeManagerAddress": "10.0.0.2"}])
+    monkeypatch.setattr(
+        on_ray.ray, "nodes", lambda: real_nodes() + [{**real_nodes()[0], "NodeManagerAddress": "10.0.0.2"}]
+    )
     monkeypatch.chdir(tmp_path)
-    code, out, err = run_cli(monkeypatch, capsys, "sweep", "lr", "--values", "1e-3,2e-3", "--executor", "ray",
-                             "--db", str(tmp_path / "registry.db"))
+    code, out, err = run_cli(
+        monkeypatch,
+        capsys,
+        "sweep",
+        "lr",
+        "--values",
+        "1e-3,2e-3",
+        "--executor",
+        "ray",
+        "--db",
+        str(tmp_path / "registry.db"),
+    )
     assert code == 2 and err.count("\n") == 1 and err.startswith("error: the Ray cluster spans 2 machines"), err
     assert "SQLite" in err and not (tmp_path / "registry.db").exists() and not (tmp_path / "outputs").exists()
 
@@ -102,7 +118,8 @@ def test_a_node_with_other_versions_than_the_driver_is_refused(cluster, monkeypa
 
 
 def test_members_reserve_no_gpu_on_a_cpu_cluster_and_get_the_password_only_in_runtime_env(
-        cluster, pg_admin_url, monkeypatch, capsys, tmp_path):
+    cluster, pg_admin_url, monkeypatch, capsys, tmp_path
+):
     db = fresh_pg_database(pg_admin_url)
     password = make_url(db).password
     assert password
@@ -117,13 +134,25 @@ def test_members_reserve_no_gpu_on_a_cpu_cluster_and_get_the_password_only_in_ru
                 def remote(self, spec):
                     submitted.append((pickle.dumps(spec), options))
                     return task.remote(spec)
+
             return Submit()
 
     monkeypatch.setattr(on_ray, "_member_task", Recording())
     monkeypatch.chdir(tmp_path)
     try:
-        code, out, err = run_cli(monkeypatch, capsys, "sweep", "lr", "--values", "1e-3,2e-3", "loop.n_grpo_steps=2",
-                                 "--executor", "ray", "--db", db)
+        code, out, err = run_cli(
+            monkeypatch,
+            capsys,
+            "sweep",
+            "lr",
+            "--values",
+            "1e-3,2e-3",
+            "loop.n_grpo_steps=2",
+            "--executor",
+            "ray",
+            "--db",
+            db,
+        )
         assert code == 0, out + err
         with Registry(db) as registry:
             assert [(r.status, r.last_step) for r in registry.runs_in_group("lr-sweep")] == [("finished", 2)] * 2
@@ -144,26 +173,45 @@ def test_the_local_executor_never_imports_ray(tmp_path):
     script = tmp_path / "fake_train.py"
     script.write_text(FAKE_TRAINER)
     (tmp_path / "calls.txt").touch()
-    env = dict(os.environ, GRPOCTL_TRAIN_CMD=f"{sys.executable} {script}", FAKE_CALLS=str(tmp_path / "calls.txt"),
-               PYTHONPATH=str(REPO))
+    env = dict(
+        os.environ,
+        GRPOCTL_TRAIN_CMD=f"{sys.executable} {script}",
+        FAKE_CALLS=str(tmp_path / "calls.txt"),
+        PYTHONPATH=str(REPO),
+    )
     env.pop("GRPOCTL_DB", None)
-    probe = ("import sys, atexit\n"
-             "atexit.register(lambda: print('RAY IMPORTED', any(m == 'ray' or m.startswith('ray.') "
-             "for m in sys.modules), file=sys.stderr))\n"
-             "sys.argv = ['grpoctl', 'sweep', 'lr', '--values', '1e-3,2e-3', 'loop.n_grpo_steps=2', '--parallel', '2']\n"
-             "from grpoctl.cli import main\n"
-             "main()\n")
-    out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True,
-                         timeout=TIMEOUT_S)
+    probe = (
+        "import sys, atexit\n"
+        "atexit.register(lambda: print('RAY IMPORTED', any(m == 'ray' or m.startswith('ray.') "
+        "for m in sys.modules), file=sys.stderr))\n"
+        "sys.argv = ['grpoctl', 'sweep', 'lr', '--values', '1e-3,2e-3', 'loop.n_grpo_steps=2', '--parallel', '2']\n"
+        "from grpoctl.cli import main\n"
+        "main()\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert (tmp_path / "calls.txt").read_text().count("--db") == 2  # both members really ran
     assert "RAY IMPORTED False" in out.stderr, out.stderr
 
 
 def test_sweep_help_shows_the_executor_and_the_cluster_to_join(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "grpoctl", "sweep", "--help"], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="200"))
+    out = subprocess.run(
+        [sys.executable, "-m", "grpoctl", "sweep", "--help"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="200"),
+    )
     assert out.returncode == 0, out.stderr
-    for shown in ("--executor", "local (processes on this machine) or ray", "--ray-address",
-                  "(default: $RAY_ADDRESS, else a new local one)", "--max-retries", "--cpus-per-run"):
+    for shown in (
+        "--executor",
+        "local (processes on this machine) or ray",
+        "--ray-address",
+        "(default: $RAY_ADDRESS, else a new local one)",
+        "--max-retries",
+        "--cpus-per-run",
+    ):
         assert shown in out.stdout, shown

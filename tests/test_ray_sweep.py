@@ -54,24 +54,45 @@ def pg_url(pg_admin_url):
 
 
 def grpoctl(*args: str, cwd: Path, timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "grpoctl", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=dict(os.environ, COLUMNS="200"))
+    return subprocess.run(
+        [sys.executable, "-m", "grpoctl", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ, COLUMNS="200"),
+    )
 
 
 def sweep_args(address: str, db: str, model: Path, workdir: Path, values: str, **extra) -> list[str]:
-    return ["sweep", "lr", "--values", values, *fast_overrides(model, workdir, **extra),
-            "--executor", "ray", "--ray-address", address, "--db", db]
+    return [
+        "sweep",
+        "lr",
+        "--values",
+        values,
+        *fast_overrides(model, workdir, **extra),
+        "--executor",
+        "ray",
+        "--ray-address",
+        address,
+        "--db",
+        db,
+    ]
 
 
 def counts(registry: Registry, run) -> dict[str, int]:
     """How many rows of each kind the run has; its metric keys are checked to be unique."""
     with registry.engine.connect() as conn:
-        keys = conn.execute(text("SELECT step, coalesce(opt_step, -1), name FROM metric WHERE run_id = :id"),
-                            {"id": run.id}).all()
+        keys = conn.execute(
+            text("SELECT step, coalesce(opt_step, -1), name FROM metric WHERE run_id = :id"), {"id": run.id}
+        ).all()
     assert len(keys) == len(set(keys)), f"duplicated metric rows in {run.name}"
-    return {"metric keys": len(keys), "evals": len(registry.evals(run.id)),
-            "checkpoints": len(registry.checkpoints(run.id, include_deleted=True)),
-            "samples": len(registry.samples(run.id))}
+    return {
+        "metric keys": len(keys),
+        "evals": len(registry.evals(run.id)),
+        "checkpoints": len(registry.checkpoints(run.id, include_deleted=True)),
+        "samples": len(registry.samples(run.id)),
+    }
 
 
 def release_in_pairs(driver: subprocess.Popen, workdir: Path) -> None:
@@ -102,10 +123,22 @@ def release_in_pairs(driver: subprocess.Popen, workdir: Path) -> None:
 
 def test_four_members_on_two_fake_gpus_run_two_at_a_time(cluster, pg_url, tiny_model_dir, tmp_path):
     address, workdir = cluster
-    args = sweep_args(address, pg_url, tiny_model_dir, tmp_path, "1e-3,2e-3,3e-3,4e-3",
-                      **{"loop.n_grpo_steps": 6, "eval.every": 3, "checkpoint.every": 3})
-    driver = subprocess.Popen([sys.executable, "-m", "grpoctl", *args], cwd=tmp_path, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, env=dict(os.environ, COLUMNS="200"))
+    args = sweep_args(
+        address,
+        pg_url,
+        tiny_model_dir,
+        tmp_path,
+        "1e-3,2e-3,3e-3,4e-3",
+        **{"loop.n_grpo_steps": 6, "eval.every": 3, "checkpoint.every": 3},
+    )
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "grpoctl", *args],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=dict(os.environ, COLUMNS="200"),
+    )
     try:
         release_in_pairs(driver, workdir)
         out, _ = driver.communicate(timeout=60)
@@ -121,8 +154,12 @@ def test_four_members_on_two_fake_gpus_run_two_at_a_time(cluster, pg_url, tiny_m
     # 6 steps; evals at 0, 3 and 6; checkpoints at 3 and 6; one optimizer step per GRPO step (from 0);
     # 4 completions stored per step, 4 more per eval.
     for run in runs:
-        assert counts(registry, run) == {"metric keys": counts(registry, runs[0])["metric keys"], "evals": 3,
-                                         "checkpoints": 2, "samples": 4 * 6 + 4 * 3}, run.name
+        assert counts(registry, run) == {
+            "metric keys": counts(registry, runs[0])["metric keys"],
+            "evals": 3,
+            "checkpoints": 2,
+            "samples": 4 * 6 + 4 * 3,
+        }, run.name
         assert {s for s, _ in registry.metric_series(run.id)["train/reward"]} == set(range(1, 7))
         assert [o for o, _ in registry.metric_series(run.id, per_opt_step=True)["train/loss"]] == list(range(6))
 
@@ -131,8 +168,9 @@ def test_four_members_on_two_fake_gpus_run_two_at_a_time(cluster, pg_url, tiny_m
     device = {r.name: devices[r.pid] for r in runs}
     assert set(device.values()) <= {"0", "1"}
     spans = {r.name: (r.created_at, r.finished_at) for r in runs}
-    overlapping = [(a, b) for a, b in itertools.combinations(spans, 2)
-                   if spans[a][0] < spans[b][1] and spans[b][0] < spans[a][1]]
+    overlapping = [
+        (a, b) for a, b in itertools.combinations(spans, 2) if spans[a][0] < spans[b][1] and spans[b][0] < spans[a][1]
+    ]
     assert overlapping, "no two members ran at the same time"
     assert all(device[a] != device[b] for a, b in overlapping), (overlapping, device)
     for name, (start, end) in spans.items():  # never three at once: at most one other at its start
@@ -159,10 +197,18 @@ def stopped(pid: int) -> bool:
 
 def test_stop_one_member_follow_its_log_then_ctrl_c_and_resume(cluster, pg_url, tiny_model_dir, tmp_path):
     address, _ = cluster
-    args = sweep_args(address, pg_url, tiny_model_dir, tmp_path, "1e-3,2e-3",
-                      **{"loop.n_grpo_steps": 40, "checkpoint.every": 5})
-    driver = subprocess.Popen([sys.executable, "-m", "grpoctl", *args], cwd=tmp_path, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, start_new_session=True, env=os.environ)
+    args = sweep_args(
+        address, pg_url, tiny_model_dir, tmp_path, "1e-3,2e-3", **{"loop.n_grpo_steps": 40, "checkpoint.every": 5}
+    )
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "grpoctl", *args],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env=os.environ,
+    )
     registry = Registry(pg_url)
     try:
         deadline = time.monotonic() + TIMEOUT_S
@@ -173,8 +219,12 @@ def test_stop_one_member_follow_its_log_then_ctrl_c_and_resume(cluster, pg_url, 
             assert driver.poll() is None, driver.stdout.read()
             time.sleep(0.2)
         first, second = registry.runs_in_group("lr-sweep")
-        follow = subprocess.Popen([sys.executable, "-m", "grpoctl", "runs", "logs", first.name, "--follow", "--db",
-                                   pg_url], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+        follow = subprocess.Popen(
+            [sys.executable, "-m", "grpoctl", "runs", "logs", first.name, "--follow", "--db", pg_url],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         stop = grpoctl("runs", "stop", first.name, "--db", pg_url, cwd=tmp_path, timeout=60)
         assert stop.returncode == 0 and "asked run" in stop.stdout, stop.stderr
         os.kill(first.pid, signal.SIGCONT)  # its heartbeat sees the request at once: it stops after step 5

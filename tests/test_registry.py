@@ -58,8 +58,14 @@ def new_run(registry: Registry, name: str = "run-a", **overrides) -> Run:
 
 
 def sample(i: int = 0) -> dict:
-    return dict(prompt=f"What is {i}+{i}?", response=f"<answer>{2 * i}</answer>",
-                ground_truth=str(2 * i), reward=1.0, format_reward=1.0, answer_reward=1.0)
+    return dict(
+        prompt=f"What is {i}+{i}?",
+        response=f"<answer>{2 * i}</answer>",
+        ground_truth=str(2 * i),
+        reward=1.0,
+        format_reward=1.0,
+        answer_reward=1.0,
+    )
 
 
 def count(registry: Registry, table) -> int:
@@ -157,28 +163,21 @@ def test_log_step_round_trip(registry):
     run = new_run(registry)
     before = registry.get_run(run.id).heartbeat_at
     registry.log_step(
-        run.id, 0,
-        {"train/reward": 0.25, "train/loss": float("nan"), "mem/peak": float("inf"),
-         "train/skipped": None},
+        run.id,
+        0,
+        {"train/reward": 0.25, "train/loss": float("nan"), "mem/peak": float("inf"), "train/skipped": None},
         opt_metrics=[(0, {"train/grad_norm": 1.5}), (1, {"train/grad_norm": 2.5})],
         samples=[sample(1), sample(2)],
     )
-    registry.log_step(run.id, 1, {"train/reward": 0.5, "train/loss": 0.1},
-                      opt_metrics=[(2, {"train/grad_norm": 0.5})])
+    registry.log_step(run.id, 1, {"train/reward": 0.5, "train/loss": 0.1}, opt_metrics=[(2, {"train/grad_norm": 0.5})])
     series = registry.metric_series(run.id)
     assert set(series) == {"train/reward", "train/loss", "mem/peak"}  # None is not stored
     assert series["train/reward"] == [(0, 0.25), (1, 0.5)]
     assert math.isnan(series["train/loss"][0][1]) and series["train/loss"][1] == (1, 0.1)
     assert series["mem/peak"] == [(0, math.inf)]
-    assert registry.metric_series(run.id, names=["train/reward"]) == {
-        "train/reward": [(0, 0.25), (1, 0.5)]
-    }
-    assert registry.metric_series(run.id, per_opt_step=True) == {
-        "train/grad_norm": [(0, 1.5), (1, 2.5), (2, 0.5)]
-    }
-    assert registry.last_metrics([run.id]) == {
-        run.id: {"train/reward": 0.5, "train/loss": 0.1, "mem/peak": math.inf}
-    }
+    assert registry.metric_series(run.id, names=["train/reward"]) == {"train/reward": [(0, 0.25), (1, 0.5)]}
+    assert registry.metric_series(run.id, per_opt_step=True) == {"train/grad_norm": [(0, 1.5), (1, 2.5), (2, 0.5)]}
+    assert registry.last_metrics([run.id]) == {run.id: {"train/reward": 0.5, "train/loss": 0.1, "mem/peak": math.inf}}
     back = registry.get_run(run.id)
     assert back.last_step == 1 and back.heartbeat_at >= before
     rows = registry.samples(run.id)
@@ -192,8 +191,9 @@ def test_truncate_after_forgets_later_steps(registry, tmp_path, monkeypatch):
     run = new_run(registry)
     for step in range(5):
         registry.log_step(run.id, step, {"train/reward": float(step)}, samples=[sample(step)])
-        registry.add_eval(run_id=run.id, step=step, n=8, accuracy=0.1 * step, format_rate=1.0,
-                          mean_response_length=10.0)
+        registry.add_eval(
+            run_id=run.id, step=step, n=8, accuracy=0.1 * step, format_rate=1.0, mean_response_length=10.0
+        )
         registry.add_checkpoint(run.id, step, f"out/step_{step}")
     removed = registry.truncate_after(run.id, 2)
     # Paths are stored absolute (relative ones are taken from where the command runs).
@@ -213,8 +213,15 @@ def test_checkpoints_evals_and_tags(registry):
     assert [c.path for c in registry.checkpoints(run.id)] == ["/out/step_2"]
     assert [c.deleted for c in registry.checkpoints(run.id, include_deleted=True)] == [True, False]
 
-    result = registry.add_eval(run_id=run.id, step=2, n=64, accuracy=0.5, format_rate=0.9,
-                               mean_response_length=100.0, decoding={"temperature": 0.0})
+    result = registry.add_eval(
+        run_id=run.id,
+        step=2,
+        n=64,
+        accuracy=0.5,
+        format_rate=0.9,
+        mean_response_length=100.0,
+        decoding={"temperature": 0.0},
+    )
     assert result.id is not None
     assert registry.evals(run.id)[0].decoding == '{"temperature": 0.0}'
 
@@ -234,8 +241,7 @@ def test_delete_run_removes_every_row_and_returns_its_paths(registry):
     for r in (keep, run):
         registry.log_step(r.id, 0, {"x": 1.0}, samples=[sample()])
         registry.add_checkpoint(r.id, 0, f"/out/{r.name}/step_0")
-        registry.add_eval(run_id=r.id, step=0, n=1, accuracy=1, format_rate=1,
-                          mean_response_length=1)
+        registry.add_eval(run_id=r.id, step=0, n=1, accuracy=1, format_rate=1, mean_response_length=1)
         registry.add_tag(r.id, "t")
     assert registry.delete_run("gone") == ["/out/gone/step_0", "/out/gone"]
     assert [r.name for r in registry.list_runs()] == ["keep"]
@@ -388,10 +394,25 @@ def test_tables_of_runs_read_every_run_at_once(registry):
         registry.log_step(run.id, 1, {"eval/accuracy": 0.1 * i, "time/step": 2.0 + i, "mem/peak": 100.0 + i})
         if i % 2:  # the odd runs have eval rows, whose accuracy differs from the metric's
             for step in (1, 0):
-                registry.add_eval(run_id=run.id, step=step, n=64, accuracy=0.5 + 0.01 * i + step, format_rate=1.0,
-                                  mean_response_length=9.0, decoding={"greedy": True}, grader="g")
-        registry.add_eval(run_id=run.id, step=1, checkpoint_path=f"/ckpt/{i}", n=8, accuracy=0.99, format_rate=1.0,
-                          mean_response_length=9.0)
+                registry.add_eval(
+                    run_id=run.id,
+                    step=step,
+                    n=64,
+                    accuracy=0.5 + 0.01 * i + step,
+                    format_rate=1.0,
+                    mean_response_length=9.0,
+                    decoding={"greedy": True},
+                    grader="g",
+                )
+        registry.add_eval(
+            run_id=run.id,
+            step=1,
+            checkpoint_path=f"/ckpt/{i}",
+            n=8,
+            accuracy=0.99,
+            format_rate=1.0,
+            mean_response_length=9.0,
+        )
     statements = []
     event.listen(registry.engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
 
@@ -405,7 +426,7 @@ def test_tables_of_runs_read_every_run_at_once(registry):
     many, curves, summaries = reads([r.id for r in runs])
     assert many == few <= 8
     for i, run in enumerate(runs):
-        want = ([(step, 0.5 + 0.01 * i + step, 64) for step in (0, 1)] if i % 2 else [(1, pytest.approx(0.1 * i), None)])
+        want = [(step, 0.5 + 0.01 * i + step, 64) for step in (0, 1)] if i % 2 else [(1, pytest.approx(0.1 * i), None)]
         assert curves[run.id] == want == summaries[run.id].evals
         assert summaries[run.id].s_per_step == 2.0 + i and summaries[run.id].peak_mem == 100.0 + i
         assert len(summaries[run.id].eval_meta) == (2 if i % 2 else 0)

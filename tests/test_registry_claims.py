@@ -20,8 +20,9 @@ from grpoctl.registry.models import utcnow
 
 
 def new_run(registry: Registry, name: str = "run-a") -> Run:
-    return registry.create_run(name=name, config={"lr": 1e-3}, config_diff={}, config_hash=f"h-{name}",
-                               seed=0, total_steps=10)
+    return registry.create_run(
+        name=name, config={"lr": 1e-3}, config_diff={}, config_hash=f"h-{name}", seed=0, total_steps=10
+    )
 
 
 def expire(registry: Registry, run_id: int, **extra) -> None:
@@ -77,8 +78,12 @@ def test_a_takeover_after_the_lease_fences_out_the_old_writer(two):
     before = metric_count(b, run.id)
     # Everything the old writer tries now is refused before a row is written.
     with pytest.raises(ClaimLost, match=r"^run 'run-a' was taken over by pid \d+ on .*stopped without writing"):
-        a.log_step(run.id, 2, {"x": 2.0}, samples=[dict(prompt="p", response="r", ground_truth="g", reward=0,
-                                                        format_reward=0, answer_reward=0)])
+        a.log_step(
+            run.id,
+            2,
+            {"x": 2.0},
+            samples=[dict(prompt="p", response="r", ground_truth="g", reward=0, format_reward=0, answer_reward=0)],
+        )
     assert metric_count(b, run.id) == before and b.samples(run.id) == []
     # Once fenced out, always fenced out: a later write (say, from its heartbeat thread)
     # does not slip through as if it had never held a claim.
@@ -92,8 +97,9 @@ def test_a_takeover_after_the_lease_fences_out_the_old_writer(two):
     assert b.get_run(run.id).last_step == 2 and b.get_run(run.id).status == "running"
 
 
-@pytest.mark.parametrize("write", ["heartbeat", "set_status", "add_checkpoint", "truncate_after", "add_eval",
-                                   "mark_checkpoint_deleted"])
+@pytest.mark.parametrize(
+    "write", ["heartbeat", "set_status", "add_checkpoint", "truncate_after", "add_eval", "mark_checkpoint_deleted"]
+)
 def test_every_trainer_write_checks_the_claim(two, write):
     a, b = two
     run = new_run(a)
@@ -105,8 +111,9 @@ def test_every_trainer_write_checks_the_claim(two, write):
         "set_status": lambda: a.set_status(run.id, "failed", error="late"),
         "add_checkpoint": lambda: a.add_checkpoint(run.id, 2, "/ckpt/step-2"),
         "truncate_after": lambda: a.truncate_after(run.id, 0),
-        "add_eval": lambda: a.add_eval(run_id=run.id, step=2, n=1, accuracy=1.0, format_rate=1.0,
-                                       mean_response_length=1.0),
+        "add_eval": lambda: a.add_eval(
+            run_id=run.id, step=2, n=1, accuracy=1.0, format_rate=1.0, mean_response_length=1.0
+        ),
         "mark_checkpoint_deleted": lambda: a.mark_checkpoint_deleted(ckpt.id),
     }
     with pytest.raises(ClaimLost):
@@ -137,14 +144,15 @@ def test_runs_from_before_claims_are_judged_by_their_heartbeat(two):
     a, b = two
     run = new_run(a)
     with a.engine.begin() as conn:  # a running run written by a grpoctl without claims, on another host
-        conn.execute(update(Run).where(Run.id == run.id).values(claim_token=None, claim_expires_at=None,
-                                                                claim_pid=None, claim_host=None,
-                                                                host="old-node", pid=1234))
+        conn.execute(
+            update(Run)
+            .where(Run.id == run.id)
+            .values(claim_token=None, claim_expires_at=None, claim_pid=None, claim_host=None, host="old-node", pid=1234)
+        )
     with pytest.raises(UserError, match="on old-node"):
         b.claim_run(run.id)
     with a.engine.begin() as conn:
-        conn.execute(update(Run).where(Run.id == run.id)
-                     .values(heartbeat_at=utcnow() - timedelta(seconds=LEASE_S + 1)))
+        conn.execute(update(Run).where(Run.id == run.id).values(heartbeat_at=utcnow() - timedelta(seconds=LEASE_S + 1)))
     assert b.claimable(b.get_run(run.id))
     b.claim_run(run.id)
 
@@ -156,8 +164,18 @@ def test_a_metric_key_is_stored_once_even_without_a_claim(two):
     for opt_step in (None, 0):  # NULL opt_step is one value for the index (COALESCE)
         with pytest.raises(IntegrityError):
             with a.engine.begin() as conn:
-                conn.execute(insert(Metric), [{"run_id": run.id, "step": 1, "opt_step": opt_step,
-                                               "name": "x" if opt_step is None else "g", "value": 2.0}])
+                conn.execute(
+                    insert(Metric),
+                    [
+                        {
+                            "run_id": run.id,
+                            "step": 1,
+                            "opt_step": opt_step,
+                            "name": "x" if opt_step is None else "g",
+                            "value": 2.0,
+                        }
+                    ],
+                )
     # A whole step is one transaction: a duplicate inside it leaves none of that step.
     with pytest.raises(IntegrityError):
         a.log_step(run.id, 1, {"y": 1.0, "x": 3.0})

@@ -56,7 +56,10 @@ def test_four_writers_and_a_reader_share_one_registry(tmp_path, db_url):
     writers = [
         subprocess.Popen(
             [sys.executable, "-c", WRITER, str(db), f"w{i}", str(STEPS), str(METRICS), str(tmp_path)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
         )
         for i in range(WRITERS)
     ]
@@ -105,7 +108,9 @@ def test_four_writers_and_a_reader_share_one_registry(tmp_path, db_url):
 
     rate = WRITERS * STEPS / elapsed
     slowest = max(r["seconds"] for r in results)
-    print(f"\n{WRITERS} writers x {STEPS} steps x {METRICS} metrics in {elapsed:.1f} s: "
-          f"{rate:.0f} steps/s together (slowest writer {STEPS / slowest:.0f} steps/s); "
-          f"{reads} full reads meanwhile")
+    print(
+        f"\n{WRITERS} writers x {STEPS} steps x {METRICS} metrics in {elapsed:.1f} s: "
+        f"{rate:.0f} steps/s together (slowest writer {STEPS / slowest:.0f} steps/s); "
+        f"{reads} full reads meanwhile"
+    )
     assert reads > 0

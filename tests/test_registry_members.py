@@ -43,15 +43,23 @@ def test_a_supervisor_s_claim_is_handed_to_its_child_only(db_url, tmp_path):
     run = new_run(registry)
     registry.set_status(run.id, "interrupted")
     registry.claim_run(run.id)  # the supervisor takes the run before starting its trainer
-    claim = ("from grpoctl.registry import Registry; import sys; r = Registry(sys.argv[1]); "
-             "r.claim_run(int(sys.argv[2])); print(r.get_run(int(sys.argv[2])).claim_pid)")
+    claim = (
+        "from grpoctl.registry import Registry; import sys; r = Registry(sys.argv[1]); "
+        "r.claim_run(int(sys.argv[2])); print(r.get_run(int(sys.argv[2])).claim_pid)"
+    )
     env = dict(os.environ, PYTHONPATH=str(REPO))
     # A grandchild (its parent is the shell) is not the supervisor's trainer: refused.
-    grandchild = subprocess.run(["sh", "-c", f'"{sys.executable}" -c "$0" "$1" "$2" & wait $!', claim, db_url,
-                                 str(run.id)], capture_output=True, text=True, timeout=120, env=env)
+    grandchild = subprocess.run(
+        ["sh", "-c", f'"{sys.executable}" -c "$0" "$1" "$2" & wait $!', claim, db_url, str(run.id)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert grandchild.returncode != 0 and "is being written by pid" in grandchild.stderr
-    child = subprocess.run([sys.executable, "-c", claim, db_url, str(run.id)], capture_output=True, text=True,
-                           timeout=120, env=env)
+    child = subprocess.run(
+        [sys.executable, "-c", claim, db_url, str(run.id)], capture_output=True, text=True, timeout=120, env=env
+    )
     assert child.returncode == 0, child.stderr
     assert int(child.stdout) != os.getpid()  # the child holds it now
 
@@ -86,8 +94,14 @@ def test_text_with_nul_is_stored_on_every_backend(db_url):
     """A random model generated a NUL byte, which PostgreSQL text refused (the run failed)."""
     registry = Registry(db_url)
     run = new_run(registry)
-    registry.log_step(run.id, 1, {"train/reward": 0.5}, samples=[dict(
-        prompt="1+1", response="2\x00junk", ground_truth="2", reward=1.0, format_reward=1.0, answer_reward=1.0)])
+    registry.log_step(
+        run.id,
+        1,
+        {"train/reward": 0.5},
+        samples=[
+            dict(prompt="1+1", response="2\x00junk", ground_truth="2", reward=1.0, format_reward=1.0, answer_reward=1.0)
+        ],
+    )
     registry.append_log("r", "printed \x00 this\n")
     assert registry.samples(run.id)[0].response == "2\ufffdjunk"
     assert registry.log_chunks("r")[0][2] == "printed \ufffd this\n"

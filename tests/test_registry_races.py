@@ -84,8 +84,9 @@ def test_two_processes_claiming_one_run_exactly_one_wins(db_url):
     registry = Registry(db_url)
 
     def setup(trial):  # a run whose trainer ended (interrupted): claimable by either
-        run = registry.create_run(name=f"r{trial}", config={}, config_diff={}, config_hash=f"h{trial}", seed=0,
-                                  total_steps=1)
+        run = registry.create_run(
+            name=f"r{trial}", config={}, config_diff={}, config_hash=f"h{trial}", seed=0, total_steps=1
+        )
         registry.set_status(run.id, "interrupted")
 
     outcomes = _race(db_url, "claim", setup)
@@ -100,8 +101,7 @@ def test_concurrent_tags_sweeps_and_members_make_one_row_each(db_url):
     registry = Registry(db_url)
 
     def setup(trial):
-        registry.create_run(name=f"r{trial}", config={}, config_diff={}, config_hash=f"h{trial}", seed=0,
-                            total_steps=1)
+        registry.create_run(name=f"r{trial}", config={}, config_diff={}, config_hash=f"h{trial}", seed=0, total_steps=1)
 
     outcomes = _race(db_url, "tag", setup)
     assert all(pair == ["ok", "ok"] for pair in outcomes), outcomes
@@ -127,8 +127,17 @@ def _at_once(db: str, tmp_path: Path, commands: list[list[str]]) -> list[subproc
     """Start real `grpoctl` processes, release them together, collect what they said."""
     go = tmp_path / "go"
     env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="200")
-    procs = [subprocess.Popen([sys.executable, "-c", FIRST_COMMAND, db, str(go), *cmd], cwd=tmp_path, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for cmd in commands]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", FIRST_COMMAND, db, str(go), *cmd],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for cmd in commands
+    ]
     import time
 
     time.sleep(1.5)  # let them import grpoctl and wait at the line
@@ -172,8 +181,14 @@ def fake_trainer(tmp_path, monkeypatch):
 def test_six_first_commands_on_an_empty_registry_all_succeed(db_url, tmp_path, fake_trainer):
     # Before migrations, five of six crashed here on PostgreSQL (create_all racing).
     sweep = ["sweep", "lr", "--values", "1e-4,1e-3", "steps=2"]
-    commands = [["db", "upgrade"], sweep + ["--name", "a"], ["db", "upgrade"], sweep + ["--name", "b"],
-                ["db", "upgrade"], sweep + ["--name", "c"]]
+    commands = [
+        ["db", "upgrade"],
+        sweep + ["--name", "a"],
+        ["db", "upgrade"],
+        sweep + ["--name", "b"],
+        ["db", "upgrade"],
+        sweep + ["--name", "c"],
+    ]
     results = _at_once(db_url, tmp_path, commands)
     for result in results:
         assert result.returncode == 0, result.stderr + result.stdout
@@ -182,8 +197,13 @@ def test_six_first_commands_on_an_empty_registry_all_succeed(db_url, tmp_path, f
     registry = Registry(db_url, readonly=True)
     assert sorted(s.name for s in registry.sweeps()) == ["a", "b", "c"]
     assert sorted(r.status for r in registry.list_runs()) == ["finished"] * 6
-    status = subprocess.run([sys.executable, "-m", "grpoctl", "db", "status", "--db", db_url], capture_output=True,
-                            text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    status = subprocess.run(
+        [sys.executable, "-m", "grpoctl", "db", "status", "--db", db_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
     assert "up to date" in status.stdout, status
 
 

@@ -30,8 +30,9 @@ def env() -> dict:
 
 
 def start(args: list[str], cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen(DIGIT_TRAIN + args, cwd=cwd, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    return subprocess.Popen(
+        DIGIT_TRAIN + args, cwd=cwd, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def wait_for_step(db: str, name: str, step: int, proc: subprocess.Popen, timeout: float = 240) -> None:
@@ -57,8 +58,9 @@ def metric_keys(db: str, name: str) -> list[tuple]:
 
 def killed_run(db: str, name: str, workdir: Path, tiny_model_dir: Path) -> None:
     """A run SIGKILLed after its step-2 checkpoint: resumable, with rows to truncate."""
-    overrides = fast_overrides(tiny_model_dir, workdir, **{"loop.n_grpo_steps": STEPS, "eval.every": 3,
-                                                           "checkpoint.keep_last": 10})
+    overrides = fast_overrides(
+        tiny_model_dir, workdir, **{"loop.n_grpo_steps": STEPS, "eval.every": 3, "checkpoint.keep_last": 10}
+    )
     proc = start(["train", *overrides, f"name={name}", "--db", db], workdir)
     wait_for_step(db, name, 3, proc)
     proc.send_signal(signal.SIGKILL)
@@ -83,8 +85,10 @@ def test_two_resumers_at_once_one_is_refused_and_no_row_is_duplicated(db_url, tm
         lines = refused.strip().splitlines()
         # The loser either meets the winner's claim or, when the winner's few steps were done
         # before the loser's claim (the steps are fast), a finished run: never a second trainer.
-        assert len(lines) == 1 and (lines[0].startswith(f"error: run '{name}' is being written by pid")
-                                    or lines[0] == f"error: run '{name}' already finished"), refused
+        assert len(lines) == 1 and (
+            lines[0].startswith(f"error: run '{name}' is being written by pid")
+            or lines[0] == f"error: run '{name}' already finished"
+        ), refused
         keys = metric_keys(db_url, name)
         assert len(keys) == len(set(keys)), "a metric key was written twice"
         assert sorted({s for s, o, n in keys if n == "train/reward"}) == list(range(1, STEPS + 1))
@@ -103,8 +107,9 @@ def test_a_trainer_whose_claim_is_taken_over_stops_without_writing(db_url, tmp_p
     run = successor.get_run("orphan")
     for _ in range(50):  # each step of the trainer renews its lease: expire it, then claim, until we win
         with successor.engine.begin() as conn:
-            conn.execute(update(Run).where(Run.id == run.id)
-                         .values(claim_expires_at=utcnow() - timedelta(seconds=LEASE_S + 1)))
+            conn.execute(
+                update(Run).where(Run.id == run.id).values(claim_expires_at=utcnow() - timedelta(seconds=LEASE_S + 1))
+            )
         try:
             successor.claim_run(run.id)
             break
@@ -133,8 +138,14 @@ def test_resume_from_another_directory(db_url, tmp_path, tiny_model_dir):
     wait_for_step(db, "moved", 3, proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=60)
-    resumed = subprocess.run(DIGIT_TRAIN + ["train", "--resume", "moved", "--db", db], cwd=elsewhere, env=env(),
-                             capture_output=True, text=True, timeout=300)
+    resumed = subprocess.run(
+        DIGIT_TRAIN + ["train", "--resume", "moved", "--db", db],
+        cwd=elsewhere,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     with Registry(db, readonly=True) as registry:
         run = registry.get_run("moved")

@@ -29,8 +29,9 @@ def test_a_run_stopped_by_the_old_code_resumes_to_the_uninterrupted_result(tmp_p
     shutil.copytree(FIXTURE, work)
     (work / "registry_v0.db").rename(work / "registry.db")  # where `train` looks by default
     env = {k: v for k, v in os.environ.items() if k != "GRPOCTL_DB"} | {"PYTHONPATH": str(REPO)}
-    out = subprocess.run(DIGIT_TRAIN + ["train", "--resume", "stopped"], cwd=work, env=env,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        DIGIT_TRAIN + ["train", "--resume", "stopped"], cwd=work, env=env, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "resuming run stopped from step 2" in out.stdout
     db = work / "registry.db"

@@ -17,25 +17,79 @@ ROOT = Path(__file__).resolve().parents[1]
 # config later must be listed in config.NEUTRAL_DEFAULTS (or be excluded), so that this
 # set, and every stored hash with it, stays what it is.
 HASHED_KEYS = {
-    "data.answer_field", "data.eval_path", "data.eval_split", "data.question_field", "data.source",
-    "data.synthetic.max_digits", "data.synthetic.min_digits", "data.synthetic.num_operands",
-    "data.synthetic.ops", "data.train_path", "data.train_size", "data.train_split", "eval.at_start",
-    "eval.every", "eval.greedy", "eval.max_tokens", "eval.subset", "eval.subset_seed", "eval.temperature",
-    "eval.top_p", "loop.epochs_per_rollout_batch", "loop.gradient_accumulation_steps", "loop.n_grpo_steps",
-    "loop.train_batch_size", "loss.advantage_eps", "loss.cliprange", "loss.cliprange_high",
-    "loss.importance_level", "loss.kl_beta", "loss.length_normalization", "loss.loss_type",
-    "loss.use_std_normalization", "model.dtype", "model.gradient_checkpointing", "model.path",
-    "model.tiny.hidden_size", "model.tiny.intermediate_size", "model.tiny.num_attention_heads",
-    "model.tiny.num_hidden_layers", "model.tiny.num_key_value_heads", "model.warmstart.batch_size",
-    "model.warmstart.check_every", "model.warmstart.lr", "model.warmstart.save_steps", "model.warmstart.steps",
-    "model.warmstart.target_accuracy", "optimizer.betas", "optimizer.lr", "optimizer.lr_schedule",
-    "optimizer.max_grad_norm", "optimizer.min_lr_ratio", "optimizer.name", "optimizer.warmup_steps",
-    "optimizer.weight_decay", "prompt.reward", "prompt.template", "rollout.backend",
-    "rollout.generation_batch_size", "rollout.group_size", "rollout.max_tokens", "rollout.min_tokens",
-    "rollout.rollout_batch_size", "rollout.stop", "rollout.temperature", "rollout.top_p",
-    "rollout.vllm.cpu_kvcache_space_gb", "rollout.vllm.enable_prefix_caching",
-    "rollout.vllm.gpu_memory_utilization", "rollout.vllm.max_model_len", "rollout.vllm.sleep_level",
-    "rollout.vllm.sleep_mode", "runtime.device", "seed",
+    "data.answer_field",
+    "data.eval_path",
+    "data.eval_split",
+    "data.question_field",
+    "data.source",
+    "data.synthetic.max_digits",
+    "data.synthetic.min_digits",
+    "data.synthetic.num_operands",
+    "data.synthetic.ops",
+    "data.train_path",
+    "data.train_size",
+    "data.train_split",
+    "eval.at_start",
+    "eval.every",
+    "eval.greedy",
+    "eval.max_tokens",
+    "eval.subset",
+    "eval.subset_seed",
+    "eval.temperature",
+    "eval.top_p",
+    "loop.epochs_per_rollout_batch",
+    "loop.gradient_accumulation_steps",
+    "loop.n_grpo_steps",
+    "loop.train_batch_size",
+    "loss.advantage_eps",
+    "loss.cliprange",
+    "loss.cliprange_high",
+    "loss.importance_level",
+    "loss.kl_beta",
+    "loss.length_normalization",
+    "loss.loss_type",
+    "loss.use_std_normalization",
+    "model.dtype",
+    "model.gradient_checkpointing",
+    "model.path",
+    "model.tiny.hidden_size",
+    "model.tiny.intermediate_size",
+    "model.tiny.num_attention_heads",
+    "model.tiny.num_hidden_layers",
+    "model.tiny.num_key_value_heads",
+    "model.warmstart.batch_size",
+    "model.warmstart.check_every",
+    "model.warmstart.lr",
+    "model.warmstart.save_steps",
+    "model.warmstart.steps",
+    "model.warmstart.target_accuracy",
+    "optimizer.betas",
+    "optimizer.lr",
+    "optimizer.lr_schedule",
+    "optimizer.max_grad_norm",
+    "optimizer.min_lr_ratio",
+    "optimizer.name",
+    "optimizer.warmup_steps",
+    "optimizer.weight_decay",
+    "prompt.reward",
+    "prompt.template",
+    "rollout.backend",
+    "rollout.generation_batch_size",
+    "rollout.group_size",
+    "rollout.max_tokens",
+    "rollout.min_tokens",
+    "rollout.rollout_batch_size",
+    "rollout.stop",
+    "rollout.temperature",
+    "rollout.top_p",
+    "rollout.vllm.cpu_kvcache_space_gb",
+    "rollout.vllm.enable_prefix_caching",
+    "rollout.vllm.gpu_memory_utilization",
+    "rollout.vllm.max_model_len",
+    "rollout.vllm.sleep_level",
+    "rollout.vllm.sleep_mode",
+    "runtime.device",
+    "seed",
 }
 
 
@@ -46,25 +100,50 @@ def test_the_hash_of_the_embedded_default_is_pinned():
 
 def test_every_config_key_is_hashed_excluded_or_neutral():
     keys = set(flatten(to_dict(load_config(None, []))))
-    excluded = {k for k in keys if k in rules.HASH_EXCLUDED or k.startswith(tuple(e for e in rules.HASH_EXCLUDED
-                                                                                 if e.endswith(".")))}
+    excluded = {
+        k
+        for k in keys
+        if k in rules.HASH_EXCLUDED or k.startswith(tuple(e for e in rules.HASH_EXCLUDED if e.endswith(".")))
+    }
     added_later = set(rules.NEUTRAL_DEFAULTS)
     assert keys - excluded - added_later == HASHED_KEYS, (
         "a config key was added or removed: list a new key in config.NEUTRAL_DEFAULTS with the value that "
-        "keeps today's behaviour, or a changed definition needs a migration that rewrites stored hashes")
+        "keeps today's behaviour, or a changed definition needs a migration that rewrites stored hashes"
+    )
 
 
-@pytest.mark.parametrize("override", [
-    "name=other", "group=g", "variant=v", "checkpoint.dir=/elsewhere", "checkpoint.every=7",
-    "checkpoint.keep_last=3", "runtime.threads=4", "runtime.cache_dir=/cache", "logging.live=false",
-    "logging.samples_per_step=0", "eval.batch_size=16",
-])
+@pytest.mark.parametrize(
+    "override",
+    [
+        "name=other",
+        "group=g",
+        "variant=v",
+        "checkpoint.dir=/elsewhere",
+        "checkpoint.every=7",
+        "checkpoint.keep_last=3",
+        "runtime.threads=4",
+        "runtime.cache_dir=/cache",
+        "logging.live=false",
+        "logging.samples_per_step=0",
+        "eval.batch_size=16",
+    ],
+)
 def test_keys_that_do_not_change_the_computation_do_not_change_the_hash(override):
     assert config_hash(load_config(None, [override])) == "272e3b4b1f1c5f38"
 
 
-@pytest.mark.parametrize("override", ["lr=1e-4", "seed=1", "eval.subset=64", "rollout.max_tokens=64",
-                                      "runtime.device=cpu", "loss=grpo_no_clip", "data.train_size=100"])
+@pytest.mark.parametrize(
+    "override",
+    [
+        "lr=1e-4",
+        "seed=1",
+        "eval.subset=64",
+        "rollout.max_tokens=64",
+        "runtime.device=cpu",
+        "loss=grpo_no_clip",
+        "data.train_size=100",
+    ],
+)
 def test_keys_that_change_the_computation_change_the_hash(override):
     assert config_hash(load_config(None, [override])) != "272e3b4b1f1c5f38"
 

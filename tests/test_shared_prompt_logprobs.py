@@ -47,11 +47,14 @@ def loss_and_grads(model, out, mask):
     return {name: p.grad.clone() for name, p in model.named_parameters()}
 
 
-@pytest.mark.parametrize("questions,group,shuffle", [
-    (["12+34", "5+7", "100+99", "40+40"], 8, False),  # 4 groups, prompts of 3 lengths
-    (["1+1", "22+22"], 4, True),  # groups broken up, as off-policy microbatches are
-    (["7+8"], 2, False),
-])
+@pytest.mark.parametrize(
+    "questions,group,shuffle",
+    [
+        (["12+34", "5+7", "100+99", "40+40"], 8, False),  # 4 groups, prompts of 3 lengths
+        (["1+1", "22+22"], 4, True),  # groups broken up, as off-policy microbatches are
+        (["7+8"], 2, False),
+    ],
+)
 def test_same_log_probs_entropy_and_gradients(policy, questions, group, shuffle):
     model, tokenizer = policy
     batch = grpo_batch(tokenizer, questions, group, seed=len(questions), shuffle=shuffle)

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # The contract: `[CONFIG] key=value ... --db URL` or `--resume RUN --db URL`; the run's
 # name, group and variant arrive as overrides; its hash is config_hash(load_config(...)).
-FAKE_TRAINER = r'''
+FAKE_TRAINER = r"""
 import os, signal, sys, time
 from grpoctl.config import config_diff, load_config, to_dict
 from grpoctl.rules import config_hash
@@ -67,7 +67,7 @@ for step in range(start, run.total_steps + 1):  # step 0 is the eval before trai
     registry.log_step(run.id, step, {"train/reward": 0.1 * step, "eval/accuracy": 0.2 + 0.1 * step})
     registry.add_checkpoint(run.id, step, f"ckpt/{run.name}/step-{step}")  # a sweep resumes only from one
 registry.set_status(run.id, "finished")
-'''
+"""
 
 
 @pytest.fixture
@@ -139,7 +139,8 @@ def test_ablation_runs_in_parallel_and_summarizes(fake, tmp_path, monkeypatch, d
     (tmp_path / "base.yaml").write_text("loop:\n  n_grpo_steps: 3\n")
     (tmp_path / "abl.yaml").write_text(
         "name: abl\nbase: base.yaml\nseeds: [1]\n"
-        "variants:\n  mean: {loss.length_normalization: mean}\n  constant: {loss: {length_normalization: constant}}\n")
+        "variants:\n  mean: {loss.length_normalization: mean}\n  constant: {loss: {length_normalization: constant}}\n"
+    )
     monkeypatch.setenv("FAKE_SLEEP", "0.2")
     registry = Registry(db_url)
     plan = spec.ablation(tmp_path / "abl.yaml")
@@ -168,10 +169,27 @@ def test_ctrl_c_interrupts_children_and_says_how_to_resume(fake, tmp_path, monke
     env = dict(os.environ)
     db = db_url
     parent = subprocess.Popen(
-        [sys.executable, "-m", "grpoctl", "sweep", "lr", "--values", "1e-4,2e-4,3e-4", "steps=100",
-         "--parallel", "2", "--db", db],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "grpoctl",
+            "sweep",
+            "lr",
+            "--values",
+            "1e-4,2e-4,3e-4",
+            "steps=100",
+            "--parallel",
+            "2",
+            "--db",
+            db,
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     registry = Registry(db)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:  # wait until both children have logged a step
@@ -196,8 +214,20 @@ def test_a_password_never_shows_in_argv_logs_plans_or_messages(fake, tmp_path, m
     password = make_url(db_url).password
     monkeypatch.setenv("FAKE_SLEEP", "0.3")
     monkeypatch.delenv("PGPASSWORD", raising=False)
-    base = [sys.executable, "-m", "grpoctl", "sweep", "lr", "--values", "1e-4,2e-4", "steps=6", "--parallel", "2",
-            "--db", db_url]
+    base = [
+        sys.executable,
+        "-m",
+        "grpoctl",
+        "sweep",
+        "lr",
+        "--values",
+        "1e-4,2e-4",
+        "steps=6",
+        "--parallel",
+        "2",
+        "--db",
+        db_url,
+    ]
     plan = subprocess.run(base + ["--dry-run"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert plan.returncode == 0, plan.stderr
     assert "--db postgresql+psycopg://" in plan.stdout and password not in plan.stdout + plan.stderr

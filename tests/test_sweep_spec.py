@@ -22,38 +22,44 @@ ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments"
 
 
-@pytest.mark.parametrize("spec, expected", [
-    ("1e-6..1e-4", [1e-6, 3e-6, 1e-5, 3e-5, 1e-4]),
-    ("1e-4..1e-3", [1e-4, 3e-4, 1e-3]),
-    ("2e-5..1e-4", [2e-5, 3e-5, 1e-4]),  # bounds off the 1-3 grid are kept
-    ("1e-5..1e-3:3", [1e-5, 1e-4, 1e-3]),
-    ("1e-4..1e-3:4", [1e-4, 2.15e-4, 4.64e-4, 1e-3]),
-    ("2..8:3", [2, 4, 8]),  # integer bounds give integers
-    ("1e-5, 3e-5", [1e-5, 3e-5]),
-    ("true,false", [True, False]),
-    ("grpo_clip,no_baseline", ["grpo_clip", "no_baseline"]),
-    ("8,16", [8, 16]),
-])
+@pytest.mark.parametrize(
+    "spec, expected",
+    [
+        ("1e-6..1e-4", [1e-6, 3e-6, 1e-5, 3e-5, 1e-4]),
+        ("1e-4..1e-3", [1e-4, 3e-4, 1e-3]),
+        ("2e-5..1e-4", [2e-5, 3e-5, 1e-4]),  # bounds off the 1-3 grid are kept
+        ("1e-5..1e-3:3", [1e-5, 1e-4, 1e-3]),
+        ("1e-4..1e-3:4", [1e-4, 2.15e-4, 4.64e-4, 1e-3]),
+        ("2..8:3", [2, 4, 8]),  # integer bounds give integers
+        ("1e-5, 3e-5", [1e-5, 3e-5]),
+        ("true,false", [True, False]),
+        ("grpo_clip,no_baseline", ["grpo_clip", "no_baseline"]),
+        ("8,16", [8, 16]),
+    ],
+)
 def test_value_specs(spec, expected):
     values = parse_values(spec)
     assert values == expected
     assert [type(v) for v in values] == [type(v) for v in expected]
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("1e-4..1e-6", "must go upward (write 1e-6..1e-4)"),
-    ("1e-4..1e-4", "must go upward"),
-    ("1e-4..1e-3:1", "at least 2 points"),
-    ("1e-4..1e-3:x", "must be an integer"),
-    ("0..1e-3", "positive bounds"),
-    ("-1e-3..1e-3", "positive bounds"),
-    ("1e-4..", "not a number"),
-    ("a..b", "not a number"),
-    ("1e-4,,1e-3", "empty item"),
-    ("1e-4,", "empty item"),
-    ("", "empty --values"),
-    ("1,1", "repeats"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("1e-4..1e-6", "must go upward (write 1e-6..1e-4)"),
+        ("1e-4..1e-4", "must go upward"),
+        ("1e-4..1e-3:1", "at least 2 points"),
+        ("1e-4..1e-3:x", "must be an integer"),
+        ("0..1e-3", "positive bounds"),
+        ("-1e-3..1e-3", "positive bounds"),
+        ("1e-4..", "not a number"),
+        ("a..b", "not a number"),
+        ("1e-4,,1e-3", "empty item"),
+        ("1e-4,", "empty item"),
+        ("", "empty --values"),
+        ("1,1", "repeats"),
+    ],
+)
 def test_bad_value_specs_are_one_line_user_errors(spec, message):
     with pytest.raises(UserError) as err:
         parse_values(spec)
@@ -80,7 +86,13 @@ def test_param_sweep_names_hashes_and_seeds():
     plan = param_sweep("lr", "1e-4..1e-3", overrides=["steps=5"], seeds="0,1")
     assert plan.name == "lr-sweep" and plan.kind == "sweep"
     assert [(v.label, v.seed) for v in plan.variants] == [
-        ("lr=1e-4", 0), ("lr=1e-4", 1), ("lr=3e-4", 0), ("lr=3e-4", 1), ("lr=1e-3", 0), ("lr=1e-3", 1)]
+        ("lr=1e-4", 0),
+        ("lr=1e-4", 1),
+        ("lr=3e-4", 0),
+        ("lr=3e-4", 1),
+        ("lr=1e-3", 0),
+        ("lr=1e-3", 1),
+    ]
     assert plan.variants[3].run_name == "lr-sweep-lr=3e-4-s1"
     # The hash is the config's, the same one the trainer computes from the same overrides.
     cfg = load_config(None, ["steps=5", "optimizer.lr=3e-4", "seed=1"])
@@ -110,7 +122,9 @@ def write(path: Path, text: str) -> Path:
 
 def test_ablation_applies_minimal_diffs_on_the_base(tmp_path):
     write(tmp_path / "base.yaml", "optimizer:\n  lr: 3.0e-5\nloop:\n  n_grpo_steps: 50\n")
-    spec = write(tmp_path / "abl.yaml", """
+    spec = write(
+        tmp_path / "abl.yaml",
+        """
 base: base.yaml
 steps: 20
 common: {rollout: {group_size: 4}}
@@ -119,7 +133,8 @@ variants:
   nested: {loss: {loss_type: reinforce_with_baseline}}
   dotted: {loss.loss_type: no_baseline, lr: 1.0e-5}
   plain: {}
-""")
+""",
+    )
     plan = ablation(spec)
     assert plan.name == "abl" and plan.kind == "ablation" and plan.base == str(tmp_path / "base.yaml")
     assert [(v.label, v.seed) for v in plan.variants][:3] == [("nested", 0), ("nested", 1), ("dotted", 0)]
@@ -133,26 +148,34 @@ variants:
 
 
 def test_ablation_base_inline_and_command_line_overrides(tmp_path):
-    spec = write(tmp_path / "abl.yaml", "name: x\nbase: {loop: {n_grpo_steps: 7}}\n"
-                                        "variants:\n  a: {lr: 1.0e-4}\n  b: {lr: 2.0e-4}\n")
+    spec = write(
+        tmp_path / "abl.yaml",
+        "name: x\nbase: {loop: {n_grpo_steps: 7}}\nvariants:\n  a: {lr: 1.0e-4}\n  b: {lr: 2.0e-4}\n",
+    )
     plan = ablation(spec, overrides=["eval.every=3"], seeds="5", name="y")
     assert plan.name == "y" and plan.base is None
     cfg = load_config(None, plan.variants[1].overrides)
     assert (cfg.loop.n_grpo_steps, cfg.eval.every, cfg.optimizer.lr, cfg.seed) == (7, 3, 2e-4, 5)
 
 
-@pytest.mark.parametrize("text, message", [
-    ("variants:\n  a: {lr: 1.0e-4}\n  b: {loss.loss_type: nope}\n", "variant 'b': loss.loss_type='nope' is not one of"),
-    ("variants:\n  a: {lrr: 1}\n", "variant 'a': unknown config key 'lrr'"),
-    ("variants:\n  a: {lr: 1.0e-4, optimizer.lr: 2.0e-4}\n", "optimizer.lr is set twice"),
-    ("variants:\n  a: {lr: 1.0e-4}\n  b: {optimizer: {lr: 1.0e-4}}\n", "same config"),
-    ("variants:\n  a: 3\n", "must be a mapping"),
-    ("variants: []\n", "'variants' must map"),
-    ("base: nowhere.yaml\nvariants:\n  a: {}\n", "base config 'nowhere.yaml' not found"),
-    ("bogus_key: 1\nvariants:\n  a: {}\n", "unknown config key 'bogus_key'"),
-    ("variants: [unclosed\n", "invalid yaml"),
-    ("variants:\n  a: {loss.loss_type: no_baseline, loop.epochs_per_rollout_batch: 2}\n", "on-policy only"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            "variants:\n  a: {lr: 1.0e-4}\n  b: {loss.loss_type: nope}\n",
+            "variant 'b': loss.loss_type='nope' is not one of",
+        ),
+        ("variants:\n  a: {lrr: 1}\n", "variant 'a': unknown config key 'lrr'"),
+        ("variants:\n  a: {lr: 1.0e-4, optimizer.lr: 2.0e-4}\n", "optimizer.lr is set twice"),
+        ("variants:\n  a: {lr: 1.0e-4}\n  b: {optimizer: {lr: 1.0e-4}}\n", "same config"),
+        ("variants:\n  a: 3\n", "must be a mapping"),
+        ("variants: []\n", "'variants' must map"),
+        ("base: nowhere.yaml\nvariants:\n  a: {}\n", "base config 'nowhere.yaml' not found"),
+        ("bogus_key: 1\nvariants:\n  a: {}\n", "unknown config key 'bogus_key'"),
+        ("variants: [unclosed\n", "invalid yaml"),
+        ("variants:\n  a: {loss.loss_type: no_baseline, loop.epochs_per_rollout_batch: 2}\n", "on-policy only"),
+    ],
+)
 def test_invalid_ablations_are_refused_whole(tmp_path, text, message):
     with pytest.raises(UserError) as err:
         ablation(write(tmp_path / "abl.yaml", text))
@@ -162,8 +185,13 @@ def test_invalid_ablations_are_refused_whole(tmp_path, text, message):
 def test_a_bad_variant_writes_nothing(tmp_path):
     spec = write(tmp_path / "abl.yaml", "variants:\n  good: {lr: 1.0e-4}\n  bad: {loss.loss_type: nope}\n")
     db = tmp_path / "r.db"
-    out = subprocess.run([sys.executable, "-m", "grpoctl", "sweep", str(spec), "--db", str(db)],
-                         capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "grpoctl", "sweep", str(spec), "--db", str(db)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
     assert out.stderr.startswith("error: variant 'bad'")
     assert not db.exists() and not (tmp_path / "outputs").exists()
@@ -188,8 +216,10 @@ def test_the_baseline_is_stated_or_the_variant_that_changes_nothing(tmp_path):
     plain = write(tmp_path / "plain.yaml", "common: {lr: 1.0e-4}\nvariants:\n  hot: {lr: 1.0e-3}\n  plain: {}\n")
     assert ablation(plain).baseline == "plain" and ablation(plain).spec["baseline"] == "plain"
     # Setting a key to the value the shared config has already changes nothing either.
-    same = write(tmp_path / "same.yaml", "common: {lr: 1.0e-4}\nseeds: [3, 4]\n"
-                                         "variants:\n  hot: {lr: 1.0e-3}\n  cool: {lr: 1.0e-4}\n")
+    same = write(
+        tmp_path / "same.yaml",
+        "common: {lr: 1.0e-4}\nseeds: [3, 4]\nvariants:\n  hot: {lr: 1.0e-3}\n  cool: {lr: 1.0e-4}\n",
+    )
     assert ablation(same).baseline == "cool"
     stated = write(tmp_path / "stated.yaml", "baseline: hot\nvariants:\n  hot: {lr: 1.0e-3}\n  plain: {}\n")
     assert ablation(stated).baseline == "hot"
@@ -218,9 +248,18 @@ def test_a_run_config_is_absolute_and_hashes_the_same_from_its_yaml(tmp_path, mo
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "train.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n')
     (tmp_path / "my.prompt").write_text("{question}")
-    plan = param_sweep("lr", "1e-5,3e-5", overrides=["data.source=jsonl", "data.train_path=data/train.jsonl",
-                                                     "data.eval_path=data/train.jsonl", "template=my.prompt",
-                                                     "checkpoint.dir=ckpt", "model.path=Qwen/Qwen2.5-Math-1.5B"])
+    plan = param_sweep(
+        "lr",
+        "1e-5,3e-5",
+        overrides=[
+            "data.source=jsonl",
+            "data.train_path=data/train.jsonl",
+            "data.eval_path=data/train.jsonl",
+            "template=my.prompt",
+            "checkpoint.dir=ckpt",
+            "model.path=Qwen/Qwen2.5-Math-1.5B",
+        ],
+    )
     variant = plan.variants[1]
     run = plan.run_config(variant, "renamed")
     assert run["data"]["train_path"] == str(tmp_path / "data" / "train.jsonl")

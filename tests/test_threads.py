@@ -52,16 +52,18 @@ def test_thread_count_is_not_part_of_the_config():
 
 
 def test_configure_sets_passive_waiting_before_torch_starts():
-    code = ("import os, sys; from grpoctl.config import load_config; from grpoctl.train.threads import configure_threads; "
-            "assert 'torch' not in sys.modules; n, _ = configure_threads(load_config(None, [])); import torch; "
-            "print(os.environ['OMP_WAIT_POLICY'], n, torch.get_num_threads())")
+    code = (
+        "import os, sys; from grpoctl.config import load_config; from grpoctl.train.threads import configure_threads; "
+        "assert 'torch' not in sys.modules; n, _ = configure_threads(load_config(None, [])); import torch; "
+        "print(os.environ['OMP_WAIT_POLICY'], n, torch.get_num_threads())"
+    )
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", THREADS_ENV)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["PASSIVE", "1", "1"]
 
 
-ENV_DUMP = r'''
+ENV_DUMP = r"""
 import os, sys
 from grpoctl.config import config_diff, load_config, to_dict
 from grpoctl.rules import config_hash
@@ -76,7 +78,7 @@ run = registry.create_run(name=cfg.name, config=to_dict(cfg), config_diff=config
 with open(os.environ["ENV_OUT"], "a") as out:
     out.write(f"{os.environ.get('GRPOCTL_THREADS')} {os.environ.get('OMP_WAIT_POLICY')}\n")
 registry.set_status(run.id, "finished")
-'''
+"""
 
 
 @pytest.mark.parametrize("parallel,cap", [(1, "None"), (2, str(per_child_cap(2)))])
@@ -89,7 +91,8 @@ def test_parallel_sweep_children_share_the_cores(tmp_path, monkeypatch, parallel
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     monkeypatch.chdir(tmp_path)
     registry = Registry(str(tmp_path / "r.db"))
-    launcher.run_sweep(spec.param_sweep("lr", "1e-4,3e-4", overrides=["steps=1"]), registry, parallel=parallel,
-                       log_root=Path("logs"))
+    launcher.run_sweep(
+        spec.param_sweep("lr", "1e-4,3e-4", overrides=["steps=1"]), registry, parallel=parallel, log_root=Path("logs")
+    )
     lines = (tmp_path / "env.txt").read_text().split("\n")[:-1]
     assert lines == [f"{cap} PASSIVE"] * 2

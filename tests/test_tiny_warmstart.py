@@ -45,16 +45,29 @@ def test_shipped_weights_are_the_recipes_result(tmp_path):
     assert {k: meta[k] for k in recipe} == recipe and meta["steps"] <= spec.steps
     # The probe the builder measured, drawn the way _build draws it.
     syn = spec.synthetic
-    train = synthetic_examples("train", None, seed=spec.seed, min_digits=syn["min_digits"], max_digits=syn["max_digits"],
-                               ops=tuple(syn["ops"]), num_operands=syn["num_operands"])
+    train = synthetic_examples(
+        "train",
+        None,
+        seed=spec.seed,
+        min_digits=syn["min_digits"],
+        max_digits=syn["max_digits"],
+        ops=tuple(syn["ops"]),
+        num_operands=syn["num_operands"],
+    )
     probe = random.Random(f"grpoctl-warmstart:{spec.seed}").sample(train, ws.PROBE_SIZE)
     model, tokenizer = load_policy(str(final), torch.device("cpu"), torch.float32, False)
     assert ws.greedy_accuracy(model, tokenizer, probe, spec.template) == meta["probe_accuracy"]
 
 
 def test_another_recipe_is_built_and_cached(tmp_path):
-    overrides = [f"runtime.cache_dir={tmp_path}", "model.warmstart.steps=12", "model.warmstart.check_every=6",
-                 "model.warmstart.save_steps=[6]", "model.warmstart.batch_size=8", "model.tiny.intermediate_size=64"]
+    overrides = [
+        f"runtime.cache_dir={tmp_path}",
+        "model.warmstart.steps=12",
+        "model.warmstart.check_every=6",
+        "model.warmstart.save_steps=[6]",
+        "model.warmstart.batch_size=8",
+        "model.tiny.intermediate_size=64",
+    ]
     said = []
     path = ws.resolve_tiny_model(load_config(None, overrides), log=said.append)
     assert path.parent.parent == tmp_path and (path / "config.json").is_file()

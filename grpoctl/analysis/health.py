@@ -58,8 +58,7 @@ def _finite(series: Series) -> Series:
     return [(s, v) for s, v in series if v is not None and math.isfinite(v)]
 
 
-def _first_stretch(series: Series, holds: Callable[[int, float], bool],
-                   persist: int = PERSIST) -> int | None:
+def _first_stretch(series: Series, holds: Callable[[int, float], bool], persist: int = PERSIST) -> int | None:
     """The index where the first run of `persist` consecutive points that hold begins."""
     count = 0
     for i, (_, value) in enumerate(series):
@@ -97,8 +96,9 @@ def entropy_collapse(entropy: Series, fraction: float = 0.1, floor: float = 0.01
     return [Flag("entropy collapse", step, f"{value:.3g} vs {early:.3g} early")]
 
 
-def length_flags(length: Series, clip_fraction: Series = (), collapse: float = 0.4,
-                 blowup: float = 3.0, clipped: float = 0.5) -> list[Flag]:
+def length_flags(
+    length: Series, clip_fraction: Series = (), collapse: float = 0.4, blowup: float = 3.0, clipped: float = 0.5
+) -> list[Flag]:
     """Mean response length below `collapse` x or above `blowup` x its early level, or
     more than `clipped` of the responses cut off at the token limit."""
     flags, blowups = [], []
@@ -147,7 +147,7 @@ def flat_reward(reward: Series, eps: float = 0.01, min_points: int = 6) -> list[
 
     The flag starts where the flat stretch starts (often long before the last half)."""
     points = _finite(reward)
-    half = points[len(points) // 2:]
+    half = points[len(points) // 2 :]
     if len(half) < min_points:
         return []
     values = [v for _, v in half]
@@ -185,8 +185,7 @@ def accuracy_stuck_at_zero(accuracy: Series, persist: int = PERSIST) -> list[Fla
     return [Flag("eval accuracy at 0", points[-zeros][0], f"last {zeros} evals scored 0")]
 
 
-def accuracy_drop(accuracy: Series, drop: float = 0.1, fraction: float = 0.2,
-                  persist: int = PERSIST) -> list[Flag]:
+def accuracy_drop(accuracy: Series, drop: float = 0.1, fraction: float = 0.2, persist: int = PERSIST) -> list[Flag]:
     """`persist` evaluations running that sit more than `drop` (absolute) and `fraction`
     (relative) below the best before them: the policy collapsed, whether or not it came
     back later (the tiny lr=1e-3 run falls from 0.40 to 0.06 and recovers only as its lr
@@ -195,8 +194,7 @@ def accuracy_drop(accuracy: Series, drop: float = 0.1, fraction: float = 0.2,
     problems) does not fire it."""
     points = _finite(accuracy)
     best = [max(v for _, v in points[: i + 1]) for i in range(len(points))]
-    below = [i > 0 and v < best[i - 1] - drop and v < best[i - 1] * (1 - fraction)
-             for i, (_, v) in enumerate(points)]
+    below = [i > 0 and v < best[i - 1] - drop and v < best[i - 1] * (1 - fraction) for i, (_, v) in enumerate(points)]
     start = _first_stretch(points, lambda i, v: below[i], persist)
     if start is None:
         return []
@@ -205,15 +203,21 @@ def accuracy_drop(accuracy: Series, drop: float = 0.1, fraction: float = 0.2,
         end += 1
     low_step, low = min(points[start : end + 1], key=lambda p: p[1])
     recovered = "" if end == len(points) - 1 else f", recovered by step {points[end + 1][0]}"
-    return [Flag("eval accuracy drop", points[start][0],
-                 f"{low:.3f} at step {low_step} vs {best[start - 1]:.3f} before{recovered}")]
+    return [
+        Flag(
+            "eval accuracy drop",
+            points[start][0],
+            f"{low:.3f} at step {low_step} vs {best[start - 1]:.3f} before{recovered}",
+        )
+    ]
 
 
 # --------------------------------------------------------------------------- one run
 
 
-def run_flags(series: dict[str, Series], status: str | None = None,
-              last_step: int | None = None, error: str | None = None) -> list[Flag]:
+def run_flags(
+    series: dict[str, Series], status: str | None = None, last_step: int | None = None, error: str | None = None
+) -> list[Flag]:
     """Every flag for one run, from its metric series and status, in step order."""
     get = series.get
     flags = (

@@ -73,12 +73,14 @@ def welch(variant: list[float], baseline: list[float], confidence: float = CONFI
         warnings.simplefilter("ignore", RuntimeWarning)
         result = _stats().ttest_ind(variant, baseline, equal_var=False)
         interval = result.confidence_interval(confidence_level=confidence)
-    return Difference(mean(variant) - mean(baseline), float(interval.low), float(interval.high),
-                      float(result.pvalue), "welch")
+    return Difference(
+        mean(variant) - mean(baseline), float(interval.low), float(interval.high), float(result.pvalue), "welch"
+    )
 
 
-def bca(variant: list[float], baseline: list[float], confidence: float = CONFIDENCE,
-        min_seeds: int = BCA_MIN_SEEDS) -> tuple[float, float] | None:
+def bca(
+    variant: list[float], baseline: list[float], confidence: float = CONFIDENCE, min_seeds: int = BCA_MIN_SEEDS
+) -> tuple[float, float] | None:
     """BCa bootstrap interval of mean(variant) - mean(baseline); None below `min_seeds`
     per arm (or when every resample gives the same difference)."""
     if min(len(variant), len(baseline)) < min_seeds:
@@ -90,8 +92,14 @@ def bca(variant: list[float], baseline: list[float], confidence: float = CONFIDE
 
     with warnings.catch_warnings():  # degenerate resamples warn and give nan: handled below
         warnings.simplefilter("ignore")
-        result = _stats().bootstrap((variant, baseline), diff_of_means, vectorized=True, method="BCa",
-                                    confidence_level=confidence, rng=BOOTSTRAP_SEED)
+        result = _stats().bootstrap(
+            (variant, baseline),
+            diff_of_means,
+            vectorized=True,
+            method="BCa",
+            confidence_level=confidence,
+            rng=BOOTSTRAP_SEED,
+        )
     low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
     return (low, high) if math.isfinite(low) and math.isfinite(high) else None
 
@@ -102,8 +110,7 @@ def wilson(correct: int, n: int, confidence: float = CONFIDENCE) -> tuple[float,
     return float(interval.low), float(interval.high)
 
 
-def two_proportions(correct: int, n: int, base_correct: int, base_n: int,
-                    confidence: float = CONFIDENCE) -> Difference:
+def two_proportions(correct: int, n: int, base_correct: int, base_n: int, confidence: float = CONFIDENCE) -> Difference:
     """One eval against another: the score test of equal accuracies and Newcombe's
     interval of the difference. The evals are taken as independent samples; when both
     graded the same problems the truth is a paired comparison with less noise, so this
@@ -155,8 +162,9 @@ def pooled_sd(variant: list[float], baseline: list[float]) -> float:
     return math.sqrt((spread(variant) ** 2 + spread(baseline) ** 2) / 2)
 
 
-def seeds_needed(diff: float, sd: float, alpha: float = ALPHA, power: float = POWER,
-                 cap: int = SEEDS_CAP) -> tuple[int, bool]:
+def seeds_needed(
+    diff: float, sd: float, alpha: float = ALPHA, power: float = POWER, cap: int = SEEDS_CAP
+) -> tuple[int, bool]:
     """Seeds per arm to detect `diff` when seeds spread by `sd`: (n, capped).
 
     The power of a two-sided two-sample t test with n seeds per arm is

@@ -39,8 +39,9 @@ def _version(asked: bool) -> None:
 
 @app.callback()
 def _options(
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
-                                          help="Print grpoctl's version and exit.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print grpoctl's version and exit.")
+    ] = False,
 ) -> None:
     """GRPO for small math LLMs, with every run in an experiment registry."""
 

@@ -19,21 +19,37 @@ from grpoctl.errors import UserError
 FORMATS = ("table", "markdown", "csv", "json")
 
 # Also `report`'s options.
-BaselineOption = Annotated[Optional[str], typer.Option(
-    "--baseline", metavar="VARIANT",
-    help="Set every variant against this one (default: the sweep spec's baseline).", show_default=False)]
-LastKOption = Annotated[int, typer.Option(
-    "--last-k", metavar="K",
-    help="The verdicts' measure: each run's mean accuracy over its last K evals (1: the final eval).")]
+BaselineOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--baseline",
+        metavar="VARIANT",
+        help="Set every variant against this one (default: the sweep spec's baseline).",
+        show_default=False,
+    ),
+]
+LastKOption = Annotated[
+    int,
+    typer.Option(
+        "--last-k",
+        metavar="K",
+        help="The verdicts' measure: each run's mean accuracy over its last K evals (1: the final eval).",
+    ),
+]
 
 
 def compare(
-    refs: Annotated[list[str], typer.Argument(
-        metavar="NAME|RUN...", help="A sweep, ablation or group name, or runs (names or ids).")],
-    metric: Annotated[Optional[str], typer.Option(
-        "--metric", "-m", help="Rank by this metric's final value (default: eval accuracy).")] = None,
-    at_step: Annotated[Optional[int], typer.Option(
-        "--at-step", help="Values at this GRPO step instead of the end.")] = None,
+    refs: Annotated[
+        list[str],
+        typer.Argument(metavar="NAME|RUN...", help="A sweep, ablation or group name, or runs (names or ids)."),
+    ],
+    metric: Annotated[
+        Optional[str],
+        typer.Option("--metric", "-m", help="Rank by this metric's final value (default: eval accuracy)."),
+    ] = None,
+    at_step: Annotated[
+        Optional[int], typer.Option("--at-step", help="Values at this GRPO step instead of the end.")
+    ] = None,
     fmt: Annotated[str, typer.Option("--format", "-f", help="table, markdown, csv or json.")] = "table",
     baseline: BaselineOption = None,
     last_k: LastKOption = LAST_K,
@@ -48,8 +64,7 @@ def compare(
     from grpoctl.registry import Registry
 
     with Registry(db, must_exist=True, readonly=True) as registry:
-        table = build_compare_table(registry, refs, metric=metric, at_step=at_step, baseline=baseline,
-                                    last_k=last_k)
+        table = build_compare_table(registry, refs, metric=metric, at_step=at_step, baseline=baseline, last_k=last_k)
 
     if fmt in ("json", "csv"):
         # Machine formats own stdout; warnings still reach a human, on stderr.

@@ -20,8 +20,10 @@ from grpoctl.rules import STATUS_STYLES, MiB, format_bytes, format_config_value,
 
 ACCURACY_COLUMNS = ("final_acc", "best_acc")
 STEP_COLUMNS = ("best_step", "metric_step")
-LEGEND = ("± … SE: the binomial standard error sqrt(p(1-p)/n) of one run's eval; "
-          "± … sd: the standard deviation over a row's seeds")
+LEGEND = (
+    "± … SE: the binomial standard error sqrt(p(1-p)/n) of one run's eval; "
+    "± … sd: the standard deviation over a row's seeds"
+)
 
 
 def _memory(mib: float) -> str:
@@ -83,8 +85,9 @@ def rich_table(table: CompareTable):
             out.add_column(header, overflow="fold", ratio=1)
         else:
             width = max([len(header) if i else 1] + [len(r[i]) for r in rows])
-            out.add_column("" if header == "best" else header, justify="right" if right else "left",
-                           no_wrap=True, min_width=width)
+            out.add_column(
+                "" if header == "best" else header, justify="right" if right else "left", no_wrap=True, min_width=width
+            )
     for row, cells in zip(table.rows, rows):
         style = STATUS_STYLES.get(row.status)
         cells[-2] = f"[{style}]{row.status}[/]" if style else row.status
@@ -166,15 +169,21 @@ def versus_legend(comparison: BaselineComparison) -> str:
     if "welch" in tests:
         parts.append("95% CI and p over seeds: Welch's t")
     if "two-proportion" in tests:
-        parts.append("With one seed per arm, 95% CI and p from the evals alone: Newcombe's score interval "
-                     "and a two-proportion test; the accuracy's interval is Wilson's")
+        parts.append(
+            "With one seed per arm, 95% CI and p from the evals alone: Newcombe's score interval "
+            "and a two-proportion test; the accuracy's interval is Wilson's"
+        )
     if _has_bca(comparison):
         parts.append(f"BCa: bootstrap interval (shown from {stats.BCA_MIN_SEEDS} seeds per arm)")
-    parts.append(f"p Holm: p corrected by Holm's method for the {m} comparison{'s' if m != 1 else ''} "
-                 f"in this study; the verdict is better or worse when p Holm < {stats.ALPHA:g}, else within noise")
+    parts.append(
+        f"p Holm: p corrected by Holm's method for the {m} comparison{'s' if m != 1 else ''} "
+        f"in this study; the verdict is better or worse when p Holm < {stats.ALPHA:g}, else within noise"
+    )
     if "welch" in tests:
-        parts.append(f"Seeds needed: per arm, to detect this Δ at α {stats.ALPHA:g} with power "
-                     f"{stats.POWER:g} given the seeds' spread (noncentral t)")
+        parts.append(
+            f"Seeds needed: per arm, to detect this Δ at α {stats.ALPHA:g} with power "
+            f"{stats.POWER:g} given the seeds' spread (noncentral t)"
+        )
     parts.append("Best acc is biased upward (the best of several noisy evals): shown, not the verdict's basis")
     return ". ".join(parts)
 
@@ -205,8 +214,12 @@ def versus_rich_table(table: CompareTable):
 
     comparison = table.versus
     caption = versus_legend(comparison) + "".join(f"\n{n}" for n in versus_notes(comparison))
-    out = Table(title=f"against {comparison.baseline} (from {comparison.source})", title_justify="left",
-                caption=caption, caption_justify="left")
+    out = Table(
+        title=f"against {comparison.baseline} (from {comparison.source})",
+        title_justify="left",
+        caption=caption,
+        caption_justify="left",
+    )
     for i, header in enumerate(versus_headers(comparison)):
         out.add_column(header, justify="left" if i == 0 else "right", no_wrap=i != 0)
     for v in comparison.rows:
@@ -250,10 +263,20 @@ def comparison_summary(table: CompareTable) -> dict[str, Any] | None:
     c = table.versus
     if c is None:
         return None
-    return {"variant": c.baseline, "from": c.source, "last_k": c.last_k, "measure": measure_name(c),
-            "confidence": stats.CONFIDENCE, "alpha": stats.ALPHA, "power": stats.POWER,
-            "correction": "holm", "comparisons": c.tested, "bca_min_seeds": stats.BCA_MIN_SEEDS,
-            "seeds_cap": stats.SEEDS_CAP, "accuracy_interval": "wilson"}
+    return {
+        "variant": c.baseline,
+        "from": c.source,
+        "last_k": c.last_k,
+        "measure": measure_name(c),
+        "confidence": stats.CONFIDENCE,
+        "alpha": stats.ALPHA,
+        "power": stats.POWER,
+        "correction": "holm",
+        "comparisons": c.tested,
+        "bca_min_seeds": stats.BCA_MIN_SEEDS,
+        "seeds_cap": stats.SEEDS_CAP,
+        "accuracy_interval": "wilson",
+    }
 
 
 def records(table: CompareTable) -> list[dict]:
@@ -294,9 +317,15 @@ def _finite(value: Any) -> Any:
 
 
 def to_json(table: CompareTable) -> str:
-    payload = {"title": table.title, "at_step": table.at_step, "rank_by": table.rank_by,
-               "warnings": table.warnings, "baseline": comparison_summary(table),
-               "baseline_note": table.baseline_note or None, "rows": records(table)}
+    payload = {
+        "title": table.title,
+        "at_step": table.at_step,
+        "rank_by": table.rank_by,
+        "warnings": table.warnings,
+        "baseline": comparison_summary(table),
+        "baseline_note": table.baseline_note or None,
+        "rows": records(table),
+    }
     return json.dumps(_finite(payload), indent=2, default=str, allow_nan=False) + "\n"
 
 

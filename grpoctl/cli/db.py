@@ -36,8 +36,11 @@ def status(db: DbOption = None) -> None:
 def upgrade(
     paths_root: Annotated[
         str | None,
-        typer.Option("--paths-root", help="Directory that relative checkpoint paths in an old registry were "
-                     "relative to (default: the SQLite file's directory, else the current one)."),
+        typer.Option(
+            "--paths-root",
+            help="Directory that relative checkpoint paths in an old registry were "
+            "relative to (default: the SQLite file's directory, else the current one).",
+        ),
     ] = None,
     db: DbOption = None,
 ) -> None:

@@ -7,6 +7,9 @@ import typer
 # Parentheses, not brackets: rich's help rendering eats "[default: ...]" as markup.
 DbOption = Annotated[
     Optional[str],
-    typer.Option("--db", help="Registry: SQLAlchemy URL or SQLite path (default: $GRPOCTL_DB, else ./registry.db)",
-                 show_default=False),
+    typer.Option(
+        "--db",
+        help="Registry: SQLAlchemy URL or SQLite path (default: $GRPOCTL_DB, else ./registry.db)",
+        show_default=False,
+    ),
 ]

@@ -14,8 +14,9 @@ from grpoctl.cli.options import DbOption
 
 def report(
     name: Annotated[str, typer.Argument(metavar="NAME", help="A sweep, ablation or group name.")],
-    out: Annotated[Optional[Path], typer.Option(
-        "--out", "-o", help="Folder for report.md and the plots (default: reports/NAME/).")] = None,
+    out: Annotated[
+        Optional[Path], typer.Option("--out", "-o", help="Folder for report.md and the plots (default: reports/NAME/).")
+    ] = None,
     baseline: BaselineOption = None,
     last_k: LastKOption = LAST_K,
     db: DbOption = None,

@@ -64,12 +64,25 @@ def plot_metric(rows: list[Row], metric: str, ylabel: str, path: Path, title: st
         color = colors[i % len(colors)]
         steps, means, sds = band([r for r in runs if r])
         label = row.label + (f" ({len(runs)} seeds)" if len(runs) > 1 else "")
-        ax.plot(steps, means, color=color, label=label, linewidth=1.6,
-                marker="o" if sparse else None, markersize=3.5,
-                linestyle="--" if row.status in ENDED_BADLY else "-")
+        ax.plot(
+            steps,
+            means,
+            color=color,
+            label=label,
+            linewidth=1.6,
+            marker="o" if sparse else None,
+            markersize=3.5,
+            linestyle="--" if row.status in ENDED_BADLY else "-",
+        )
         if len(runs) > 1:
-            ax.fill_between(steps, [m - s for m, s in zip(means, sds)], [m + s for m, s in zip(means, sds)],
-                            color=color, alpha=0.18, linewidth=0)
+            ax.fill_between(
+                steps,
+                [m - s for m, s in zip(means, sds)],
+                [m + s for m, s in zip(means, sds)],
+                color=color,
+                alpha=0.18,
+                linewidth=0,
+            )
     values = [v for _, runs in drawn for r in runs for _, v in r]
     positive = [v for v in values if v > 0]
     if metric == "train/grad_norm" and positive and max(positive) / min(positive) > 100:

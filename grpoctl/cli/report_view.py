@@ -26,8 +26,9 @@ def default_folder(name: str) -> Path:
     return Path("reports") / "".join(c if c.isalnum() or c in "._=-" else "_" for c in name)
 
 
-def write_report(registry: Registry, name: str, folder: Path | None = None, baseline: str | None = None,
-                 last_k: int = LAST_K) -> Path:
+def write_report(
+    registry: Registry, name: str, folder: Path | None = None, baseline: str | None = None, last_k: int = LAST_K
+) -> Path:
     """Write `report.md` and its plots into `folder` (default reports/NAME/); return its path."""
     table = build_compare_table(registry, [name], baseline=baseline, last_k=last_k)
     folder = Path(folder) if folder is not None else default_folder(name)
@@ -50,8 +51,10 @@ def _sections(registry: Registry, name: str, table: CompareTable, plots: list[tu
     yield f"# {name}"
     yield ""
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    yield (f"{kind.capitalize()} of {len(runs)} run(s) in {len(table.rows)} variant(s); "
-           f"generated {stamp} from `{registry.url.render_as_string(hide_password=True)}`.")
+    yield (
+        f"{kind.capitalize()} of {len(runs)} run(s) in {len(table.rows)} variant(s); "
+        f"generated {stamp} from `{registry.url.render_as_string(hide_password=True)}`."
+    )
     if spec:
         yield ""
         yield f"Asked for: {spec}"
@@ -177,16 +180,20 @@ def _sentence(comparison: BaselineComparison, v: Versus) -> str:
     measure = tables.measure_name(comparison)
     d = v.diff
     if d.test == "welch":
-        text = (f"{head} ({measure}, {v.seeds} vs {base.seeds} seeds): {v.measure:.3f} against "
-                f"{base.measure:.3f}, {_points(d.diff)} points, 95% CI {_points(d.low)} to {_points(d.high)} (Welch's t"
-                + (f"; BCa bootstrap {_points(v.bca[0])} to {_points(v.bca[1])}" if v.bca else "")
-                + f"), p = {tables.pvalue(d.p)}, {tables.pvalue(v.p_holm)} after Holm over {comparison.tested}: "
-                f"**{v.verdict}**.")
+        text = (
+            f"{head} ({measure}, {v.seeds} vs {base.seeds} seeds): {v.measure:.3f} against "
+            f"{base.measure:.3f}, {_points(d.diff)} points, 95% CI {_points(d.low)} to {_points(d.high)} (Welch's t"
+            + (f"; BCa bootstrap {_points(v.bca[0])} to {_points(v.bca[1])}" if v.bca else "")
+            + f"), p = {tables.pvalue(d.p)}, {tables.pvalue(v.p_holm)} after Holm over {comparison.tested}: "
+            f"**{v.verdict}**."
+        )
         if v.seeds_needed_capped:
             text += f" A difference this close to zero would need more than {v.seeds_needed} seeds per arm to resolve"
         else:
-            text += (f" Seeds needed to resolve a difference this size (α {stats.ALPHA:g}, power {stats.POWER:g}):"
-                     f" about {v.seeds_needed} per arm")
+            text += (
+                f" Seeds needed to resolve a difference this size (α {stats.ALPHA:g}, power {stats.POWER:g}):"
+                f" about {v.seeds_needed} per arm"
+            )
         text += f" (this study has {min(v.seeds, base.seeds)})."
         if v.best_diff is not None:
             text += f" Best-so-far: {_points(v.best_diff)} points"
@@ -194,12 +201,15 @@ def _sentence(comparison: BaselineComparison, v: Versus) -> str:
                 text += f" (95% CI {_points(v.best_ci[0])} to {_points(v.best_ci[1])})"
             text += ", biased upward and not the verdict's basis."
         return text
+
     def wilson(interval: tuple[float, float] | None) -> str:
         return f"Wilson 95% CI {interval[0]:.3f} to {interval[1]:.3f}" if interval else "eval size unknown"
 
-    return (f"{head} ({measure}, one seed each): {v.measure:.3f} ({wilson(v.measure_ci)}) against "
-            f"{base.measure:.3f} ({wilson(base.measure_ci)}), "
-            f"{_points(d.diff)} points, 95% CI {_points(d.low)} to {_points(d.high)} (Newcombe), "
-            f"two-proportion p = {tables.pvalue(d.p)}, {tables.pvalue(v.p_holm)} after Holm over {comparison.tested}: "
-            f"**{v.verdict}**. With one seed per arm this rests on eval noise alone: another seed could land "
-            "further away than this interval allows, and the seeds needed cannot be estimated without a second.")
+    return (
+        f"{head} ({measure}, one seed each): {v.measure:.3f} ({wilson(v.measure_ci)}) against "
+        f"{base.measure:.3f} ({wilson(base.measure_ci)}), "
+        f"{_points(d.diff)} points, 95% CI {_points(d.low)} to {_points(d.high)} (Newcombe), "
+        f"two-proportion p = {tables.pvalue(d.p)}, {tables.pvalue(v.p_holm)} after Holm over {comparison.tested}: "
+        f"**{v.verdict}**. With one seed per arm this rests on eval noise alone: another seed could land "
+        "further away than this interval allows, and the seeds needed cannot be estimated without a second."
+    )

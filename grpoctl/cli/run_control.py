@@ -46,8 +46,11 @@ def logs(
         name = run_ref
     last_id = _print(registry.log_chunks(name))
     if last_id == 0 and not follow:
-        typer.echo(f"run '{name}' has no stored log (only sweep members store theirs; a `grpoctl train` "
-                   "prints to its terminal)", err=True)
+        typer.echo(
+            f"run '{name}' has no stored log (only sweep members store theirs; a `grpoctl train` "
+            "prints to its terminal)",
+            err=True,
+        )
         return
     if not follow:
         return
@@ -82,11 +85,15 @@ def stop(run_ref: RunArgument, db: DbOption = None) -> None:
     run = registry.get_run(run_ref)
     status = effective_status(run)
     if status == "stale":
-        raise UserError(f"run '{run.name}' is stale (no heartbeat for minutes): its trainer is gone, there is "
-                        f"nothing to stop; `grpoctl train --resume {run.name}` continues it")
+        raise UserError(
+            f"run '{run.name}' is stale (no heartbeat for minutes): its trainer is gone, there is "
+            f"nothing to stop; `grpoctl train --resume {run.name}` continues it"
+        )
     if status != "running":
         raise UserError(f"run '{run.name}' is not running (it is {status})")
     registry.request_stop(run.id)
-    typer.echo(f"asked run {run.name} (pid {run.claim_pid or run.pid} on {run.claim_host or run.host}) to stop: "
-               "within seconds it finishes its step, checkpoints and ends interrupted; "
-               f"`grpoctl train --resume {run.name}` (or its sweep, run again) continues it")
+    typer.echo(
+        f"asked run {run.name} (pid {run.claim_pid or run.pid} on {run.claim_host or run.host}) to stop: "
+        "within seconds it finishes its step, checkpoints and ends interrupted; "
+        f"`grpoctl train --resume {run.name}` (or its sweep, run again) continues it"
+    )

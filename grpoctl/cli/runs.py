@@ -28,14 +28,10 @@ from grpoctl.registry import Registry, Run, effective_status
 from grpoctl.registry.models import utcnow
 from grpoctl.rules import SHOWN_STATUSES, STATUS_STYLES, flatten, format_number, headline_accuracy
 
-runs_app = typer.Typer(
-    help="List, show and inspect the runs in the registry.", no_args_is_help=True
-)
+runs_app = typer.Typer(help="List, show and inspect the runs in the registry.", no_args_is_help=True)
 console = Console()
 
-RunArgument = Annotated[
-    str, typer.Argument(metavar="RUN", help="Run id, name, or a unique prefix of its name.")
-]
+RunArgument = Annotated[str, typer.Argument(metavar="RUN", help="Run id, name, or a unique prefix of its name.")]
 
 REWARD_METRIC = "train/reward"  # the mean reward over a step's rollouts, as the trainer names it
 
@@ -116,8 +112,9 @@ def _clip(text: str, head: int = 160, tail: int = 320) -> str:
 @runs_app.command("list")
 def list_runs(
     group: Annotated[Optional[str], typer.Option(help="Only runs of this sweep/ablation.")] = None,
-    status: Annotated[Optional[str], typer.Option(help="running, finished, failed, "
-                                                  "diverged, interrupted or stale.")] = None,
+    status: Annotated[
+        Optional[str], typer.Option(help="running, finished, failed, diverged, interrupted or stale.")
+    ] = None,
     tag: Annotated[Optional[str], typer.Option(help="Only runs with this tag.")] = None,
     limit: Annotated[Optional[int], typer.Option(help="At most this many (newest first).")] = None,
     db: DbOption = None,
@@ -131,17 +128,21 @@ def list_runs(
     runs = registry.list_runs(group=group, status=status, tag=tag, limit=limit)
     if not runs:
         filtered = any(x is not None for x in (group, status, tag))
-        console.print("No runs match." if filtered else
-                      "No runs yet. Start one with `grpoctl train`.")
+        console.print("No runs match." if filtered else "No runs yet. Start one with `grpoctl train`.")
         return
     ids = [r.id for r in runs]
     last, curves = registry.last_metrics(ids, (REWARD_METRIC,)), registry.eval_curves(ids)
     now = utcnow()
     # No vertical rules: nine columns must fit an 80-column terminal.
-    table = Table(title=f"{len(runs)} run{'s' if len(runs) != 1 else ''}", title_justify="left",
-                  box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True, pad_edge=False)
-    for column in ("id", "name", "group", "status", "step", "eval acc", "reward", "created",
-                   "duration"):
+    table = Table(
+        title=f"{len(runs)} run{'s' if len(runs) != 1 else ''}",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        collapse_padding=True,
+        pad_edge=False,
+    )
+    for column in ("id", "name", "group", "status", "step", "eval acc", "reward", "created", "duration"):
         justify = "right" if column in ("id", "step", "eval acc", "reward") else "left"
         # In a narrow terminal long names fold onto more lines rather than losing their
         # end (where a sweep's variant is); figures keep their width.
@@ -151,10 +152,15 @@ def list_runs(
             table.add_column(column, justify=justify, no_wrap=column in ("id", "status", "step"))
     for run in runs:
         table.add_row(
-            str(run.id), Text(run.name), Text(run.group or ""), _status(run, now), _progress(run),
+            str(run.id),
+            Text(run.name),
+            Text(run.group or ""),
+            _status(run, now),
+            _progress(run),
             format_number(_accuracy(curves[run.id])),
             format_number(last[run.id].get(REWARD_METRIC)),
-            _when(run.created_at, short=True), _duration(run, now),
+            _when(run.created_at, short=True),
+            _duration(run, now),
         )
     console.print(table)
 
@@ -214,8 +220,7 @@ def _show_text(registry: Registry, run: Run) -> None:
         ("finished", _when(run.finished_at) if run.finished_at else None),
         ("heartbeat", _when(run.heartbeat_at) if run.status == "running" else None),
         ("host", f"{run.host}  ({run.device})"),
-        ("code", f"grpoctl {run.version}" + (f"  git {run.git_commit[:12]}" if run.git_commit
-                                             else "")),
+        ("code", f"grpoctl {run.version}" + (f"  git {run.git_commit[:12]}" if run.git_commit else "")),
         ("output", run.output_dir),
         ("from", run.parent),
         ("tags", ", ".join(tags) if tags else None),
@@ -246,9 +251,15 @@ def _show_text(registry: Registry, run: Run) -> None:
         for column in ("step", "n", "accuracy", "format", "mean len", "data", "grader"):
             table.add_column(column)
         for e in evals:
-            table.add_row("-" if e.step is None else str(e.step), str(e.n), format_number(e.accuracy),
-                          format_number(e.format_rate), f"{e.mean_response_length:.0f}",
-                          Text(e.data_source), Text(e.grader))
+            table.add_row(
+                "-" if e.step is None else str(e.step),
+                str(e.n),
+                format_number(e.accuracy),
+                format_number(e.format_rate),
+                f"{e.mean_response_length:.0f}",
+                Text(e.data_source),
+                Text(e.grader),
+            )
         console.print(table)
 
     checkpoints = registry.checkpoints(run.id, include_deleted=True)
@@ -257,16 +268,14 @@ def _show_text(registry: Registry, run: Run) -> None:
         for column in ("step", "path", "eval acc", "on disk"):
             table.add_column(column)
         for c in checkpoints:
-            table.add_row(str(c.step), Text(c.path), format_number(c.eval_accuracy),
-                          "deleted" if c.deleted else "yes")
+            table.add_row(str(c.step), Text(c.path), format_number(c.eval_accuracy), "deleted" if c.deleted else "yes")
         console.print(table)
 
 
 @runs_app.command("samples")
 def samples(
     run_ref: RunArgument,
-    step: Annotated[Optional[int], typer.Option(help="GRPO step [default: the latest "
-                                                "with samples].")] = None,
+    step: Annotated[Optional[int], typer.Option(help="GRPO step [default: the latest with samples].")] = None,
     kind: Annotated[Optional[str], typer.Option(help="train or eval.")] = None,
     limit: Annotated[int, typer.Option(help="At most this many completions.")] = 4,
     db: DbOption = None,
@@ -284,20 +293,20 @@ def samples(
     rows = registry.samples(run.id, step=step, kind=kind, limit=limit) if step is not None else []
     if not rows:
         where = f" at step {step}" if step is not None else ""
-        console.print(f"Run '{run.name}' has no {kind + ' ' if kind else ''}samples{where}.",
-                      markup=False)
+        console.print(f"Run '{run.name}' has no {kind + ' ' if kind else ''}samples{where}.", markup=False)
         return
     for sample in rows:
         style = "green" if sample.reward > 0 else "red"
         title = Text.assemble(
             f"step {sample.step} · {sample.kind} · ",
             (f"reward {format_number(sample.reward, 2)}", f"bold {style}"),
-            f" (format {format_number(sample.format_reward, 2)}, "
-            f"answer {format_number(sample.answer_reward, 2)})",
+            f" (format {format_number(sample.format_reward, 2)}, answer {format_number(sample.answer_reward, 2)})",
         )
         body = Group(
-            Text("prompt", style="dim"), Text(_clip(sample.prompt)),
-            Text("\nresponse", style="dim"), Text(sample.response),
+            Text("prompt", style="dim"),
+            Text(_clip(sample.prompt)),
+            Text("\nresponse", style="dim"),
+            Text(sample.response),
             Text.assemble(("\nground truth  ", "dim"), (sample.ground_truth, "bold")),
         )
         console.print(Panel(body, title=title, title_align="left", border_style=style))
@@ -325,8 +334,7 @@ def _unsafe_to_delete(path: Path) -> bool:
     # An output_dir of "." or "~" (a config typo) must not take the project with it.
     resolved = path.resolve()
     protected = (Path.cwd().resolve(), Path.home().resolve())
-    return resolved == resolved.parent or any(p == resolved or p.is_relative_to(resolved)
-                                              for p in protected)
+    return resolved == resolved.parent or any(p == resolved or p.is_relative_to(resolved) for p in protected)
 
 
 @runs_app.command("rm")
@@ -346,8 +354,7 @@ def remove(
     if not yes:
         plural = "s" if len(on_disk) != 1 else ""
         what = f" and {len(on_disk)} path{plural} on disk" if on_disk else ""
-        console.print(f"Run {run.id} '{run.name}' ({effective_status(run)}, "
-                      f"{_progress(run)} steps)", markup=False)
+        console.print(f"Run {run.id} '{run.name}' ({effective_status(run)}, {_progress(run)} steps)", markup=False)
         for path in on_disk:
             console.print(f"  {path}", markup=False)
         typer.confirm(f"Delete run '{run.name}'{what}?", abort=True)
@@ -356,8 +363,7 @@ def remove(
     console.print(f"Deleted run {run.id} '{run.name}' from {where}.", markup=False)
     for path in on_disk:
         if _unsafe_to_delete(path):
-            console.print(f"[yellow]Kept {escape(str(path))}: it holds the current or home "
-                          "directory.[/]")
+            console.print(f"[yellow]Kept {escape(str(path))}: it holds the current or home directory.[/]")
             continue
         if path.is_dir():
             shutil.rmtree(path)

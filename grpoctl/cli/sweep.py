@@ -23,33 +23,65 @@ from grpoctl.errors import UserError
 
 
 def sweep(
-    target: Annotated[str, typer.Argument(
-        metavar="PARAM|SPEC.yaml",
-        help="A config key to sweep (short alias like lr, or a dotted path), or an ablation spec file.")],
-    overrides: Annotated[Optional[list[str]], typer.Argument(
-        metavar="[KEY=VALUE]...", help="Overrides applied to every run.", show_default=False)] = None,
-    values: Annotated[Optional[str], typer.Option(
-        "--values", "-v", help="a..b (1-3-10 log series), a..b:n (n log-spaced points) or a,b,c.")] = None,
-    config: Annotated[Optional[str], typer.Option(
-        "--config", "-c", help="Base config yaml (for a spec: replaces its base).")] = None,
-    parallel: Annotated[int, typer.Option(
-        "--parallel", "-p", help="Runs at once, as separate processes (one per GPU when there are several).")] = 1,
-    name: Annotated[Optional[str], typer.Option(
-        "--name", help="Sweep name, also the runs' group (default: PARAM-sweep, or the spec's name).")] = None,
-    seeds: Annotated[Optional[str], typer.Option("--seeds", help="Repeat every variant with each seed, e.g. 0,1,2.")] = None,
-    retry_failed: Annotated[bool, typer.Option(
-        "--retry-failed", help="Run failed and diverged variants again (as new runs).")] = False,
+    target: Annotated[
+        str,
+        typer.Argument(
+            metavar="PARAM|SPEC.yaml",
+            help="A config key to sweep (short alias like lr, or a dotted path), or an ablation spec file.",
+        ),
+    ],
+    overrides: Annotated[
+        Optional[list[str]],
+        typer.Argument(metavar="[KEY=VALUE]...", help="Overrides applied to every run.", show_default=False),
+    ] = None,
+    values: Annotated[
+        Optional[str],
+        typer.Option("--values", "-v", help="a..b (1-3-10 log series), a..b:n (n log-spaced points) or a,b,c."),
+    ] = None,
+    config: Annotated[
+        Optional[str], typer.Option("--config", "-c", help="Base config yaml (for a spec: replaces its base).")
+    ] = None,
+    parallel: Annotated[
+        int,
+        typer.Option(
+            "--parallel", "-p", help="Runs at once, as separate processes (one per GPU when there are several)."
+        ),
+    ] = 1,
+    name: Annotated[
+        Optional[str],
+        typer.Option("--name", help="Sweep name, also the runs' group (default: PARAM-sweep, or the spec's name)."),
+    ] = None,
+    seeds: Annotated[
+        Optional[str], typer.Option("--seeds", help="Repeat every variant with each seed, e.g. 0,1,2.")
+    ] = None,
+    retry_failed: Annotated[
+        bool, typer.Option("--retry-failed", help="Run failed and diverged variants again (as new runs).")
+    ] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would run, and how; run nothing.")] = False,
-    executor: Annotated[str, typer.Option(
-        "--executor", help="local (processes on this machine) or ray (a task per run on a Ray cluster).")] = "local",
-    ray_address: Annotated[Optional[str], typer.Option(
-        "--ray-address", help="The Ray cluster to join (default: $RAY_ADDRESS, else a new local one).",
-        show_default=False)] = None,
-    max_retries: Annotated[int, typer.Option(
-        "--max-retries", help="With --executor ray: attempts after a member's trainer or node is lost.")] = 3,
-    cpus_per_run: Annotated[Optional[int], typer.Option(
-        "--cpus-per-run", help="With --executor ray: CPUs each run reserves (default: its runtime.threads, "
-                               "else 1).", show_default=False)] = None,
+    executor: Annotated[
+        str,
+        typer.Option("--executor", help="local (processes on this machine) or ray (a task per run on a Ray cluster)."),
+    ] = "local",
+    ray_address: Annotated[
+        Optional[str],
+        typer.Option(
+            "--ray-address",
+            help="The Ray cluster to join (default: $RAY_ADDRESS, else a new local one).",
+            show_default=False,
+        ),
+    ] = None,
+    max_retries: Annotated[
+        int,
+        typer.Option("--max-retries", help="With --executor ray: attempts after a member's trainer or node is lost."),
+    ] = 3,
+    cpus_per_run: Annotated[
+        Optional[int],
+        typer.Option(
+            "--cpus-per-run",
+            help="With --executor ray: CPUs each run reserves (default: its runtime.threads, else 1).",
+            show_default=False,
+        ),
+    ] = None,
     db: DbOption = None,
 ) -> None:
     """Run a sweep or an ablation: every variant a run in the registry, grouped by name."""
@@ -67,8 +99,10 @@ def sweep(
         plan = spec.ablation(target, overrides, seeds=seeds, name=name, base=config)
     else:
         if values is None:
-            raise UserError(f"give the values to try, e.g. `grpoctl sweep {target} --values 1e-6..1e-4`"
-                            " (or pass an ablation spec .yaml)")
+            raise UserError(
+                f"give the values to try, e.g. `grpoctl sweep {target} --values 1e-6..1e-4`"
+                " (or pass an ablation spec .yaml)"
+            )
         plan = spec.param_sweep(target, values, base=config, overrides=overrides, seeds=seeds, name=name)
 
     from rich.console import Console
@@ -84,8 +118,14 @@ def sweep(
     cluster = _join_cluster(db, ray_address, max_retries, cpus_per_run) if executor == "ray" else None
     try:
         with Registry(db) as registry:
-            result = launcher.run_sweep(plan, registry, parallel=parallel, retry_failed=retry_failed,
-                                        watcher=SweepView(plan, registry, console), cluster=cluster)
+            result = launcher.run_sweep(
+                plan,
+                registry,
+                parallel=parallel,
+                retry_failed=retry_failed,
+                watcher=SweepView(plan, registry, console),
+                cluster=cluster,
+            )
             console.print(summary_table(plan, result, registry))
     finally:
         if cluster is not None:
@@ -96,28 +136,38 @@ def sweep(
         raise SystemExit(130)
     failed = [j for j in result.jobs if j.outcome == "failed" or j.outcome.startswith("did not start")]
     if failed:
-        console.print(f"{len(failed)} run(s) failed: see their logs ({failed[0].log.parent}/); "
-                      f"`{again} --retry-failed` runs them again.", highlight=False, soft_wrap=True)
+        console.print(
+            f"{len(failed)} run(s) failed: see their logs ({failed[0].log.parent}/); "
+            f"`{again} --retry-failed` runs them again.",
+            highlight=False,
+            soft_wrap=True,
+        )
         raise SystemExit(1)
     where = "" if db is None else " --db " + shlex.quote(registry.public_url)
     console.print(f"compare them: grpoctl compare {plan.name}{where}", highlight=False, soft_wrap=True)
 
 
-def _check_executor(executor: str, parallel: int, ray_address: str | None, max_retries: int,
-                    cpus_per_run: int | None) -> None:
+def _check_executor(
+    executor: str, parallel: int, ray_address: str | None, max_retries: int, cpus_per_run: int | None
+) -> None:
     if executor not in ("local", "ray"):
         raise UserError(f"--executor must be local or ray, not '{executor}'")
     if parallel < 1:
         raise UserError(f"--parallel must be at least 1, got {parallel}")
     if executor == "local":
-        for flag, given in (("--ray-address", ray_address is not None), ("--max-retries", max_retries != 3),
-                            ("--cpus-per-run", cpus_per_run is not None)):
+        for flag, given in (
+            ("--ray-address", ray_address is not None),
+            ("--max-retries", max_retries != 3),
+            ("--cpus-per-run", cpus_per_run is not None),
+        ):
             if given:
                 raise UserError(f"{flag} goes with --executor ray")
         return
     if parallel != 1:
-        raise UserError("--parallel is for the local executor: on Ray each run takes one GPU (or CPUs, "
-                        "--cpus-per-run) and runs when the cluster has room")
+        raise UserError(
+            "--parallel is for the local executor: on Ray each run takes one GPU (or CPUs, "
+            "--cpus-per-run) and runs when the cluster has room"
+        )
     if max_retries < 0:
         raise UserError(f"--max-retries must be 0 or more, got {max_retries}")
     if cpus_per_run is not None and cpus_per_run < 1:

@@ -106,8 +106,10 @@ class SweepView(Watcher):
     def render(self) -> Table:
         jobs = self.result.jobs
         done = sum(1 for j in jobs if j.outcome not in UNFINISHED)
-        table = Table(title=f"sweep {self.plan.name}: {done}/{len(jobs)} done"
-                            f" ({len(self.result.skipped)} skipped)", title_justify="left")
+        table = Table(
+            title=f"sweep {self.plan.name}: {done}/{len(jobs)} done ({len(self.result.skipped)} skipped)",
+            title_justify="left",
+        )
         for column in ("variant", "seed", "run", "state", "step", "host", "elapsed"):
             table.add_column(column)
         for job in jobs:
@@ -137,14 +139,20 @@ def summary_table(plan: SweepPlan, result: SweepResult, registry: Registry) -> T
             table.add_row(variant.label, str(variant.seed), "-", "not started" if why == "queued" else why, "", "")
             continue
         accuracy = last.get(run.id, {}).get("eval/accuracy")
-        table.add_row(variant.label, str(variant.seed), run.name, effective_status(run),
-                      f"{max(run.last_step, 0)}/{run.total_steps}",
-                      "" if accuracy is None else format_number(accuracy))
+        table.add_row(
+            variant.label,
+            str(variant.seed),
+            run.name,
+            effective_status(run),
+            f"{max(run.last_step, 0)}/{run.total_steps}",
+            "" if accuracy is None else format_number(accuracy),
+        )
     return table
 
 
-def show_plan(plan: SweepPlan, decided: SweepResult, command: list[str], db: str, executor: str,
-              console: Console) -> None:
+def show_plan(
+    plan: SweepPlan, decided: SweepResult, command: list[str], db: str, executor: str, console: Console
+) -> None:
     """What a real invocation would do, as the commands each member's trainer would get."""
     say = lambda text: console.print(text, highlight=False, soft_wrap=True)  # noqa: E731
     where = " on Ray (one GPU each, where the cluster has room)" if executor == "ray" else ""
@@ -152,5 +160,7 @@ def show_plan(plan: SweepPlan, decided: SweepResult, command: list[str], db: str
     for variant, why, run in decided.skipped:
         say(f"  skip    {variant.label} (seed {variant.seed}): {why}")
     for job in decided.jobs:
-        say(f"  {job.action:7} {job.variant.label} (seed {job.variant.seed}, {job.variant.config_hash})\n"
-            f"          {shlex.join(command + job.train_args(db))}")
+        say(
+            f"  {job.action:7} {job.variant.label} (seed {job.variant.seed}, {job.variant.config_hash})\n"
+            f"          {shlex.join(command + job.train_args(db))}"
+        )

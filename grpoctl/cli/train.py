@@ -67,12 +67,20 @@ def _setup_threads(cfg) -> None:
 def train(
     args: Annotated[Optional[list[str]], typer.Argument(metavar="[CONFIG] [KEY=VALUE]...", show_default=False)] = None,
     resume: Annotated[Optional[str], typer.Option("--resume", help="Continue RUN from its last checkpoint.")] = None,
-    from_run: Annotated[Optional[str], typer.Option("--from", help="Start a new run from RUN's config (+ overrides).")] = None,
-    skip_missing: Annotated[bool, typer.Option(
-        "--skip-missing-checkpoints",
-        help="With --resume: when the newest checkpoint's files are gone, resume from the newest one whose files "
-             "exist (the steps after it are run again).")] = False,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the resolved config, sizes and a memory estimate; run nothing.")] = False,
+    from_run: Annotated[
+        Optional[str], typer.Option("--from", help="Start a new run from RUN's config (+ overrides).")
+    ] = None,
+    skip_missing: Annotated[
+        bool,
+        typer.Option(
+            "--skip-missing-checkpoints",
+            help="With --resume: when the newest checkpoint's files are gone, resume from the newest one whose files "
+            "exist (the steps after it are run again).",
+        ),
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the resolved config, sizes and a memory estimate; run nothing.")
+    ] = False,
     db: DbOption = None,
 ) -> None:
     from grpoctl import config as C
@@ -213,12 +221,31 @@ def _check_resumable(registry, run) -> None:
 
 def evaluate_checkpoint(
     ckpt_dir: Annotated[str, typer.Argument(metavar="CKPT_DIR", help="A Hugging Face model directory.")],
-    subset: Annotated[Optional[int], typer.Option(help="How many eval problems, deterministic by --seed [default: the run's eval.subset, else 1024].", show_default=False)] = None,
-    data: Annotated[Optional[str], typer.Option(help="Eval jsonl (MATH or GSM8K shape); default: the run's eval data.")] = None,
-    source: Annotated[Optional[str], typer.Option(help="Its format (data.eval_source): math | gsm8k | jsonl | synthetic; default: guessed from --data.")] = None,
-    prompt: Annotated[Optional[str], typer.Option(help="r1_zero | question_only | r1_zero_compact (or a template file).")] = None,
-    seed: Annotated[Optional[int], typer.Option(help="Seed of the subset choice [default: the run's, else 0].", show_default=False)] = None,
-    greedy: Annotated[Optional[bool], typer.Option("--greedy/--sample", help="Decoding; default: the run's eval setting.")] = None,
+    subset: Annotated[
+        Optional[int],
+        typer.Option(
+            help="How many eval problems, deterministic by --seed [default: the run's eval.subset, else 1024].",
+            show_default=False,
+        ),
+    ] = None,
+    data: Annotated[
+        Optional[str], typer.Option(help="Eval jsonl (MATH or GSM8K shape); default: the run's eval data.")
+    ] = None,
+    source: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Its format (data.eval_source): math | gsm8k | jsonl | synthetic; default: guessed from --data."
+        ),
+    ] = None,
+    prompt: Annotated[
+        Optional[str], typer.Option(help="r1_zero | question_only | r1_zero_compact (or a template file).")
+    ] = None,
+    seed: Annotated[
+        Optional[int], typer.Option(help="Seed of the subset choice [default: the run's, else 0].", show_default=False)
+    ] = None,
+    greedy: Annotated[
+        Optional[bool], typer.Option("--greedy/--sample", help="Decoding; default: the run's eval setting.")
+    ] = None,
     max_tokens: Annotated[Optional[int], typer.Option(help="Max new tokens; default: the run's.")] = None,
     db: DbOption = None,
 ) -> None:
@@ -266,8 +293,11 @@ def evaluate_checkpoint(
     check_model_dir(path, cfg)
     eval_data = _preflight(cfg, need_model=False, need_train=False, writes=False)
     if not run and not (prompt and max_tokens):
-        typer.echo(f"note: no grpoctl run wrote {ckpt_dir}; using the defaults for what is not given "
-                   "(--prompt r1_zero_compact, --max-tokens 32: the tiny model's)", err=True)
+        typer.echo(
+            f"note: no grpoctl run wrote {ckpt_dir}; using the defaults for what is not given "
+            "(--prompt r1_zero_compact, --max-tokens 32: the tiny model's)",
+            err=True,
+        )
     if registry is None:
         registry = Registry(db)
 

@@ -49,8 +49,9 @@ def read_jsonl(path: str | Path) -> Iterator[tuple[int, object]]:
     with _open(path) as handle:
         for number, raw in enumerate(iter(lambda: handle.readline(MAX_LINE_BYTES + 1), b""), start=1):
             if len(raw) > MAX_LINE_BYTES:
-                raise DataError(f"{path}:{number}: line longer than {MAX_LINE_BYTES // 2**20} MB, "
-                                "the most one problem may take")
+                raise DataError(
+                    f"{path}:{number}: line longer than {MAX_LINE_BYTES // 2**20} MB, the most one problem may take"
+                )
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError:
@@ -103,18 +104,13 @@ def load_jsonl(
         # Ids key eval subsets and stored completions; a duplicate would make
         # them ambiguous, so refuse it here where the line can still be named.
         if example.id in first_line:
-            raise DataError(
-                f"{path}:{number}: duplicate id '{example.id}' "
-                f"(first on line {first_line[example.id]})"
-            )
+            raise DataError(f"{path}:{number}: duplicate id '{example.id}' (first on line {first_line[example.id]})")
         first_line[example.id] = number
         examples.append(example)
     return examples
 
 
-def load_math_jsonl(
-    path: str | Path, question_key: str = "problem", answer_key: str = "answer"
-) -> list[Example]:
+def load_math_jsonl(path: str | Path, question_key: str = "problem", answer_key: str = "answer") -> list[Example]:
     """MATH-style jsonl (`problem`, `solution`, optional `answer`, `unique_id`).
     A record without `answer` takes the last `\\boxed{}` of its `solution`."""
     return load_jsonl(path, question_key, answer_key)

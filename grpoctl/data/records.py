@@ -38,9 +38,7 @@ def _text(record: dict, key: str, where: str) -> str | None:
     return text or None
 
 
-def _answer_and_solution(
-    record: dict, where: str, answer_key: str, answer_format: str
-) -> tuple[str, str | None]:
+def _answer_and_solution(record: dict, where: str, answer_key: str, answer_format: str) -> tuple[str, str | None]:
     solution = _text(record, SOLUTION_KEY, where)
     raw = _text(record, answer_key, where)
 

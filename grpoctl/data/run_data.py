@@ -49,7 +49,9 @@ def load_run_data(cfg, need_train: bool = True, warn=None) -> RunData:
     except ValueError as exc:  # the synthetic task's own argument checks
         raise UserError(f"data.synthetic: {exc}") from None
     if warn is not None and cfg.eval.subset > len(pool):
-        warn(f"warning: eval.subset={cfg.eval.subset} but the eval data has {len(pool)} problems: evaluating on all of them")
+        warn(
+            f"warning: eval.subset={cfg.eval.subset} but the eval data has {len(pool)} problems: evaluating on all of them"
+        )
     evals = eval_subset(pool, cfg.eval.subset, cfg.eval.subset_seed)
     # No eval problem is ever trained on, even when a user's files overlap: the whole pool
     # is held out, so another --subset or seed later never scores trained-on problems.
@@ -57,13 +59,23 @@ def load_run_data(cfg, need_train: bool = True, warn=None) -> RunData:
     train = [ex for ex in train if ex.question.strip() not in held_out]
     if need_train and not train:
         raise UserError("no training examples left after removing the eval problems")
-    return RunData(train=train, eval=evals, template_name=cfg.prompt.template, template=template, data_hash=data_hash,
-                   eval_source=eval_source)
+    return RunData(
+        train=train,
+        eval=evals,
+        template_name=cfg.prompt.template,
+        template=template,
+        data_hash=data_hash,
+        eval_source=eval_source,
+    )
 
 
 def _synthetic_knobs(d) -> dict:
-    return dict(min_digits=d.synthetic.min_digits, max_digits=d.synthetic.max_digits, ops=tuple(d.synthetic.ops),
-                num_operands=d.synthetic.num_operands)
+    return dict(
+        min_digits=d.synthetic.min_digits,
+        max_digits=d.synthetic.max_digits,
+        ops=tuple(d.synthetic.ops),
+        num_operands=d.synthetic.num_operands,
+    )
 
 
 def _fields(source: str, question: str, answer: str) -> dict:
@@ -85,8 +97,13 @@ def _train_examples(cfg) -> list[Example]:
             # the question, so this draw and the eval's never share a problem.
             n = n or cfg.loop.n_grpo_steps * (cfg.rollout.rollout_batch_size // cfg.rollout.group_size)
         return load_examples("synthetic", split="train", n=n, seed=cfg.seed, **knobs)
-    train = load_examples(d.source, path=d.train_path, split=d.train_split, seed=cfg.seed,
-                          **_fields(d.source, d.question_field, d.answer_field))
+    train = load_examples(
+        d.source,
+        path=d.train_path,
+        split=d.train_split,
+        seed=cfg.seed,
+        **_fields(d.source, d.question_field, d.answer_field),
+    )
     return train[: d.train_size] if d.train_size else train
 
 

@@ -33,7 +33,7 @@ _KIND = {"+": "add", "-": "sub", "*": "mul"}
 
 
 def split_of(question: str) -> str:
-    """"train" or "eval" for a canonical question string; sha256 rather than
+    """ "train" or "eval" for a canonical question string; sha256 rather than
     Python's hash(), which changes from one process to the next."""
     digest = hashlib.sha256(f"grpoctl-synthetic:{question}".encode()).digest()
     return "eval" if int.from_bytes(digest[:8], "big") % 1000 < EVAL_PER_MILLE else "train"
@@ -90,9 +90,7 @@ class _Space:
         return operands, operators
 
 
-def _check(
-    split: str, n: int | None, min_digits: int, max_digits: int, ops, num_operands: int
-) -> tuple[str, ...]:
+def _check(split: str, n: int | None, min_digits: int, max_digits: int, ops, num_operands: int) -> tuple[str, ...]:
     """Validate the arguments; return the operators in canonical order."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
@@ -108,12 +106,12 @@ def _check(
     return tuple(op for op in OPERATORS if op in ops)
 
 
-def problem_count(min_digits: int = 2, max_digits: int = 2, ops: Sequence[str] = ("+",),
-                  num_operands: int = 2) -> int:
+def problem_count(min_digits: int = 2, max_digits: int = 2, ops: Sequence[str] = ("+",), num_operands: int = 2) -> int:
     """How many problems these knobs make (both splits); above ENUMERATE_LIMIT a split
     cannot be listed whole, only drawn from (`n` given)."""
-    return _Space(min_digits, max_digits, _check("train", None, min_digits, max_digits, ops, num_operands),
-                  num_operands).size
+    return _Space(
+        min_digits, max_digits, _check("train", None, min_digits, max_digits, ops, num_operands), num_operands
+    ).size
 
 
 def synthetic_examples(

@@ -89,9 +89,7 @@ def compute_group_normalized_rewards(
     means when reward_fn gives them, zero_std_group_fraction, advantage mean/std).
     """
     if len(rollout_responses) != len(repeated_ground_truths):
-        raise ValueError(
-            f"got {len(rollout_responses)} responses but {len(repeated_ground_truths)} ground truths"
-        )
+        raise ValueError(f"got {len(rollout_responses)} responses but {len(repeated_ground_truths)} ground truths")
     scores = [reward_fn(r, gt) for r, gt in zip(rollout_responses, repeated_ground_truths)]
     raw_rewards = torch.tensor([float(s["reward"]) for s in scores], dtype=torch.float32)
 
@@ -101,9 +99,7 @@ def compute_group_normalized_rewards(
         return torch.tensor([float(s[key]) for s in scores], dtype=torch.float32)
 
     advantages = normalize_group_rewards(raw_rewards, group_size, advantage_eps, normalize_by_std)
-    metadata = summarize_group_rewards(
-        raw_rewards, group_size, column("format_reward"), column("answer_reward")
-    )
+    metadata = summarize_group_rewards(raw_rewards, group_size, column("format_reward"), column("answer_reward"))
     metadata["advantage_mean"] = float(advantages.mean())
     metadata["advantage_std"] = float(advantages.std()) if advantages.numel() > 1 else 0.0
     return advantages, raw_rewards, metadata

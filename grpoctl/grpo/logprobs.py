@@ -61,17 +61,23 @@ def get_response_log_probs(
 
     if return_token_entropy:
         with torch.no_grad():
-            out["token_entropy"] = torch.stack([
-                torch.cat([compute_entropy(row[i : i + ENTROPY_CHUNK]) for i in range(0, row.shape[0], ENTROPY_CHUNK)])
-                for row in logits
-            ])
+            out["token_entropy"] = torch.stack(
+                [
+                    torch.cat(
+                        [compute_entropy(row[i : i + ENTROPY_CHUNK]) for i in range(0, row.shape[0], ENTROPY_CHUNK)]
+                    )
+                    for row in logits
+                ]
+            )
     return out
 
 
 def _entropy_rows(logits: torch.Tensor) -> torch.Tensor:
     """(positions, vocab) -> (positions,) entropy, ENTROPY_CHUNK positions at a time, without gradient."""
     with torch.no_grad():
-        return torch.cat([compute_entropy(logits[i : i + ENTROPY_CHUNK]) for i in range(0, logits.shape[0], ENTROPY_CHUNK)])
+        return torch.cat(
+            [compute_entropy(logits[i : i + ENTROPY_CHUNK]) for i in range(0, logits.shape[0], ENTROPY_CHUNK)]
+        )
 
 
 def _checkpointing(model) -> bool:
@@ -147,12 +153,17 @@ def get_response_log_probs_shared_prompts(
     prompt_ids = torch.zeros(len(prompts), width, dtype=torch.long)
     prompt_att = torch.zeros(len(prompts), width, dtype=torch.long)
     for i, p in enumerate(prompts):
-        prompt_ids[i, width - len(p):] = torch.tensor(p)
-        prompt_att[i, width - len(p):] = 1
+        prompt_ids[i, width - len(p) :] = torch.tensor(p)
+        prompt_att[i, width - len(p) :] = 1
     prompt_ids, prompt_att = prompt_ids.to(device), prompt_att.to(device)
     last_only = {"logits_to_keep": 1} if _forward_takes(model, "logits_to_keep") else {}
-    first = model(prompt_ids, attention_mask=prompt_att, position_ids=(prompt_att.cumsum(-1) - 1).clamp(min=0),
-                  use_cache=True, **last_only)
+    first = model(
+        prompt_ids,
+        attention_mask=prompt_att,
+        position_ids=(prompt_att.cumsum(-1) - 1).clamp(min=0),
+        use_cache=True,
+        **last_only,
+    )
     cache = first["cache"] if "cache" in first else first["past_key_values"]
     layers = [(layer.keys[rows], layer.values[rows]) for layer in cache.layers]
 
@@ -167,9 +178,13 @@ def get_response_log_probs_shared_prompts(
     parts = [(first.logits[:, -1:][rows], targets[:, :1])]
     if span > 1:
         starts = torch.tensor(prompt_lens, device=device)
-        second = model(targets[:, :-1], attention_mask=torch.cat([prompt_att[rows], compact[:, :-1].long()], dim=-1),
-                       position_ids=starts[:, None] + torch.arange(span - 1, device=device),
-                       use_cache=False, **{_cache_kwarg(model): DynamicCache(layers)})
+        second = model(
+            targets[:, :-1],
+            attention_mask=torch.cat([prompt_att[rows], compact[:, :-1].long()], dim=-1),
+            position_ids=starts[:, None] + torch.arange(span - 1, device=device),
+            use_cache=False,
+            **{_cache_kwarg(model): DynamicCache(layers)},
+        )
         parts.append((second.logits, targets[:, 1:]))
 
     def spread(per_position: list[torch.Tensor]) -> torch.Tensor:

@@ -136,9 +136,7 @@ def compute_grpo_no_clip_loss(
 def _require(loss_type: str, **inputs) -> None:
     missing = [name for name, value in inputs.items() if value is None]
     if missing:
-        raise ValueError(
-            f"loss_type {loss_type!r} needs {', '.join(inputs)}; missing: {', '.join(missing)}"
-        )
+        raise ValueError(f"loss_type {loss_type!r} needs {', '.join(inputs)}; missing: {', '.join(missing)}")
 
 
 def compute_policy_gradient_loss(
@@ -179,14 +177,22 @@ def compute_policy_gradient_loss(
     elif loss_type == "grpo_clip":
         _require(loss_type, advantages=advantages, old_log_probs=old_log_probs, cliprange=cliprange)
         loss, metadata = compute_grpo_clip_loss(
-            advantages, policy_log_probs, old_log_probs, cliprange,
-            cliprange_high=cliprange_high, importance_level=importance_level, response_mask=response_mask,
+            advantages,
+            policy_log_probs,
+            old_log_probs,
+            cliprange,
+            cliprange_high=cliprange_high,
+            importance_level=importance_level,
+            response_mask=response_mask,
         )
     else:
         _require(loss_type, advantages=advantages, old_log_probs=old_log_probs)
         loss, metadata = compute_grpo_no_clip_loss(
-            advantages, policy_log_probs, old_log_probs,
-            importance_level=importance_level, response_mask=response_mask,
+            advantages,
+            policy_log_probs,
+            old_log_probs,
+            importance_level=importance_level,
+            response_mask=response_mask,
         )
 
     return add_kl_penalty(loss, metadata, policy_log_probs, ref_log_probs, kl_beta)

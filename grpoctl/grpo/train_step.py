@@ -53,9 +53,7 @@ def _per_sequence_loss(
         return masked_mean_or_zero(per_token, mask, dim=-1)
     if length_normalization == "constant":
         if normalize_constant is None:
-            raise ValueError(
-                "length_normalization='constant' needs normalize_constant (the max generation length)"
-            )
+            raise ValueError("length_normalization='constant' needs normalize_constant (the max generation length)")
         return masked_normalize(per_token, mask, dim=-1, normalize_constant=normalize_constant)
     if length_normalization == "microbatch":
         longest = mask.sum(dim=-1).max().clamp_min(1).to(per_token.dtype)
@@ -151,15 +149,18 @@ class PolicyGradientLoss:
         )
         if self.length_normalization == "token":
             if batch_response_tokens is None:
-                raise ValueError("length_normalization='token' needs batch_response_tokens "
-                                 "(the response tokens of the whole train batch)")
+                raise ValueError(
+                    "length_normalization='token' needs batch_response_tokens "
+                    "(the response tokens of the whole train batch)"
+                )
             loss = token_mean_loss(per_token, mask, batch_response_tokens)
             # Logged as the value whose mean over the microbatches is the train batch's
             # loss, as for the other normalizations.
             microbatch_loss = loss * gradient_accumulation_steps
         else:
-            microbatch_loss = _per_sequence_loss(per_token, mask, self.length_normalization,
-                                                 self.normalize_constant).mean()
+            microbatch_loss = _per_sequence_loss(
+                per_token, mask, self.length_normalization, self.normalize_constant
+            ).mean()
             loss = microbatch_loss / gradient_accumulation_steps
         loss.backward()
         return loss.detach(), _log_stats(microbatch_loss, per_token, mask, loss_metadata)
@@ -195,11 +196,19 @@ def grpo_microbatch_train_step(
     loss), token_loss_mean, and when they apply clip_fraction, ratio_mean /
     ratio_min / ratio_max, kl).
     """
-    loss = PolicyGradientLoss(loss_type, length_normalization, cliprange, cliprange_high, importance_level,
-                              kl_beta, normalize_constant)
-    return loss.microbatch_train_step(policy_log_probs, response_mask, gradient_accumulation_steps,
-                                      raw_rewards=raw_rewards, advantages=advantages, old_log_probs=old_log_probs,
-                                      ref_log_probs=ref_log_probs, batch_response_tokens=batch_response_tokens)
+    loss = PolicyGradientLoss(
+        loss_type, length_normalization, cliprange, cliprange_high, importance_level, kl_beta, normalize_constant
+    )
+    return loss.microbatch_train_step(
+        policy_log_probs,
+        response_mask,
+        gradient_accumulation_steps,
+        raw_rewards=raw_rewards,
+        advantages=advantages,
+        old_log_probs=old_log_probs,
+        ref_log_probs=ref_log_probs,
+        batch_response_tokens=batch_response_tokens,
+    )
 
 
 def sft_microbatch_train_step(

@@ -1,9 +1,9 @@
 """The experiment registry: runs, metrics, samples, evals and checkpoints in SQL.
 
-    from grpoctl.registry import Registry
-    registry = Registry()            # $GRPOCTL_DB, else ./registry.db
-    run = registry.create_run(name=..., config=..., ...)
-    registry.log_step(run.id, step, {"train/reward": 0.4})
+from grpoctl.registry import Registry
+registry = Registry()            # $GRPOCTL_DB, else ./registry.db
+run = registry.create_run(name=..., config=..., ...)
+registry.log_step(run.id, step, {"train/reward": 0.4})
 """
 
 from grpoctl.registry.claims import LEASE_S, ClaimLost

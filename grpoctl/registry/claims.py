@@ -83,8 +83,10 @@ def claim_refusal(run: Run, now: datetime | None = None) -> str | None:
     if now >= expires or _process_gone(host, pid) or _handed_to_us(host, pid):
         return None
     left = int((expires - now).total_seconds()) + 1
-    return (f"run '{run.name}' is being written by pid {pid} on {host} (its claim expires in {left} s "
-            "unless that process renews it)")
+    return (
+        f"run '{run.name}' is being written by pid {pid} on {host} (its claim expires in {left} s "
+        "unless that process renews it)"
+    )
 
 
 class ClaimRecords:
@@ -115,15 +117,24 @@ class ClaimRecords:
             if taken.rowcount != 1:  # someone else's compare-and-set got there first: name them
                 session.expire_all()
                 now_held = session.get(Run, run_id)
-                raise UserError(claim_refusal(now_held) if now_held is not None and claim_refusal(now_held)
-                                else f"run '{run.name}' was just claimed by another process")
+                raise UserError(
+                    claim_refusal(now_held)
+                    if now_held is not None and claim_refusal(now_held)
+                    else f"run '{run.name}' was just claimed by another process"
+                )
         self._claims[run_id] = token
 
     def _claim_values(self, token: str) -> dict:
         pid = os.getpid()
         # A new claim is a new start: an old stop request is answered (the run ended).
-        return dict(claim_token=token, claim_host=socket.gethostname(), claim_pid=pid, pid=pid,
-                    claim_expires_at=utcnow() + timedelta(seconds=LEASE_S), stop_requested_at=None)
+        return dict(
+            claim_token=token,
+            claim_host=socket.gethostname(),
+            claim_pid=pid,
+            pid=pid,
+            claim_expires_at=utcnow() + timedelta(seconds=LEASE_S),
+            stop_requested_at=None,
+        )
 
     def _fence(self, conn, run_id: int, **values) -> None:
         """The first statement of every commit about a run: if this process holds the
@@ -141,8 +152,9 @@ class ClaimRecords:
             holder = conn.execute(select(Run.name, Run.claim_host, Run.claim_pid).where(Run.id == run_id)).first()
             name, host, pid = holder if holder else (run_id, None, None)
             by = f" by pid {pid} on {host}" if pid else ""
-            raise ClaimLost(f"run '{name}' was taken over{by} after this process's claim expired: "
-                            "stopped without writing more")
+            raise ClaimLost(
+                f"run '{name}' was taken over{by} after this process's claim expired: stopped without writing more"
+            )
 
     def _released(self, run_id: int) -> None:
         self._claims.pop(run_id, None)

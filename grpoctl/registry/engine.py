@@ -77,8 +77,10 @@ def resolve_url(url_or_path: str | None) -> URL:
     try:
         dialect = url.get_dialect()
     except NoSuchModuleError:
-        raise UserError(f"unknown database URL scheme '{url.drivername}://' in {public_url(url)} (use a "
-                        "SQLite path, sqlite:///PATH or postgresql+psycopg://USER@HOST/DB)") from None
+        raise UserError(
+            f"unknown database URL scheme '{url.drivername}://' in {public_url(url)} (use a "
+            "SQLite path, sqlite:///PATH or postgresql+psycopg://USER@HOST/DB)"
+        ) from None
     try:
         dialect.import_dbapi()
     except ImportError:
@@ -89,16 +91,16 @@ def resolve_url(url_or_path: str | None) -> URL:
             hint = POSTGRES_EXTRA
         else:
             hint = f"grpoctl uses psycopg 3: postgresql+psycopg://..., {POSTGRES_EXTRA}"
-        raise UserError(f"the database driver '{driver}' for {url.drivername}:// is not installed "
-                        f"({hint})") from None
+        raise UserError(f"the database driver '{driver}' for {url.drivername}:// is not installed ({hint})") from None
     return url
 
 
 def public_url(url: URL) -> str:
     """The URL without its password: safe for argv, logs, the console and error messages."""
     # (url.set(password=None) would keep the password: None means "unchanged" there.)
-    bare = URL.create(url.drivername, username=url.username, host=url.host, port=url.port,
-                      database=url.database, query=url.query)
+    bare = URL.create(
+        url.drivername, username=url.username, host=url.host, port=url.port, database=url.database, query=url.query
+    )
     return bare.render_as_string(hide_password=False)
 
 
@@ -152,8 +154,9 @@ def make_engine(url: URL, read_only: bool = False, probe: bool = False) -> Engin
         if read_only:  # the server refuses any write in a reader's transactions
             defaults["options"] = "-c default_transaction_read_only=on"
         connect_args = {k: v for k, v in defaults.items() if k not in url.query}
-        return create_engine(url, pool_pre_ping=True, pool_size=PG_POOL_SIZE, max_overflow=PG_MAX_OVERFLOW,
-                             connect_args=connect_args)
+        return create_engine(
+            url, pool_pre_ping=True, pool_size=PG_POOL_SIZE, max_overflow=PG_MAX_OVERFLOW, connect_args=connect_args
+        )
     if url.get_backend_name() != "sqlite":
         return create_engine(url, pool_pre_ping=True)
 

@@ -43,10 +43,15 @@ class MemberRecords:
         Returns whether it was ended. A compare-and-set on the claim's token: a run taken
         over meanwhile is left alone."""
         with self._writer.begin() as conn:
-            row = conn.execute(select(Run.status, Run.claim_token, Run.claim_host, Run.claim_pid)
-                               .where(Run.id == run_id)).first()
-            if row is None or row.claim_token is None or row.claim_host != socket.gethostname() \
-                    or row.claim_pid not in set(pids):
+            row = conn.execute(
+                select(Run.status, Run.claim_token, Run.claim_host, Run.claim_pid).where(Run.id == run_id)
+            ).first()
+            if (
+                row is None
+                or row.claim_token is None
+                or row.claim_host != socket.gethostname()
+                or row.claim_pid not in set(pids)
+            ):
                 return False
             values = dict(claim_token=None, claim_host=None, claim_pid=None, claim_expires_at=None)
             running = row.status == "running"
@@ -74,12 +79,18 @@ class MemberRecords:
         if not text:
             return
         with self._writer.begin() as conn:
-            conn.execute(insert(RunLog).values(run_name=run_name, host=host or socket.gethostname(),
-                                               created_at=utcnow(), text=stored_text(text)))
+            conn.execute(
+                insert(RunLog).values(
+                    run_name=run_name, host=host or socket.gethostname(), created_at=utcnow(), text=stored_text(text)
+                )
+            )
 
     def log_chunks(self, run_name: str, after_id: int = 0) -> list[tuple[int, str, str]]:
         """(id, host, text) of the run's stored log after chunk `after_id`, in order."""
-        query = (select(RunLog.id, RunLog.host, RunLog.text)
-                 .where(RunLog.run_name == run_name, RunLog.id > after_id).order_by(RunLog.id))
+        query = (
+            select(RunLog.id, RunLog.host, RunLog.text)
+            .where(RunLog.run_name == run_name, RunLog.id > after_id)
+            .order_by(RunLog.id)
+        )
         with self.engine.connect() as conn:
             return [tuple(row) for row in conn.execute(query)]

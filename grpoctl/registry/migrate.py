@@ -23,9 +23,11 @@ def describe_status(db: str | None) -> str:
     if state == schema.EMPTY:
         return f"database {where} has no grpoctl registry yet: `grpoctl db upgrade` creates one (at {schema.HEAD})"
     unstamped = " (made before grpoctl had migrations)" if state == "0001" and _unstamped(url, path) else ""
-    steps = ", ".join(schema.REVISIONS[schema.REVISIONS.index(state) + 1:])
-    return (f"registry {where}: schema revision {state}{unstamped}, this grpoctl's is {schema.HEAD}; "
-            f"`grpoctl db upgrade` applies {steps}")
+    steps = ", ".join(schema.REVISIONS[schema.REVISIONS.index(state) + 1 :])
+    return (
+        f"registry {where}: schema revision {state}{unstamped}, this grpoctl's is {schema.HEAD}; "
+        f"`grpoctl db upgrade` applies {steps}"
+    )
 
 
 def _unstamped(url, path) -> bool:

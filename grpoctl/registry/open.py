@@ -80,11 +80,14 @@ def check_sqlite_location(path: Path, write: bool, must_exist: bool) -> None:
         raise UserError(f"registry {shown} {problem}")
     if write:
         if not os.access(path, os.W_OK):
-            raise UserError(f"registry {shown} is read-only, and this command writes to it "
-                            "(commands that only read work)")
+            raise UserError(
+                f"registry {shown} is read-only, and this command writes to it (commands that only read work)"
+            )
         if not os.access(path.absolute().parent, os.W_OK | os.X_OK):
-            raise UserError(f"registry {shown} is in a read-only directory, and this command writes to it "
-                            "(SQLite needs to create its -wal file there; commands that only read work)")
+            raise UserError(
+                f"registry {shown} is in a read-only directory, and this command writes to it "
+                "(SQLite needs to create its -wal file there; commands that only read work)"
+            )
 
 
 # --------------------------------------------------------------------------- errors
@@ -116,11 +119,14 @@ def describe_error(exc: BaseException, url: URL) -> str:
     if "connection refused" in lower:
         return f"cannot connect to PostgreSQL at {server}: connection refused (is the server running?)"
     if "password authentication failed" in lower:
-        return (f"PostgreSQL at {server} refused user '{user}': password authentication failed "
-                "(check the password in the URL, $PGPASSWORD or ~/.pgpass)")
+        return (
+            f"PostgreSQL at {server} refused user '{user}': password authentication failed "
+            "(check the password in the URL, $PGPASSWORD or ~/.pgpass)"
+        )
     if "no password supplied" in lower or "password is required" in lower:
-        return (f"PostgreSQL at {server} wants a password for user '{user}' "
-                "(put it in the URL, $PGPASSWORD or ~/.pgpass)")
+        return (
+            f"PostgreSQL at {server} wants a password for user '{user}' (put it in the URL, $PGPASSWORD or ~/.pgpass)"
+        )
     if "does not exist" in lower and "database" in lower:
         return f"PostgreSQL at {server} has no database '{database}' (create it, e.g. `createdb {database}`)"
     if "role" in lower and "does not exist" in lower:
@@ -158,8 +164,9 @@ def _where(url: URL) -> str:
 
 
 def _db_hint(url: URL) -> str:
-    return "" if url.get_backend_name() == "sqlite" and str(sqlite_path(url)) == "registry.db" \
-        else f" --db {_where(url)}"
+    return (
+        "" if url.get_backend_name() == "sqlite" and str(sqlite_path(url)) == "registry.db" else f" --db {_where(url)}"
+    )
 
 
 def _state(engine: Engine, url: URL) -> str:
@@ -203,8 +210,10 @@ def _refusal(state: str, engine: Engine, url: URL) -> None:
         raise UserError(f"{kind} {where} is not a grpoctl registry: {why} (grpoctl leaves it alone)")
     if state == schema.EMPTY and sqlite_path(url) is not None:
         # grpoctl creates its files complete (schema.create_sqlite): an empty one is not ours.
-        raise UserError(f"SQLite file {where} is not a grpoctl registry: it has no tables (grpoctl "
-                        "leaves it alone; remove it or pass another --db)")
+        raise UserError(
+            f"SQLite file {where} is not a grpoctl registry: it has no tables (grpoctl "
+            "leaves it alone; remove it or pass another --db)"
+        )
     if state != schema.EMPTY and state not in schema.REVISIONS:
         raise UserError(schema.newer_message(where, state))
 
@@ -216,8 +225,10 @@ def _fixable(state: str, url: URL, write: bool, upgrade: bool) -> None:
     where = _where(url)
     if state == schema.EMPTY:
         if not write:
-            raise NoRegistry(f"database {where} has no grpoctl registry yet (a command that writes, "
-                             "e.g. `grpoctl db upgrade`, creates it)")
+            raise NoRegistry(
+                f"database {where} has no grpoctl registry yet (a command that writes, "
+                "e.g. `grpoctl db upgrade`, creates it)"
+            )
         return
     # Older: SQLite upgrades on open, after a backup, whenever its file can be written (a
     # reader too: the user should not have to learn a command to keep reading their own
@@ -253,8 +264,14 @@ def check_registry(url: URL, write: bool, must_exist: bool = False) -> None:
             engine.dispose()
 
 
-def open_registry(url: URL, write: bool, must_exist: bool = False, paths_root: str | None = None,
-                  upgrade: bool = False, report: dict | None = None) -> Engine:
+def open_registry(
+    url: URL,
+    write: bool,
+    must_exist: bool = False,
+    paths_root: str | None = None,
+    upgrade: bool = False,
+    report: dict | None = None,
+) -> Engine:
     """An engine on a registry at HEAD: checked, created or upgraded as described above.
 
     `upgrade=True` (`grpoctl db upgrade`) also upgrades PostgreSQL. `report`, if given,
@@ -291,8 +308,10 @@ def open_registry(url: URL, write: bool, must_exist: bool = False, paths_root: s
             if report is not None:
                 report["backup"] = backup
             elif found != schema.HEAD:  # upgraded by opening it, not by `db upgrade`: say so
-                log.warning(f"note: upgraded registry {_where(url)} from schema revision {found} to "
-                            f"{schema.HEAD} (the registry before: {backup})")
+                log.warning(
+                    f"note: upgraded registry {_where(url)} from schema revision {found} to "
+                    f"{schema.HEAD} (the registry before: {backup})"
+                )
             state = found
         if report is not None:
             report["from"] = state

@@ -37,9 +37,30 @@ REVISIONS = ("0001", "0002", "0003", "0004", "0005")  # oldest first
 # The tables of revision 0001, and the columns of its `run` table: what an unstamped
 # registry must have to be taken for one.
 BASE_TABLES = {"run", "metric", "checkpoint", "evalresult", "sample", "tag", "sweep", "sweepmember"}
-BASE_RUN_COLUMNS = {"id", "name", "group", "variant", "status", "config", "config_diff", "config_hash",
-                    "seed", "host", "device", "version", "git_commit", "output_dir", "parent", "total_steps",
-                    "last_step", "created_at", "finished_at", "heartbeat_at", "pid", "error"}
+BASE_RUN_COLUMNS = {
+    "id",
+    "name",
+    "group",
+    "variant",
+    "status",
+    "config",
+    "config_diff",
+    "config_hash",
+    "seed",
+    "host",
+    "device",
+    "version",
+    "git_commit",
+    "output_dir",
+    "parent",
+    "total_steps",
+    "last_step",
+    "created_at",
+    "finished_at",
+    "heartbeat_at",
+    "pid",
+    "error",
+}
 # pg_advisory_xact_lock key for creating or upgrading a registry ("grpoctl" in ASCII).
 MIGRATION_LOCK_KEY = 0x677270_6F63746C
 EMPTY, FOREIGN = "empty", "foreign"
@@ -71,8 +92,10 @@ def describe_foreign(conn: Connection) -> str:
         columns = {c["name"] for c in inspect(conn).get_columns("run")}
         missing = ", ".join(sorted(BASE_RUN_COLUMNS - columns)) or "none"
         extra = ", ".join(sorted(columns - BASE_RUN_COLUMNS)) or "none"
-        return (f"it has grpoctl's tables in a layout no grpoctl made (table run: missing columns {missing}; "
-                f"unknown columns {extra})")
+        return (
+            f"it has grpoctl's tables in a layout no grpoctl made (table run: missing columns {missing}; "
+            f"unknown columns {extra})"
+        )
     shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
     return f"its tables ({shown}) are not a grpoctl registry's" if tables else "it has no grpoctl tables"
 
@@ -152,10 +175,14 @@ def create_sqlite(path: Path, make_engine) -> bool:
 
 def older_message(where: str, revision: str, hint_db: str, backend: str) -> str:
     backup = f"it keeps a copy in {where}.bak-{revision}" if backend == "sqlite" else "pg_dump it first"
-    return (f"registry {where} has schema revision {revision}, older than this grpoctl's ({HEAD}): "
-            f"run `grpoctl db upgrade{hint_db}` ({backup}; there is no downgrade)")
+    return (
+        f"registry {where} has schema revision {revision}, older than this grpoctl's ({HEAD}): "
+        f"run `grpoctl db upgrade{hint_db}` ({backup}; there is no downgrade)"
+    )
 
 
 def newer_message(where: str, revision: str) -> str:
-    return (f"registry {where} has schema revision {revision}, newer than this grpoctl knows ({HEAD}): "
-            "upgrade grpoctl to use it")
+    return (
+        f"registry {where} has schema revision {revision}, newer than this grpoctl knows ({HEAD}): "
+        "upgrade grpoctl to use it"
+    )

@@ -78,9 +78,7 @@ def _aware(moment: datetime) -> datetime:
 def _git_commit() -> str | None:
     """The commit of the code in the current directory, if it is a git checkout."""
     try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=2
-        )
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=2)
     except (OSError, subprocess.SubprocessError):
         return None
     if out.returncode != 0:
@@ -231,13 +229,11 @@ class Registry(SweepRecords, ClaimRecords, RunSummaries, MemberRecords):
         ]
         for opt_step, values in opt_metrics:
             rows.extend(
-                {"run_id": run_id, "step": step, "opt_step": opt_step, "name": k,
-                 "value": _stored(v)}
+                {"run_id": run_id, "step": step, "opt_step": opt_step, "name": k, "value": _stored(v)}
                 for k, v in values.items()
                 if v is not None
             )
-        sample_rows = [{"run_id": run_id, "step": step, **{k: stored_text(v) for k, v in s.items()}}
-                       for s in samples]
+        sample_rows = [{"run_id": run_id, "step": step, **{k: stored_text(v) for k, v in s.items()}} for s in samples]
         eval_row = None if eval is None else EvalResult(run_id=run_id, step=step, **eval).model_dump(exclude={"id"})
         with self._writer.begin() as conn:
             self._fence(conn, run_id, last_step=step, heartbeat_at=utcnow())
@@ -262,13 +258,21 @@ class Registry(SweepRecords, ClaimRecords, RunSummaries, MemberRecords):
             raise ValueError(f"unknown run status {status!r}; expected one of {RUN_STATUSES}")
         now = utcnow()
         finished_at = None if status == "running" else now  # "running" again on resume
-        values = dict(status=status, error=error, finished_at=finished_at, heartbeat_at=now,
-                      **({"pid": pid} if pid is not None else {}))
+        values = dict(
+            status=status,
+            error=error,
+            finished_at=finished_at,
+            heartbeat_at=now,
+            **({"pid": pid} if pid is not None else {}),
+        )
         with self._writer.begin() as conn:
             self._fence(conn, run_id, **values)
             if status != "running":
-                conn.execute(update(Run).where(Run.id == run_id).values(
-                    claim_token=None, claim_host=None, claim_pid=None, claim_expires_at=None))
+                conn.execute(
+                    update(Run)
+                    .where(Run.id == run_id)
+                    .values(claim_token=None, claim_host=None, claim_pid=None, claim_expires_at=None)
+                )
         if status != "running":
             self._released(run_id)
 
@@ -355,9 +359,7 @@ class Registry(SweepRecords, ClaimRecords, RunSummaries, MemberRecords):
         With `per_opt_step=True`, the per-optimizer-step figures instead, as
         (opt_step, value) pairs; opt_step is whatever index the trainer logged.
         """
-        query = select(Metric.name, Metric.step, Metric.opt_step, Metric.value).where(
-            Metric.run_id == run_id
-        )
+        query = select(Metric.name, Metric.step, Metric.opt_step, Metric.value).where(Metric.run_id == run_id)
         if names is not None:
             query = query.where(Metric.name.in_(list(names)))
         if per_opt_step:
@@ -371,8 +373,7 @@ class Registry(SweepRecords, ClaimRecords, RunSummaries, MemberRecords):
                 series.setdefault(name, []).append((x, _loaded(value)))
         return series
 
-    def last_metrics(self, run_ids: Iterable[int], names: Iterable[str] | None = None
-                     ) -> dict[int, dict[str, float]]:
+    def last_metrics(self, run_ids: Iterable[int], names: Iterable[str] | None = None) -> dict[int, dict[str, float]]:
         """{run_id: {name: value at the last step that logged it}}, for tables of runs."""
         run_ids = list(run_ids)
         last = (
@@ -383,12 +384,14 @@ class Registry(SweepRecords, ClaimRecords, RunSummaries, MemberRecords):
         if names is not None:
             last = last.where(Metric.name.in_(list(names)))
         last = last.subquery()
-        query = select(Metric.run_id, Metric.name, Metric.value).join(
-            last,
-            (Metric.run_id == last.c.run_id)
-            & (Metric.name == last.c.name)
-            & (Metric.step == last.c.step),
-        ).where(Metric.opt_step.is_(None))
+        query = (
+            select(Metric.run_id, Metric.name, Metric.value)
+            .join(
+                last,
+                (Metric.run_id == last.c.run_id) & (Metric.name == last.c.name) & (Metric.step == last.c.step),
+            )
+            .where(Metric.opt_step.is_(None))
+        )
         out: dict[int, dict[str, float]] = {run_id: {} for run_id in run_ids}
         with self.engine.connect() as conn:
             for run_id, name, value in conn.execute(query):
@@ -396,7 +399,10 @@ class Registry(SweepRecords, ClaimRecords, RunSummaries, MemberRecords):
         return out
 
     def samples(
-        self, run_id: int, step: int | None = None, kind: str | None = None,
+        self,
+        run_id: int,
+        step: int | None = None,
+        kind: str | None = None,
         limit: int | None = None,
     ) -> list[Sample]:
         """Stored completions, latest step first (in logging order within a step)."""
@@ -426,9 +432,7 @@ class Registry(SweepRecords, ClaimRecords, RunSummaries, MemberRecords):
             query = select(EvalResult).where(EvalResult.run_id == run_id)
             return list(session.exec(query.order_by(EvalResult.step, EvalResult.id)).all())
 
-    def add_checkpoint(
-        self, run_id: int, step: int, path: str, eval_accuracy: float | None = None
-    ) -> Checkpoint:
+    def add_checkpoint(self, run_id: int, step: int, path: str, eval_accuracy: float | None = None) -> Checkpoint:
         checkpoint = Checkpoint(run_id=run_id, step=step, path=_absolute(path), eval_accuracy=eval_accuracy)
         with self._write() as session, session.begin():
             self._fence(session.connection(), run_id)

@@ -59,12 +59,16 @@ def _fetch(conn, query) -> list[tuple]:
 def _medians(ids: list[int], name: str):
     """Median of a metric per run, in SQL (SQLite has no MEDIAN: rank the values with
     window functions and average the middle one or two)."""
-    ranked = select(
-        Metric.run_id, Metric.value,
-        func.row_number().over(partition_by=Metric.run_id, order_by=Metric.value).label("rank"),
-        func.count().over(partition_by=Metric.run_id).label("n"),
-    ).where(Metric.run_id.in_(ids), Metric.name == name, Metric.opt_step.is_(None),
-            Metric.value.is_not(None)).subquery()
+    ranked = (
+        select(
+            Metric.run_id,
+            Metric.value,
+            func.row_number().over(partition_by=Metric.run_id, order_by=Metric.value).label("rank"),
+            func.count().over(partition_by=Metric.run_id).label("n"),
+        )
+        .where(Metric.run_id.in_(ids), Metric.name == name, Metric.opt_step.is_(None), Metric.value.is_not(None))
+        .subquery()
+    )
     middle = ranked.c.rank.in_([(ranked.c.n + 1) // 2, (ranked.c.n + 2) // 2])
     return select(ranked.c.run_id, func.avg(ranked.c.value)).where(middle).group_by(ranked.c.run_id)
 
@@ -81,12 +85,20 @@ class RunSummaries:
             return out
         names = list(dict.fromkeys([*series, ACCURACY_METRIC]))
         series_q = select(Metric.run_id, Metric.name, Metric.step, Metric.value).where(
-            Metric.run_id.in_(ids), Metric.name.in_(names), Metric.opt_step.is_(None))
-        peak_q = select(Metric.run_id, func.max(Metric.value)).where(
-            Metric.run_id.in_(ids), Metric.name == "mem/peak", Metric.opt_step.is_(None)
-        ).group_by(Metric.run_id)
-        evals_q = select(EvalResult.run_id, EvalResult.step, EvalResult.accuracy, EvalResult.n,
-                         *(getattr(EvalResult, f) for f in COMPARABLE_EVAL_FIELDS)).where(_trainer_evals(ids))
+            Metric.run_id.in_(ids), Metric.name.in_(names), Metric.opt_step.is_(None)
+        )
+        peak_q = (
+            select(Metric.run_id, func.max(Metric.value))
+            .where(Metric.run_id.in_(ids), Metric.name == "mem/peak", Metric.opt_step.is_(None))
+            .group_by(Metric.run_id)
+        )
+        evals_q = select(
+            EvalResult.run_id,
+            EvalResult.step,
+            EvalResult.accuracy,
+            EvalResult.n,
+            *(getattr(EvalResult, f) for f in COMPARABLE_EVAL_FIELDS),
+        ).where(_trainer_evals(ids))
         trainer_evals: dict[int, list[EvalPoint]] = {run_id: [] for run_id in ids}
         # One read transaction: the queries see the same snapshot while trainers keep writing.
         with self.engine.connect() as conn, conn.begin():
@@ -115,13 +127,15 @@ class RunSummaries:
             return {}
         with self.engine.connect() as conn, conn.begin():
             query = select(EvalResult.run_id, EvalResult.step, EvalResult.accuracy, EvalResult.n).where(
-                _trainer_evals(ids), EvalResult.step.is_not(None))
+                _trainer_evals(ids), EvalResult.step.is_not(None)
+            )
             for run_id, step, accuracy, n in conn.execute(query):
                 trainer_evals[run_id].append((step, accuracy, n))
             older = [run_id for run_id in ids if not trainer_evals[run_id]]
             if older:
                 query = select(Metric.run_id, Metric.step, Metric.value).where(
-                    Metric.run_id.in_(older), Metric.name == ACCURACY_METRIC, Metric.opt_step.is_(None))
+                    Metric.run_id.in_(older), Metric.name == ACCURACY_METRIC, Metric.opt_step.is_(None)
+                )
                 for run_id, step, value in conn.execute(query):
                     metric[run_id].append((step, math.nan if value is None else value))
         return {run_id: eval_curve(trainer_evals[run_id], metric[run_id]) for run_id in ids}

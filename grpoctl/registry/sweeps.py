@@ -35,16 +35,17 @@ class SweepRecords:
             raise UserError(f"'{name}' is already a {sweep.kind}, not a {kind}; pick another name")
         return sweep
 
-    def add_sweep_member(
-        self, sweep_id: int, config_hash: str, variant: str, seed: int
-    ) -> SweepMember:
+    def add_sweep_member(self, sweep_id: int, config_hash: str, variant: str, seed: int) -> SweepMember:
         """Record that the sweep wants this config; adding it again returns the same row."""
         values = dict(sweep_id=sweep_id, config_hash=config_hash, variant=variant, seed=seed)
         table = SweepMember.__table__
         with self._writer.begin() as conn:
             insert_ignoring_conflicts(conn, table, values, "sweep_id", "config_hash")
-            row = conn.execute(core_select(table).where(
-                table.c.sweep_id == sweep_id, table.c.config_hash == config_hash)).mappings().one()
+            row = (
+                conn.execute(core_select(table).where(table.c.sweep_id == sweep_id, table.c.config_hash == config_hash))
+                .mappings()
+                .one()
+            )
         return SweepMember(**row)
 
     def get_sweep(self, name: str) -> Sweep:
@@ -69,11 +70,7 @@ class SweepRecords:
         sweep = self.get_sweep(name)
         with self._read() as session:
             members = list(
-                session.exec(
-                    select(SweepMember)
-                    .where(SweepMember.sweep_id == sweep.id)
-                    .order_by(SweepMember.id)
-                )
+                session.exec(select(SweepMember).where(SweepMember.sweep_id == sweep.id).order_by(SweepMember.id))
             )
             hashes = [m.config_hash for m in members]
             runs = session.exec(select(Run).where(Run.config_hash.in_(hashes))).all()

@@ -14,8 +14,10 @@ def make_backend(cfg, model, tokenizer, model_dir: str, say=print) -> RolloutBac
 
         ok, why = vllm_available()
         if not ok:  # preflight refuses this before the run; here for callers that skip it
-            raise UserError(f"rollout.backend={cfg.rollout.backend} chose vllm, which does not import here ({why}); "
-                            "use rollout.backend=hf")
+            raise UserError(
+                f"rollout.backend={cfg.rollout.backend} chose vllm, which does not import here ({why}); "
+                "use rollout.backend=hf"
+            )
         say("rollout backend: vllm (colocated with the policy)")
         return VLLMRolloutBackend(model_dir, cfg)
     from grpoctl.rollout.hf import HFRolloutBackend

@@ -81,9 +81,7 @@ class HFRolloutBackend:
         else:
             # top_k=0 disables the generation config's default top-k, so sampling matches vLLM's
             kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
-        sequences = self.model.generate(
-            input_ids=input_ids.to(device), attention_mask=attention.to(device), **kwargs
-        )
+        sequences = self.model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device), **kwargs)
         if was_training:
             self.model.train()
         generated = sequences[:, width:].tolist()

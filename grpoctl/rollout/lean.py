@@ -56,8 +56,8 @@ class LeanSampler:
         ids = torch.full((len(distinct), width), pad, dtype=torch.long)
         mask = torch.zeros(len(distinct), width, dtype=torch.long)
         for p, i in distinct.items():
-            ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
-            mask[i, width - len(p):] = 1
+            ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            mask[i, width - len(p) :] = 1
         ids, mask = ids.to(device), mask.to(device)
 
         cache = dec.KVCache.empty(w, B, width + max_new, device)

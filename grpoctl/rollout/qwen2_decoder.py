@@ -85,15 +85,22 @@ def read_weights(model) -> Qwen2Weights:
     layers = []
     for block in inner.layers:
         attn, mlp = block.self_attn, block.mlp
-        layers.append(Layer(
-            ln1=block.input_layernorm.weight.detach(),
-            q_w=attn.q_proj.weight.detach(), q_b=bias(attn.q_proj),
-            k_w=attn.k_proj.weight.detach(), k_b=bias(attn.k_proj),
-            v_w=attn.v_proj.weight.detach(), v_b=bias(attn.v_proj),
-            o_w=attn.o_proj.weight.detach(),
-            ln2=block.post_attention_layernorm.weight.detach(),
-            gate_w=mlp.gate_proj.weight.detach(), up_w=mlp.up_proj.weight.detach(), down_w=mlp.down_proj.weight.detach(),
-        ))
+        layers.append(
+            Layer(
+                ln1=block.input_layernorm.weight.detach(),
+                q_w=attn.q_proj.weight.detach(),
+                q_b=bias(attn.q_proj),
+                k_w=attn.k_proj.weight.detach(),
+                k_b=bias(attn.k_proj),
+                v_w=attn.v_proj.weight.detach(),
+                v_b=bias(attn.v_proj),
+                o_w=attn.o_proj.weight.detach(),
+                ln2=block.post_attention_layernorm.weight.detach(),
+                gate_w=mlp.gate_proj.weight.detach(),
+                up_w=mlp.up_proj.weight.detach(),
+                down_w=mlp.down_proj.weight.detach(),
+            )
+        )
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     return Qwen2Weights(
         embed=inner.embed_tokens.weight.detach(),
@@ -143,17 +150,26 @@ class KVCache:
     @classmethod
     def empty(cls, w: Qwen2Weights, rows: int, slots: int, device) -> "KVCache":
         shape = (rows, w.kv_heads, slots, w.head_dim)
-        return cls([torch.empty(shape, dtype=w.dtype, device=device) for _ in w.layers],
-                   [torch.empty(shape, dtype=w.dtype, device=device) for _ in w.layers],
-                   torch.ones(rows, slots, dtype=torch.bool, device=device))
+        return cls(
+            [torch.empty(shape, dtype=w.dtype, device=device) for _ in w.layers],
+            [torch.empty(shape, dtype=w.dtype, device=device) for _ in w.layers],
+            torch.ones(rows, slots, dtype=torch.bool, device=device),
+        )
 
 
 def _mlp(x: torch.Tensor, layer: Layer) -> torch.Tensor:
     return F.linear(F.silu(F.linear(x, layer.gate_w)) * F.linear(x, layer.up_w), layer.down_w)
 
 
-def prefill(w: Qwen2Weights, ids: torch.Tensor, mask: torch.Tensor, row_prompt: torch.Tensor,
-            cache: KVCache, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+def prefill(
+    w: Qwen2Weights,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    row_prompt: torch.Tensor,
+    cache: KVCache,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+) -> torch.Tensor:
     """Run the U distinct prompts once and give each of the B rows its prompt's keys and values.
 
     ids, mask: (U, W) left-padded prompt ids and their attention mask; row_prompt: (B,) the
@@ -185,8 +201,15 @@ def prefill(w: Qwen2Weights, ids: torch.Tensor, mask: torch.Tensor, row_prompt: 
     return F.linear(last, w.lm_head).float()[row_prompt]
 
 
-def decode_step(w: Qwen2Weights, tokens: torch.Tensor, positions: torch.Tensor, slot: int,
-                cache: KVCache, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+def decode_step(
+    w: Qwen2Weights,
+    tokens: torch.Tensor,
+    positions: torch.Tensor,
+    slot: int,
+    cache: KVCache,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+) -> torch.Tensor:
     """One token per row: tokens, positions (B,) -> float32 logits (B, V); writes cache slot `slot`.
 
     The G query heads that share a key/value head are laid out as G queries against it
@@ -205,7 +228,9 @@ def decode_step(w: Qwen2Weights, tokens: torch.Tensor, positions: torch.Tensor, 
         keys[:, :, slot] = rotate(F.linear(h, layer.k_w, layer.k_b).view(B, w.kv_heads, w.head_dim), c, s)
         values[:, :, slot] = F.linear(h, layer.v_w, layer.v_b).view(B, w.kv_heads, w.head_dim)
         # (B, KV, G, D) @ (B, KV, D, L): plain matmuls; CPU SDPA costs more than this at one query.
-        scores = torch.matmul(q.view(B, w.kv_heads, groups, w.head_dim) * scale, keys[:, :, : slot + 1].transpose(-1, -2))
+        scores = torch.matmul(
+            q.view(B, w.kv_heads, groups, w.head_dim) * scale, keys[:, :, : slot + 1].transpose(-1, -2)
+        )
         probs = torch.softmax((scores + bias).float(), dim=-1).to(w.dtype)
         out = torch.matmul(probs, values[:, :, : slot + 1])
         x = x + F.linear(out.reshape(B, -1), layer.o_w)

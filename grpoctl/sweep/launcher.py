@@ -74,8 +74,16 @@ def gpu_ids() -> list[str]:
     return [str(i) for i in range(count)]
 
 
-def run_sweep(plan: SweepPlan, registry: Registry, *, parallel: int = 1, retry_failed: bool = False,
-              log_root: Path = Path("outputs/sweeps"), watcher: Watcher | None = None, cluster=None) -> SweepResult:
+def run_sweep(
+    plan: SweepPlan,
+    registry: Registry,
+    *,
+    parallel: int = 1,
+    retry_failed: bool = False,
+    log_root: Path = Path("outputs/sweeps"),
+    watcher: Watcher | None = None,
+    cluster=None,
+) -> SweepResult:
     """Record the sweep and its members, then run what is left to run: here, `parallel`
     at a time, or on `cluster` (an on_ray.RayCluster, connected and checked)."""
     watcher = watcher or Watcher()
@@ -121,8 +129,12 @@ def _run_here(result: SweepResult, registry: Registry, parallel: int, watcher: W
             job.started, job.outcome = time.monotonic(), "running"
         watcher.started(job)
         try:
-            job.outcome = run_member(job.member(registry.public_url, job_env), control, registry=registry,
-                                     secret_env=secret_env(registry.url)).status
+            job.outcome = run_member(
+                job.member(registry.public_url, job_env),
+                control,
+                registry=registry,
+                secret_env=secret_env(registry.url),
+            ).status
         except Exception as exc:  # a bug or a registry gone: this member only
             job.outcome = f"error: {type(exc).__name__}: {exc}"
         watcher.finished(job)

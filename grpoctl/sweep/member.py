@@ -106,8 +106,12 @@ def secret_env(url) -> dict[str, str]:
     return {"PGPASSWORD": str(password)} if password else {}
 
 
-def run_member(spec: MemberSpec, control: Control | None = None, registry: Registry | None = None,
-               secret_env: dict[str, str] | None = None) -> Outcome:
+def run_member(
+    spec: MemberSpec,
+    control: Control | None = None,
+    registry: Registry | None = None,
+    secret_env: dict[str, str] | None = None,
+) -> Outcome:
     """Run one member to its end (see the module docstring). `registry`: an open one to
     use (the local executor's); `secret_env`: extra environment for the trainer only."""
     control = control or Control()
@@ -198,24 +202,38 @@ def _write_config(spec: MemberSpec, log: "MemberLog") -> str:
 # --------------------------------------------------------------------------- running it
 
 
-def _supervise(spec: MemberSpec, registry: Registry, log: "MemberLog", args: list[str],
-               control: Control, secret_env: dict[str, str]) -> Outcome:
+def _supervise(
+    spec: MemberSpec,
+    registry: Registry,
+    log: "MemberLog",
+    args: list[str],
+    control: Control,
+    secret_env: dict[str, str],
+) -> Outcome:
     command = train_command() + args
     env = dict(os.environ, PYTHONUNBUFFERED="1", **spec.env, **secret_env)
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     devices = env.get("CUDA_VISIBLE_DEVICES")
     stamp = datetime.now().isoformat(timespec="seconds")
-    log.note(f"{stamp} on {socket.gethostname()}"
-             + (f" (CUDA_VISIBLE_DEVICES={devices})" if devices is not None else "")
-             + f": {shlex.join(command)}")
+    log.note(
+        f"{stamp} on {socket.gethostname()}"
+        + (f" (CUDA_VISIBLE_DEVICES={devices})" if devices is not None else "")
+        + f": {shlex.join(command)}"
+    )
     cwd = spec.cwd if os.path.isdir(spec.cwd) else None
     # A session of its own: a Ctrl-C at the sweep's terminal reaches only the sweep, which
     # forwards exactly one SIGINT (a second would make the trainer stop at once).
     # Its output goes to the log file, not a pipe: a trainer orphaned by a dead worker
     # must still be able to write while it checkpoints (into a pipe nobody reads, it could not).
-    proc = subprocess.Popen([sys.executable, "-m", "grpoctl.sweep.exec_trainer", str(os.getpid()), "--", *command],
-                            stdout=log.file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            env=env, cwd=cwd, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "grpoctl.sweep.exec_trainer", str(os.getpid()), "--", *command],
+        stdout=log.file,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+    )
     sent = 0
     try:
         while proc.poll() is None:
@@ -251,17 +269,21 @@ def _ending(spec: MemberSpec, registry: Registry, proc: subprocess.Popen, asked:
         return Outcome(f"did not start (exit {code}; `grpoctl runs logs {spec.run_name}`)")
     died = code < 0 or code == 130  # killed by a signal (or stopped by a second Ctrl-C)
     status = "interrupted" if died else "failed"
-    ended = registry.end_abandoned(run.id, [proc.pid, os.getpid()], status,
-                                   f"trainer exited with code {code} without recording its end "
-                                   f"(`grpoctl runs logs {spec.run_name}`)")
+    ended = registry.end_abandoned(
+        run.id,
+        [proc.pid, os.getpid()],
+        status,
+        f"trainer exited with code {code} without recording its end (`grpoctl runs logs {spec.run_name}`)",
+    )
     if ended:
         return Outcome(status, lost=died and not asked)
     run = registry.runs_named([spec.run_name])[spec.run_name]
     if run.status == "running":
         return Outcome(f"running elsewhere (pid {run.claim_pid} on {run.claim_host})")
     if code == 2:  # refused by its checks (say, a checkpoint whose files are gone): see its log
-        return Outcome(f"did not {'resume' if spec.action == 'resume' else 'start'} "
-                       f"(`grpoctl runs logs {spec.run_name}`)")
+        return Outcome(
+            f"did not {'resume' if spec.action == 'resume' else 'start'} (`grpoctl runs logs {spec.run_name}`)"
+        )
     # Interrupted with nobody here asking and no `runs stop`: preempted (SIGTERM from outside).
     preempted = run.status == "interrupted" and not asked and run.stop_requested_at is None
     return Outcome(run.status, lost=preempted)
@@ -307,8 +329,9 @@ class MemberLog:
         if end <= 0:
             return
         try:
-            self.registry.append_log(self.run_name, self._unsent[:end].decode("utf-8", errors="replace"),
-                                     host=self.host)
+            self.registry.append_log(
+                self.run_name, self._unsent[:end].decode("utf-8", errors="replace"), host=self.host
+            )
             self._unsent = self._unsent[end:]
         except Exception:  # a busy or unreachable registry must not end the member
             pass

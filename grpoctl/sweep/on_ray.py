@@ -56,8 +56,13 @@ LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0"}
 class RayCluster:
     """A connection to a Ray cluster that has passed the checks above, ready to run members."""
 
-    def __init__(self, url: URL, address: str | None = None, max_retries: int = DEFAULT_MAX_RETRIES,
-                 cpus_per_run: int | None = None) -> None:
+    def __init__(
+        self,
+        url: URL,
+        address: str | None = None,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        cpus_per_run: int | None = None,
+    ) -> None:
         self.url, self.max_retries, self.cpus_per_run = url, max_retries, cpus_per_run
         self._started = connect(address)
         try:
@@ -78,9 +83,13 @@ class RayCluster:
             cpus = self.cpus_per_run or max(1, int(job.config["runtime"]["threads"] or 1))
             spec = job.member(registry.public_url, {THREADS_ENV: str(cpus)}, wait_for_claim=True)
             task = _member_task.options(
-                name=f"grpoctl train {job.run_name}", num_gpus=self.gpus, num_cpus=cpus,
-                max_retries=self.max_retries, retry_exceptions=[MemberLost],
-                runtime_env={"env_vars": self.env} if self.env else None)
+                name=f"grpoctl train {job.run_name}",
+                num_gpus=self.gpus,
+                num_cpus=cpus,
+                max_retries=self.max_retries,
+                retry_exceptions=[MemberLost],
+                runtime_env={"env_vars": self.env} if self.env else None,
+            )
             refs[task.remote(spec)] = job
         _watch(refs, registry, result, watcher)
 
@@ -118,8 +127,10 @@ def connect(address: str | None) -> bool:
             where = address or os.environ.get("RAY_ADDRESS") or "a new local cluster"
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             if "InvalidAuthToken" in said:
-                first = ("the cluster wants its auth token: set RAY_AUTH_MODE=token and give this machine the "
-                         "cluster's token (~/.ray/auth_token or $RAY_AUTH_TOKEN; see the README, Scale out)")
+                first = (
+                    "the cluster wants its auth token: set RAY_AUTH_MODE=token and give this machine the "
+                    "cluster's token (~/.ray/auth_token or $RAY_AUTH_TOKEN; see the README, Scale out)"
+                )
             raise UserError(f"cannot connect to the Ray cluster at {where}: {first}") from None
     return True
 
@@ -143,11 +154,15 @@ def registry_problem(url: URL, hosts: set[str]) -> str | None:
         return None
     spread = f"the Ray cluster spans {len(hosts)} machines"
     if sqlite_path(url) is not None or url.get_backend_name() == "sqlite":
-        return (f"{spread}, and a SQLite registry lives on one machine's disk: use a PostgreSQL registry "
-                "every machine reaches (--db postgresql+psycopg://USER@HOST/DB; see the README, Scale out)")
+        return (
+            f"{spread}, and a SQLite registry lives on one machine's disk: use a PostgreSQL registry "
+            "every machine reaches (--db postgresql+psycopg://USER@HOST/DB; see the README, Scale out)"
+        )
     if (url.host or "localhost").lower() in LOCAL_HOSTS or url.host.startswith("/"):
-        return (f"{spread}, and the registry's PostgreSQL server is at {url.host or 'a local socket'}, "
-                "which every machine reads as itself: give the server's network address in --db")
+        return (
+            f"{spread}, and the registry's PostgreSQL server is at {url.host or 'a local socket'}, "
+            "which every machine reads as itself: give the server's network address in --db"
+        )
     return None
 
 
@@ -172,15 +187,17 @@ def check_nodes(nodes: list[dict], db: str, env: dict[str, str]) -> None:
     for node in nodes:
         strategy = NodeAffinitySchedulingStrategy(node_id=node["NodeID"], soft=False)
         refs[node["NodeManagerAddress"]] = _probe.options(
-            scheduling_strategy=strategy, runtime_env={"env_vars": env} if env else None).remote(db)
+            scheduling_strategy=strategy, runtime_env={"env_vars": env} if env else None
+        ).remote(db)
     probes = {}
     for address, ref in refs.items():
         try:
             probes[address] = ray.get(ref, timeout=PROBE_TIMEOUT_S)
         except RayError as exc:
             why = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
-            raise UserError(f"node {address} cannot run grpoctl ({why}): install the driver's grpoctl "
-                            f"{grpoctl.__version__} on it") from None
+            raise UserError(
+                f"node {address} cannot run grpoctl ({why}): install the driver's grpoctl {grpoctl.__version__} on it"
+            ) from None
     problem = version_problem(driver_versions(), probes)
     if problem:
         raise UserError(problem)
@@ -194,8 +211,10 @@ def version_problem(driver: dict[str, str], probes: dict[str, dict]) -> str | No
     for address, probe in sorted(probes.items()):
         for package in ("grpoctl", "ray"):
             if probe[package] != driver[package]:
-                return (f"node {address} ({probe['host']}) runs {package} {probe[package]}, the driver "
-                        f"{driver[package]}: every node needs the same grpoctl and Ray")
+                return (
+                    f"node {address} ({probe['host']}) runs {package} {probe[package]}, the driver "
+                    f"{driver[package]}: every node needs the same grpoctl and Ray"
+                )
     return None
 
 

@@ -48,9 +48,18 @@ class Job:
         return [str(self.config_file), "--db", db]
 
     def member(self, db: str, env: dict[str, str] | None = None, wait_for_claim: bool = False) -> MemberSpec:
-        return MemberSpec(run_name=self.run_name, config_hash=self.variant.config_hash, config=self.config,
-                          config_file=str(self.config_file), log=str(self.log), db=db, action=self.action,
-                          cwd=os.getcwd(), env=dict(env or {}), wait_for_claim=wait_for_claim)
+        return MemberSpec(
+            run_name=self.run_name,
+            config_hash=self.variant.config_hash,
+            config=self.config,
+            config_file=str(self.config_file),
+            log=str(self.log),
+            db=db,
+            action=self.action,
+            cwd=os.getcwd(),
+            env=dict(env or {}),
+            wait_for_claim=wait_for_claim,
+        )
 
 
 @dataclass

@@ -228,9 +228,16 @@ class SweepPlan:
         return config
 
 
-def _expand(name: str, kind: str, base: str | None, spec: dict,
-            labelled: list[tuple[str, list[str]]], seeds: list[int] | None,
-            shared: list[str], baseline: str | None = None) -> SweepPlan:
+def _expand(
+    name: str,
+    kind: str,
+    base: str | None,
+    spec: dict,
+    labelled: list[tuple[str, list[str]]],
+    seeds: list[int] | None,
+    shared: list[str],
+    baseline: str | None = None,
+) -> SweepPlan:
     """Resolve and hash every (label, overrides) x seed; refuse duplicates. The baseline
     is `baseline`, else the variant that changes nothing of the `shared` config (if any);
     it is stored in the spec, so `compare` finds it in the registry."""
@@ -284,19 +291,28 @@ def parse_seeds(text: str | list | int | None) -> list[int] | None:
     return seeds
 
 
-def param_sweep(param: str, values: str, base: str | None = None, overrides: list[str] = (),
-                seeds: str | None = None, name: str | None = None) -> SweepPlan:
+def param_sweep(
+    param: str,
+    values: str,
+    base: str | None = None,
+    overrides: list[str] = (),
+    seeds: str | None = None,
+    name: str | None = None,
+) -> SweepPlan:
     """`grpoctl sweep lr --values 1e-6..1e-4`: one variant per value (per seed)."""
     path = resolve_key(param)
     short = path.rsplit(".", 1)[-1] if param == path else param
     name = name or f"{short}-sweep"
     parsed = parse_values(values)
-    labelled = [
-        (f"{short}={format_value(v)}", list(overrides) + [f"{path}={override_text(v)}"])
-        for v in parsed
-    ]
-    spec = {"param": path, "values": values, "parsed": parsed, "base": base,
-            "overrides": list(overrides), "seeds": seeds}
+    labelled = [(f"{short}={format_value(v)}", list(overrides) + [f"{path}={override_text(v)}"]) for v in parsed]
+    spec = {
+        "param": path,
+        "values": values,
+        "parsed": parsed,
+        "base": base,
+        "overrides": list(overrides),
+        "seeds": seeds,
+    }
     return _expand(name, "sweep", base, spec, labelled, parse_seeds(seeds), list(overrides))
 
 
@@ -305,8 +321,13 @@ def param_sweep(param: str, values: str, base: str | None = None, overrides: lis
 SPEC_KEYS = {"name", "base", "baseline", "common", "seeds", "variants", "description"}
 
 
-def ablation(path: str | Path, overrides: list[str] = (), seeds: str | None = None,
-             name: str | None = None, base: str | None = None) -> SweepPlan:
+def ablation(
+    path: str | Path,
+    overrides: list[str] = (),
+    seeds: str | None = None,
+    name: str | None = None,
+    base: str | None = None,
+) -> SweepPlan:
     """`grpoctl sweep experiments/NAME.yaml`: named variants, each a minimal diff.
 
         name: baseline-ablation          # default: the file's stem
@@ -344,14 +365,20 @@ def ablation(path: str | Path, overrides: list[str] = (), seeds: str | None = No
 
     baseline = data.get("baseline")
     if baseline is not None and str(baseline) not in {str(label) for label in variants}:
-        raise UserError(f"{path}: baseline {baseline!r} is not one of the variants: "
-                        + ", ".join(map(str, variants)))
+        raise UserError(f"{path}: baseline {baseline!r} is not one of the variants: " + ", ".join(map(str, variants)))
     spec = {"file": str(path), **data, "overrides": list(overrides)}
     if base:
         spec["base"] = base
-    return _expand(name or str(data.get("name") or path.stem), "ablation", base_file, spec,
-                   labelled, parse_seeds(seeds if seeds is not None else data.get("seeds")),
-                   shared, None if baseline is None else str(baseline))
+    return _expand(
+        name or str(data.get("name") or path.stem),
+        "ablation",
+        base_file,
+        spec,
+        labelled,
+        parse_seeds(seeds if seeds is not None else data.get("seeds")),
+        shared,
+        None if baseline is None else str(baseline),
+    )
 
 
 def _read_spec(path: Path) -> dict:

@@ -41,8 +41,15 @@ def build_tokenizer():
     )
 
 
-def build_model(tokenizer, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
-                num_key_value_heads=1, intermediate_size=512, seed=0):
+def build_model(
+    tokenizer,
+    hidden_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    intermediate_size=512,
+    seed=0,
+):
     """A randomly initialised Qwen2ForCausalLM sized by the arguments (head_dim = hidden / heads)."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM

@@ -116,8 +116,12 @@ def _build(spec: WarmStartSpec, root: Path, log) -> None:
     tokenizer = build_tokenizer()
     model = build_model(tokenizer, seed=spec.seed, **spec.sizes)
     syn = spec.synthetic
-    knobs = dict(min_digits=syn["min_digits"], max_digits=syn["max_digits"], ops=tuple(syn["ops"]),
-                 num_operands=syn["num_operands"])
+    knobs = dict(
+        min_digits=syn["min_digits"],
+        max_digits=syn["max_digits"],
+        ops=tuple(syn["ops"]),
+        num_operands=syn["num_operands"],
+    )
     # Only the train split: the eval split stays unseen by the warm-start too.
     train = synthetic_examples("train", None, seed=spec.seed, **knobs)
     rng = random.Random(f"grpoctl-warmstart:{spec.seed}")
@@ -145,14 +149,17 @@ def _build(spec: WarmStartSpec, root: Path, log) -> None:
         # 0.3 -> 0.49 within 5, were seen): probe every 5 steps once it is on its way and
         # every other step near the target, and stop at whichever of the last two probes
         # came closer to the target.
-        every = (spec.check_every if accuracy < spec.target_accuracy / 6
-                 else 5 if accuracy < spec.target_accuracy / 2 else 2)
+        every = (
+            spec.check_every if accuracy < spec.target_accuracy / 6 else 5 if accuracy < spec.target_accuracy / 2 else 2
+        )
         if step % every == 0:
             accuracy = greedy_accuracy(model, tokenizer, probe, spec.template)
             curve.append((step, accuracy))
             if step % spec.check_every == 0:  # progress on screen, every check_every steps
-                log(f"warm-start step {step}/{spec.steps}: greedy probe accuracy {accuracy:.2f} "
-                    f"(it stops at {spec.target_accuracy:.2f}), {time.perf_counter() - started:.0f} s")
+                log(
+                    f"warm-start step {step}/{spec.steps}: greedy probe accuracy {accuracy:.2f} "
+                    f"(it stops at {spec.target_accuracy:.2f}), {time.perf_counter() - started:.0f} s"
+                )
             if accuracy >= spec.target_accuracy:
                 if previous and abs(previous[0] - spec.target_accuracy) < abs(accuracy - spec.target_accuracy):
                     accuracy, weights = previous
@@ -160,8 +167,12 @@ def _build(spec: WarmStartSpec, root: Path, log) -> None:
                 break
             previous = (accuracy, {k: v.detach().clone() for k, v in model.state_dict().items()})
     save_model_dir(model, tokenizer, tmp / "final")
-    meta = {"steps": step, "probe_accuracy": accuracy, "seconds": round(time.perf_counter() - started, 1),
-            "probe_curve": curve}
+    meta = {
+        "steps": step,
+        "probe_accuracy": accuracy,
+        "seconds": round(time.perf_counter() - started, 1),
+        "probe_curve": curve,
+    }
     (tmp / "warmstart.json").write_text(json.dumps(asdict(spec) | meta, indent=2))
     shutil.rmtree(root, ignore_errors=True)
     tmp.rename(root)
@@ -177,7 +188,9 @@ def greedy_accuracy(model, tokenizer, examples, template: str) -> float:
     prompts, _ = _prompts_and_targets(examples, template)
     sampling = SamplingSettings(greedy=True, min_tokens=1, max_tokens=40)
     out = HFRolloutBackend(model, tokenizer).generate(prompts, 1, sampling, seed=0)
-    right = sum(text.strip().endswith(f"<answer>{ex.answer}</answer>") for text, ex in zip(out.response_texts, examples))
+    right = sum(
+        text.strip().endswith(f"<answer>{ex.answer}</answer>") for text, ex in zip(out.response_texts, examples)
+    )
     return right / len(examples)
 
 

@@ -66,8 +66,10 @@ def save_checkpoint(path: Path, model, tokenizer, saved: SavedTrainer, run_name:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         # One flat dict, as the first trainer_state.pt files were.
-        torch.save({**asdict(state), "optimizer": saved.optimizer, "scheduler": saved.scheduler, "rng": saved.rng},
-                   tmp / STATE_FILE)
+        torch.save(
+            {**asdict(state), "optimizer": saved.optimizer, "scheduler": saved.scheduler, "rng": saved.rng},
+            tmp / STATE_FILE,
+        )
         (tmp / RUN_FILE).write_text(json.dumps({"run": run_name, "step": state.step}))
         fault_point("checkpoint-rename", state.step)
         # Renamed into place only when complete: a kill mid-save never leaves a torn checkpoint.
@@ -122,14 +124,18 @@ def pick_resume_checkpoint(checkpoints: list, run_name: str, skip_missing: bool 
         if problem is None:
             if skipped and not skip_missing:
                 step, why = skipped[0]
-                raise UserError(f"run '{run_name}': the files of its step {step} checkpoint are missing or damaged "
-                                f"({why}); `--skip-missing-checkpoints` resumes from step {checkpoint.step} instead")
+                raise UserError(
+                    f"run '{run_name}': the files of its step {step} checkpoint are missing or damaged "
+                    f"({why}); `--skip-missing-checkpoints` resumes from step {checkpoint.step} instead"
+                )
             return checkpoint, skipped
         skipped.append((checkpoint.step, problem))
     steps = ", ".join(str(step) for step, _ in skipped)
     which = f"checkpoints (steps {steps}) are" if len(skipped) > 1 else f"step {steps} checkpoint are"
-    raise UserError(f"run '{run_name}': the files of its {which} missing or damaged ({skipped[0][1]}) "
-                    f"and no older one is left: start again with `grpoctl train --from {run_name}`")
+    raise UserError(
+        f"run '{run_name}': the files of its {which} missing or damaged ({skipped[0][1]}) "
+        f"and no older one is left: start again with `grpoctl train --from {run_name}`"
+    )
 
 
 def run_of_checkpoint(path: Path) -> dict | None:
@@ -140,10 +146,14 @@ def run_of_checkpoint(path: Path) -> dict | None:
     try:
         data = json.loads(marker.read_text(encoding="utf-8"))
     except (ValueError, OSError) as exc:
-        raise UserError(f"{marker} is unreadable ({str(exc).splitlines()[0]}): delete it to evaluate the "
-                        "checkpoint as an unknown model") from None
+        raise UserError(
+            f"{marker} is unreadable ({str(exc).splitlines()[0]}): delete it to evaluate the "
+            "checkpoint as an unknown model"
+        ) from None
     if not (isinstance(data, dict) and isinstance(data.get("run"), str) and isinstance(data.get("step"), int)):
-        raise UserError(f"{marker} does not name a run and step: delete it to evaluate the checkpoint as an unknown model")
+        raise UserError(
+            f"{marker} does not name a run and step: delete it to evaluate the checkpoint as an unknown model"
+        )
     return data
 
 
@@ -153,7 +163,7 @@ def select_for_deletion(checkpoints: list, keep_last: int, keep_best: int) -> li
     The newest is always kept, whatever keep_last says: it is what --resume needs.
     """
     by_step = sorted(checkpoints, key=lambda c: c.step)
-    keep = {id(c) for c in by_step[-max(keep_last, 1):]}
+    keep = {id(c) for c in by_step[-max(keep_last, 1) :]}
     scored = [c for c in by_step if c.eval_accuracy is not None]
     for c in sorted(scored, key=lambda c: (-c.eval_accuracy, -c.step))[:keep_best]:
         keep.add(id(c))

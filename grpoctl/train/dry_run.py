@@ -52,8 +52,10 @@ def describe_dry_run(cfg, device_total_bytes: int | None = None) -> str:
 
 def _verdict(cfg, peak: int, device: str, total: int | None) -> str:
     if total is None:
-        return (f"estimated peak {peak / GiB:.1f} GiB; no {device} device visible here to compare with "
-                "(pass the device's memory to check the fit)")
+        return (
+            f"estimated peak {peak / GiB:.1f} GiB; no {device} device visible here to compare with "
+            "(pass the device's memory to check the fit)"
+        )
     if peak <= total:
         return f"fits: estimated peak {peak / GiB:.1f} GiB of {total / GiB:.1f} GiB on {device}"
     vllm = resolve_backend(cfg.rollout.backend, vllm_installed()) == "vllm"
@@ -67,5 +69,7 @@ def _verdict(cfg, peak: int, device: str, total: int | None) -> str:
     if derived_sizes(cfg).microbatch_size > 1:
         levers.append("a smaller microbatch (raise loop.gradient_accumulation_steps)")
     levers.append("a lower rollout.vllm.gpu_memory_utilization" if vllm else "a shorter rollout.max_tokens")
-    return (f"WARNING: estimated peak {peak / GiB:.1f} GiB exceeds the {total / GiB:.1f} GiB of this {device} device; "
-            f"to shrink it: {', '.join(levers)}")
+    return (
+        f"WARNING: estimated peak {peak / GiB:.1f} GiB exceeds the {total / GiB:.1f} GiB of this {device} device; "
+        f"to shrink it: {', '.join(levers)}"
+    )

@@ -46,8 +46,16 @@ def eval_sampling(eval_cfg, stop) -> SamplingSettings:
     )
 
 
-def evaluate(backend, examples: list[Example], template: str, reward_name: str, sampling: SamplingSettings,
-             batch_size: int, n_samples: int = 4, seed: int = 0) -> EvalOutcome:
+def evaluate(
+    backend,
+    examples: list[Example],
+    template: str,
+    reward_name: str,
+    sampling: SamplingSettings,
+    batch_size: int,
+    n_samples: int = 4,
+    seed: int = 0,
+) -> EvalOutcome:
     reward_fn = get_reward_fn(reward_name)
     before = grading_stats()
     correct = formatted = length = 0.0
@@ -75,8 +83,16 @@ def evaluate(backend, examples: list[Example], template: str, reward_name: str, 
     )
 
 
-def eval_record(outcome: EvalOutcome, *, examples: list[Example], data_source: str, data_hash: str,
-                template_name: str, template: str, sampling: SamplingSettings) -> dict:
+def eval_record(
+    outcome: EvalOutcome,
+    *,
+    examples: list[Example],
+    data_source: str,
+    data_hash: str,
+    template_name: str,
+    template: str,
+    sampling: SamplingSettings,
+) -> dict:
     """The EvalResult row's fields (without run, step and checkpoint)."""
     grader = grader_info()
     return dict(

@@ -24,14 +24,28 @@ def run_eval(cfg, registry, path: Path, run, marker: dict | None, say=print, dat
     try:
         sampling = eval_sampling(cfg.eval, cfg.rollout.stop)
         say(f"evaluating {path} on {len(data.eval)} problems ({'greedy' if sampling.greedy else 'sampled'})")
-        outcome = evaluate(backend, data.eval, data.template, cfg.prompt.reward, sampling, cfg.eval.batch_size,
-                           seed=cfg.eval.subset_seed)
+        outcome = evaluate(
+            backend,
+            data.eval,
+            data.template,
+            cfg.prompt.reward,
+            sampling,
+            cfg.eval.batch_size,
+            seed=cfg.eval.subset_seed,
+        )
     finally:
         backend.close()
     return registry.add_eval(
         run_id=run.id if run else None,
         step=marker["step"] if (run and marker) else None,
         checkpoint_path=str(path.resolve()),
-        **eval_record(outcome, examples=data.eval, data_source=data.eval_source, data_hash=data.data_hash,
-                      template_name=data.template_name, template=data.template, sampling=sampling),
+        **eval_record(
+            outcome,
+            examples=data.eval,
+            data_source=data.eval_source,
+            data_hash=data.data_hash,
+            template_name=data.template_name,
+            template=data.template,
+            sampling=sampling,
+        ),
     )

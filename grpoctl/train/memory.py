@@ -14,6 +14,7 @@ from pathlib import Path
 
 from grpoctl.rules import MiB
 
+
 class MemoryTracker:
     """Per-phase memory figures in MiB, named mem/<what>_after_<phase>.
 

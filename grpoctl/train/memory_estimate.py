@@ -77,8 +77,14 @@ def arch_from_hf_config(config: dict) -> Arch:
 # Published configs, so that a dry run of the GPU presets works before the download.
 KNOWN_CONFIGS = {
     "Qwen/Qwen2.5-Math-1.5B": dict(
-        model_type="qwen2", hidden_size=1536, num_hidden_layers=28, num_attention_heads=12,
-        num_key_value_heads=2, intermediate_size=8960, vocab_size=151936, tie_word_embeddings=True,
+        model_type="qwen2",
+        hidden_size=1536,
+        num_hidden_layers=28,
+        num_attention_heads=12,
+        num_key_value_heads=2,
+        intermediate_size=8960,
+        vocab_size=151936,
+        tie_word_embeddings=True,
     ),
 }
 TINY_VOCAB = 2 + 256  # pad, eos and one token per byte (grpoctl.tiny.model)
@@ -92,7 +98,9 @@ def arch_from_model_path(path: str, tiny=None) -> Arch:
     if path == "tiny":
         if tiny is None:
             raise ValueError("model 'tiny' needs its sizes (cfg.model.tiny)")
-        return arch_from_hf_config({"model_type": "qwen2", "vocab_size": TINY_VOCAB, "tie_word_embeddings": True, **dict(tiny)})
+        return arch_from_hf_config(
+            {"model_type": "qwen2", "vocab_size": TINY_VOCAB, "tie_word_embeddings": True, **dict(tiny)}
+        )
     local = Path(path) / "config.json"
     if local.is_file():
         return arch_from_hf_config(json.loads(local.read_text()))
@@ -106,10 +114,13 @@ def arch_from_model_path(path: str, tiny=None) -> Arch:
         pass
     if path in KNOWN_CONFIGS:
         return arch_from_hf_config(KNOWN_CONFIGS[path])
-    raise UserError(f"no config.json for model '{path}': not a directory, not in the Hugging Face cache; download it first")
+    raise UserError(
+        f"no config.json for model '{path}': not a directory, not in the Hugging Face cache; download it first"
+    )
 
 
 # ============================================================================ estimate
+
 
 # Bytes saved for backward per token and layer, HF Qwen2 with SDPA attention (no
 # seq x seq term) and dtype bytes b. Counted from what autograd keeps (checked against
@@ -262,16 +273,24 @@ def estimate_peak_memory(
     if cfg.optimizer.name == "adamw8bit":
         # uint8 m and v, plus one fp32 absmax per 256-value block for each.
         per = 2 + 2 * 4 / 256
-        c.append(Component("optimizer states", int(p * per), everywhere, f"8-bit AdamW: 2 x 1 B + block absmax = {per:.3f} B/param"))
+        c.append(
+            Component(
+                "optimizer states", int(p * per), everywhere, f"8-bit AdamW: 2 x 1 B + block absmax = {per:.3f} B/param"
+            )
+        )
     elif fp32_master_weights:
         per = MASTER_WEIGHTS_BYTES
         c.append(Component("optimizer states", p * per, everywhere, "fp32 master weights + fp32 m, v: 12 B/param"))
     else:
         per = 2 * b
-        c.append(Component("optimizer states", p * per, everywhere, f"AdamW m, v in the params' dtype: 2 x {b} B/param"))
+        c.append(
+            Component("optimizer states", p * per, everywhere, f"AdamW m, v in the params' dtype: 2 x {b} B/param")
+        )
     if cfg.optimizer.name == "adamw":
         # torch's multi-tensor AdamW builds one state-sized temporary (sqrt of v) per step.
-        c.append(Component("optimizer temporaries", p * b, ("optimizer",), "AdamW foreach: sqrt(v), one state-sized copy"))
+        c.append(
+            Component("optimizer temporaries", p * b, ("optimizer",), "AdamW foreach: sqrt(v), one state-sized copy")
+        )
 
     act = activation_bytes_per_token(arch, b, ckpt) * mb * seq
     per_layer = activation_bytes_per_token_layer(arch, b)
@@ -284,8 +303,14 @@ def estimate_peak_memory(
     c.append(Component("activations" + (" (ckpt)" if ckpt else ""), act, ("backward",), how))
     per_el = logits_bytes_per_element(b)
     copies = "bf16 + fp32 upcast + fp32 grad" if b < 4 else "fp32 + fp32 grad"
-    c.append(Component("logits", mb * seq * arch.vocab_size * per_el, ("backward",),
-                       f"{mb} x {seq} x {arch.vocab_size} vocab x {per_el} B ({copies})"))
+    c.append(
+        Component(
+            "logits",
+            mb * seq * arch.vocab_size * per_el,
+            ("backward",),
+            f"{mb} x {seq} x {arch.vocab_size} vocab x {per_el} B ({copies})",
+        )
+    )
 
     notes = []
     backend = resolve_backend(cfg.rollout.backend, vllm_installed())
@@ -305,12 +330,30 @@ def estimate_peak_memory(
             c.append(Component("vLLM pool", pool, everywhere, f"{util}; held throughout (sleep mode off)"))
     elif backend == "vllm":
         kv = int(v.cpu_kvcache_space_gb * GiB)
-        c.append(Component("vLLM weights + KV", p * b + kv, everywhere, f"its own weight copy + cpu_kvcache_space_gb {v.cpu_kvcache_space_gb}"))
+        c.append(
+            Component(
+                "vLLM weights + KV",
+                p * b + kv,
+                everywhere,
+                f"its own weight copy + cpu_kvcache_space_gb {v.cpu_kvcache_space_gb}",
+            )
+        )
     else:
         batch = max(cfg.rollout.rollout_batch_size, cfg.eval.batch_size)
         kv = batch * seq * arch.num_hidden_layers * 2 * arch.kv_dim * b
-        c.append(Component("generate KV cache", kv, ("rollout",), f"transformers generate: {batch} rows x {seq} tok x K and V"))
-    c.append(Component("runtime overhead", OVERHEAD, everywhere, "CUDA context, workspaces, slack (assumed)" if on_gpu else "libraries (assumed)"))
+        c.append(
+            Component(
+                "generate KV cache", kv, ("rollout",), f"transformers generate: {batch} rows x {seq} tok x K and V"
+            )
+        )
+    c.append(
+        Component(
+            "runtime overhead",
+            OVERHEAD,
+            everywhere,
+            "CUDA context, workspaces, slack (assumed)" if on_gpu else "libraries (assumed)",
+        )
+    )
     return MemoryEstimate(c, device, dtype, p, mb, seq, notes)
 
 
@@ -323,4 +366,3 @@ def visible_device_bytes(device: str) -> int | None:
     import psutil
 
     return psutil.virtual_memory().total
-

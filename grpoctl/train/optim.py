@@ -39,8 +39,10 @@ def _bitsandbytes_adamw8bit(device: torch.device):
         import bitsandbytes as bnb
     except Exception as exc:  # ImportError, or a broken native library
         why = (str(exc).splitlines() or [type(exc).__name__])[0]
-        raise UserError(f"optimizer.name=adamw8bit needs bitsandbytes, which does not import here ({why}); "
-                        "pip install bitsandbytes, or use optimizer.name=adamw") from None
+        raise UserError(
+            f"optimizer.name=adamw8bit needs bitsandbytes, which does not import here ({why}); "
+            "pip install bitsandbytes, or use optimizer.name=adamw"
+        ) from None
     # Importing is not enough: support for each device lives in separate native
     # backends. One step on a throwaway tensor of the 8-bit path's minimum size says
     # whether this device has one, before the real model's states are allocated.
@@ -50,6 +52,8 @@ def _bitsandbytes_adamw8bit(device: torch.device):
         bnb.optim.AdamW8bit([probe], lr=1e-3).step()
     except Exception as exc:
         why = (str(exc).splitlines() or [type(exc).__name__])[0]
-        raise UserError(f"optimizer.name=adamw8bit: bitsandbytes {bnb.__version__} cannot run 8-bit AdamW "
-                        f"on {device.type} ({why}); use optimizer.name=adamw") from None
+        raise UserError(
+            f"optimizer.name=adamw8bit: bitsandbytes {bnb.__version__} cannot run 8-bit AdamW "
+            f"on {device.type} ({why}); use optimizer.name=adamw"
+        ) from None
     return bnb.optim.AdamW8bit

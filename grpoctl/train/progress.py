@@ -72,12 +72,28 @@ class Progress:
     def _panel(self, step: int, m: dict, acc) -> Table:
         per_step, eta = self._rate()
         table = Table(show_header=True, header_style="bold", box=None)
-        for col in ("step", "train reward", "eval acc", "entropy", "mean len", "grad norm", "s/step", "ETA", "peak MiB"):
+        for col in (
+            "step",
+            "train reward",
+            "eval acc",
+            "entropy",
+            "mean len",
+            "grad norm",
+            "s/step",
+            "ETA",
+            "peak MiB",
+        ):
             table.add_column(col, justify="right")
         table.add_row(
-            f"{step}/{self.total}", format_number(m.get("train/reward")), format_number(acc),
-            format_number(m.get("train/token_entropy")), format_number(m.get("train/response_length"), 1),
-            format_number(m.get("train/grad_norm")), f"{per_step:.2f}", _clock(eta), format_number(m.get("mem/peak"), 0),
+            f"{step}/{self.total}",
+            format_number(m.get("train/reward")),
+            format_number(acc),
+            format_number(m.get("train/token_entropy")),
+            format_number(m.get("train/response_length"), 1),
+            format_number(m.get("train/grad_norm")),
+            f"{per_step:.2f}",
+            _clock(eta),
+            format_number(m.get("mem/peak"), 0),
         )
         return table
 

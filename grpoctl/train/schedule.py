@@ -27,4 +27,5 @@ def build_scheduler(optimizer, optimizer_cfg, total_steps: int) -> torch.optim.l
     warmup = max(int(optimizer_cfg.warmup_steps), 0)
     schedule, min_ratio = optimizer_cfg.lr_schedule, float(optimizer_cfg.min_lr_ratio)
     return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda i: lr_multiplier(i, warmup, total_steps, schedule, min_ratio))
+        optimizer, lambda i: lr_multiplier(i, warmup, total_steps, schedule, min_ratio)
+    )

@@ -42,7 +42,12 @@ def pick_dtype(cfg, device: torch.device) -> torch.dtype:
 
 # What a model directory must hold to be loaded (weights: safetensors, sharded or not, or
 # the older pytorch_model.bin; a tokenizer: any of the files transformers reads one from).
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
@@ -64,8 +69,10 @@ def preflight(cfg, warn=print, need_model: bool = True, need_train: bool = True,
             alternatives = "hf" if vllm_installed() else "hf or auto"
             raise UserError(f"rollout.backend=vllm but vllm is unavailable ({why}); use rollout.backend={alternatives}")
         if not ok:
-            raise UserError(f"rollout.backend=auto means vllm where it is installed, and this one does not import "
-                            f"({why}); use rollout.backend=hf")
+            raise UserError(
+                f"rollout.backend=auto means vllm where it is installed, and this one does not import "
+                f"({why}); use rollout.backend=hf"
+            )
     data = load_run_data(cfg, need_train=need_train, warn=warn)
     if writes:
         check_writable(cfg.checkpoint.dir, "checkpoint.dir")
@@ -81,9 +88,11 @@ def check_model_path(cfg) -> None:
         syn = cfg.data.synthetic
         count = problem_count(syn.min_digits, syn.max_digits, tuple(syn.ops), syn.num_operands)
         if count > ENUMERATE_LIMIT:
-            raise UserError(f"model.path={path}: the tiny warm-start trains on every synthetic problem, and these "
-                            f"data.synthetic settings make {count:,} (at most {ENUMERATE_LIMIT:,}); "
-                            "use a model directory, or fewer digits or operands")
+            raise UserError(
+                f"model.path={path}: the tiny warm-start trains on every synthetic problem, and these "
+                f"data.synthetic settings make {count:,} (at most {ENUMERATE_LIMIT:,}); "
+                "use a model directory, or fewer digits or operands"
+            )
         return
     if Path(path).is_dir():
         check_model_dir(path, cfg)
@@ -132,8 +141,10 @@ def check_model_dir(path: str | Path, cfg=None) -> dict:
         for key in ("rollout.max_tokens", "eval.max_tokens"):
             value = cfg.rollout.max_tokens if key.startswith("rollout") else cfg.eval.max_tokens
             if value >= positions:
-                raise UserError(f"{key}={value} leaves no room for the prompt: the model at {path} has "
-                                f"{positions} positions (max_position_embeddings)")
+                raise UserError(
+                    f"{key}={value} leaves no room for the prompt: the model at {path} has "
+                    f"{positions} positions (max_position_embeddings)"
+                )
     return config
 
 

@@ -86,8 +86,10 @@ def grpo_step(run: RunContext, step: int) -> None:
                 for rows in order.split(cfg.loop.train_batch_size):
                     tokens = int(batch.response_mask[rows].sum())  # length_normalization=token divides by these
                     with phases("backward"):
-                        losses = [train_microbatch(run, batch, idx, tokens, entropy, step)
-                                  for idx in rows.split(sizes.microbatch_size)]
+                        losses = [
+                            train_microbatch(run, batch, idx, tokens, entropy, step)
+                            for idx in rows.split(sizes.microbatch_size)
+                        ]
                         grad_norm = clip_gradients(run, step)
                         lr = run.optimizer.param_groups[0]["lr"]
                     with phases("optimizer"):
@@ -133,20 +135,24 @@ def generate_rollouts(run: RunContext, prompts: list[str], step: int) -> Rollout
     """group_size completions per prompt; a blown-up policy shows here first, as nan probabilities."""
     cfg = run.cfg
     try:
-        return run.backend.generate(prompts, cfg.rollout.group_size, rollout_sampling(cfg),
-                                    seed=cfg.seed * 1_000_003 + step)
+        return run.backend.generate(
+            prompts, cfg.rollout.group_size, rollout_sampling(cfg), seed=cfg.seed * 1_000_003 + step
+        )
     except RuntimeError as exc:
         # torch's sampler refuses nan/inf probabilities with this message; anything else
         # (a CUDA fault, an OOM) is a crash, not a divergence.
         if "probability tensor contains" in str(exc):
-            raise Diverged(f"non-finite probabilities while sampling at step {step}: {str(exc).splitlines()[0]}") from exc
+            raise Diverged(
+                f"non-finite probabilities while sampling at step {step}: {str(exc).splitlines()[0]}"
+            ) from exc
         raise
 
 
 def rollout_sampling(cfg) -> SamplingSettings:
     r = cfg.rollout
-    return SamplingSettings(temperature=r.temperature, top_p=r.top_p, min_tokens=r.min_tokens,
-                            max_tokens=r.max_tokens, stop=tuple(r.stop))
+    return SamplingSettings(
+        temperature=r.temperature, top_p=r.top_p, min_tokens=r.min_tokens, max_tokens=r.max_tokens, stop=tuple(r.stop)
+    )
 
 
 # --------------------------------------------------------------------------- rewards and advantages
@@ -186,10 +192,12 @@ def score_rollouts(run: RunContext, rollouts: Rollouts, truths: list[str]) -> Ro
     scores = [reward_fn(text, truth) for text, truth in zip(rollouts.response_texts, truths)]
     after = grading_stats()
     raw = torch.tensor([s["reward"] for s in scores], dtype=torch.float32)
-    advantages = normalize_group_rewards(raw, cfg.rollout.group_size, cfg.loss.advantage_eps,
-                                         cfg.loss.use_std_normalization)
+    advantages = normalize_group_rewards(
+        raw, cfg.rollout.group_size, cfg.loss.advantage_eps, cfg.loss.use_std_normalization
+    )
     summary = summarize_group_rewards(
-        raw, cfg.rollout.group_size,
+        raw,
+        cfg.rollout.group_size,
         format_rewards=torch.tensor([s["format_reward"] for s in scores]),
         answer_rewards=torch.tensor([s["answer_reward"] for s in scores]),
     )
@@ -233,17 +241,25 @@ def log_probs_in_batches(model, batch: RolloutBatch, microbatch: int) -> torch.T
     out = []
     for i in range(0, batch.input_ids.shape[0], microbatch):
         rows = slice(i, i + microbatch)
-        out.append(get_response_log_probs_shared_prompts(
-            model, batch.input_ids[rows].to(device), batch.labels[rows].to(device),
-            batch.response_mask[rows].to(device))["log_probs"].float().cpu())
+        out.append(
+            get_response_log_probs_shared_prompts(
+                model,
+                batch.input_ids[rows].to(device),
+                batch.labels[rows].to(device),
+                batch.response_mask[rows].to(device),
+            )["log_probs"]
+            .float()
+            .cpu()
+        )
     return torch.cat(out)
 
 
 # --------------------------------------------------------------------------- the inner loop
 
 
-def train_microbatch(run: RunContext, batch: RolloutBatch, idx: torch.Tensor, train_batch_tokens: int,
-                     entropy: list[float], step: int) -> dict:
+def train_microbatch(
+    run: RunContext, batch: RolloutBatch, idx: torch.Tensor, train_batch_tokens: int, entropy: list[float], step: int
+) -> dict:
     """Forward and backward of the rollouts `idx` (of a train batch of `train_batch_tokens`
     response tokens); its loss figures. Adds its token entropy to `entropy`."""
     device = next(run.model.parameters()).device
@@ -253,17 +269,25 @@ def train_microbatch(run: RunContext, batch: RolloutBatch, idx: torch.Tensor, tr
     width = int(batch.seq_lengths[idx].max())
     mask = batch.response_mask[idx, :width].to(device)
     # Each distinct prompt of the microbatch runs once (a GRPO group shares one).
-    out = get_response_log_probs_shared_prompts(run.model, batch.input_ids[idx, :width].to(device),
-                                                batch.labels[idx, :width].to(device), mask, return_token_entropy=True)
+    out = get_response_log_probs_shared_prompts(
+        run.model,
+        batch.input_ids[idx, :width].to(device),
+        batch.labels[idx, :width].to(device),
+        mask,
+        return_token_entropy=True,
+    )
     entropy[0] += float((out["token_entropy"].float() * mask).sum())
     entropy[1] += float(mask.sum())
     _, stats = run.loss.microbatch_train_step(
-        out["log_probs"], mask, run.cfg.loop.gradient_accumulation_steps,
+        out["log_probs"],
+        mask,
+        run.cfg.loop.gradient_accumulation_steps,
         raw_rewards=batch.raw_rewards[idx].unsqueeze(-1).to(device),
         advantages=batch.advantages[idx].unsqueeze(-1).to(device),
         # on-policy, the rollout policy is this very forward pass
-        old_log_probs=(out["log_probs"].detach() if batch.old_log_probs is None
-                       else batch.old_log_probs[idx, :width].to(device)),
+        old_log_probs=(
+            out["log_probs"].detach() if batch.old_log_probs is None else batch.old_log_probs[idx, :width].to(device)
+        ),
         ref_log_probs=None if batch.ref_log_probs is None else batch.ref_log_probs[idx, :width].to(device),
         batch_response_tokens=train_batch_tokens,
     )
@@ -324,9 +348,17 @@ def sample_rows(prompts: list[str], rollouts: Rollouts, truths: list[str], score
     rows = []
     for i in range(min(k, len(prompts))):
         j = i * group + i % group
-        rows.append(dict(kind="train", prompt=prompts[i], response=rollouts.response_texts[j], ground_truth=truths[j],
-                         reward=scores[j]["reward"], format_reward=scores[j]["format_reward"],
-                         answer_reward=scores[j]["answer_reward"]))
+        rows.append(
+            dict(
+                kind="train",
+                prompt=prompts[i],
+                response=rollouts.response_texts[j],
+                ground_truth=truths[j],
+                reward=scores[j]["reward"],
+                format_reward=scores[j]["format_reward"],
+                answer_reward=scores[j]["answer_reward"],
+            )
+        )
     return rows
 
 
@@ -338,11 +370,26 @@ def evaluate_policy(run: RunContext, step: int) -> tuple[dict, list[dict], dict]
     """The policy on the eval subset: (eval/* metrics, stored completions, the eval row to record)."""
     cfg, data = run.cfg, run.data
     sampling = eval_sampling(cfg.eval, cfg.rollout.stop)
-    outcome = evaluate(run.backend, data.eval, data.template, cfg.prompt.reward, sampling, cfg.eval.batch_size,
-                       n_samples=cfg.logging.samples_per_step, seed=cfg.eval.subset_seed)
+    outcome = evaluate(
+        run.backend,
+        data.eval,
+        data.template,
+        cfg.prompt.reward,
+        sampling,
+        cfg.eval.batch_size,
+        n_samples=cfg.logging.samples_per_step,
+        seed=cfg.eval.subset_seed,
+    )
     run.state.record_eval(step, outcome.accuracy)
-    row = eval_record(outcome, examples=data.eval, data_source=data.eval_source, data_hash=data.data_hash,
-                      template_name=data.template_name, template=data.template, sampling=sampling)
+    row = eval_record(
+        outcome,
+        examples=data.eval,
+        data_source=data.eval_source,
+        data_hash=data.data_hash,
+        template_name=data.template_name,
+        template=data.template,
+        sampling=sampling,
+    )
     return outcome.metrics(), outcome.samples, row
 
 
@@ -361,14 +408,20 @@ def checkpoint_due(cfg, step: int) -> bool:
 def checkpoint(run: RunContext) -> None:
     """Save the run at run.state.step (weights, tokenizer, state), then apply retention."""
     cfg, state, row = run.cfg, run.state, run.run
-    saved = SavedTrainer(replace(state, last_checkpoint_step=state.step), optimizer=run.optimizer.state_dict(),
-                         scheduler=run.scheduler.state_dict(), rng=capture_rng())
+    saved = SavedTrainer(
+        replace(state, last_checkpoint_step=state.step),
+        optimizer=run.optimizer.state_dict(),
+        scheduler=run.scheduler.state_dict(),
+        rng=capture_rng(),
+    )
     # Renew the claim first: no other process can take the run over while the files are
     # written (the lease outlasts any save), so a fenced-out trainer never overwrites them.
     run.registry.heartbeat(row.id)
     path = save_checkpoint(Path(row.output_dir) / f"step-{state.step}", run.model, run.tokenizer, saved, row.name)
     run.registry.add_checkpoint(row.id, state.step, str(path), eval_accuracy=state.accuracy_at(state.step))
     state.last_checkpoint_step = state.step
-    for old in select_for_deletion(run.registry.checkpoints(row.id), cfg.checkpoint.keep_last, cfg.checkpoint.keep_best):
+    for old in select_for_deletion(
+        run.registry.checkpoints(row.id), cfg.checkpoint.keep_last, cfg.checkpoint.keep_best
+    ):
         shutil.rmtree(old.path, ignore_errors=True)
         run.registry.mark_checkpoint_deleted(old.id)

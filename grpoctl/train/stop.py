@@ -62,8 +62,10 @@ class StopRequest:
     def reason(self, at_once: bool = False) -> str:
         first = "the user (Ctrl-C)" if self.requested == "SIGINT" else self.requested or "the user (Ctrl-C)"
         if at_once and self.again:
-            return (f"stopped at once by a second signal ({self.again} after {self.requested}); "
-                    "the step in flight was not recorded")
+            return (
+                f"stopped at once by a second signal ({self.again} after {self.requested}); "
+                "the step in flight was not recorded"
+            )
         return f"interrupted by {first}"
 
     def __enter__(self):

@@ -62,9 +62,17 @@ def start(cfg, registry, parent: str | None = None, say=print, data=None) -> str
     name = cfg.name or default_run_name(cfg)
     run = prepare(cfg, registry, say, data=data)
     run.run = registry.create_run(
-        name=name, config=to_dict(cfg), config_diff=config_diff(cfg), config_hash=config_hash(cfg),
-        seed=cfg.seed, total_steps=cfg.loop.n_grpo_steps, group=cfg.group, variant=cfg.variant,
-        output_dir=str(checkpoint_dir(cfg, name)), parent=parent, device=device_name(run.memory.device),
+        name=name,
+        config=to_dict(cfg),
+        config_diff=config_diff(cfg),
+        config_hash=config_hash(cfg),
+        seed=cfg.seed,
+        total_steps=cfg.loop.n_grpo_steps,
+        group=cfg.group,
+        variant=cfg.variant,
+        output_dir=str(checkpoint_dir(cfg, name)),
+        parent=parent,
+        device=device_name(run.memory.device),
     )
     registry.set_status(run.run.id, "running", pid=os.getpid())
     say(f"run {name} (id {run.run.id}) → {registry.url.render_as_string(hide_password=True)}")
@@ -111,9 +119,18 @@ def prepare(cfg, registry, say, model_dir: str | None = None, data=None) -> RunC
     scheduler = build_scheduler(optimizer, cfg.optimizer, total_opt_steps)
     backend = make_backend(cfg, model, tokenizer, model_dir, say=say)
     return RunContext(
-        cfg=cfg, registry=registry, model=model, tokenizer=tokenizer, ref_model=ref_model, optimizer=optimizer,
-        scheduler=scheduler, loss=policy_loss(cfg), backend=backend, data=data,
-        stream=PromptStream(data.train, seed=cfg.seed), memory=MemoryTracker(device),
+        cfg=cfg,
+        registry=registry,
+        model=model,
+        tokenizer=tokenizer,
+        ref_model=ref_model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        loss=policy_loss(cfg),
+        backend=backend,
+        data=data,
+        stream=PromptStream(data.train, seed=cfg.seed),
+        memory=MemoryTracker(device),
         progress=Progress(cfg, live=cfg.logging.live),
     )
 
@@ -122,8 +139,12 @@ def policy_loss(cfg) -> PolicyGradientLoss:
     """cfg.loss as the one loss object of the run."""
     loss = cfg.loss
     return PolicyGradientLoss(
-        loss_type=loss.loss_type, length_normalization=loss.length_normalization, cliprange=loss.cliprange,
-        cliprange_high=loss.cliprange_high, importance_level=loss.importance_level, kl_beta=loss.kl_beta,
+        loss_type=loss.loss_type,
+        length_normalization=loss.length_normalization,
+        cliprange=loss.cliprange,
+        cliprange_high=loss.cliprange_high,
+        importance_level=loss.importance_level,
+        kl_beta=loss.kl_beta,
         normalize_constant=float(cfg.rollout.max_tokens),  # length_normalization=constant: Dr. GRPO's divisor
     )
 
@@ -182,8 +203,9 @@ class Heartbeat(threading.Thread):
     (from any machine: the request is in the registry), and if so signals this process
     SIGTERM, once: the run stops exactly as when it is preempted."""
 
-    def __init__(self, registry, run_id: int, every_s: float = 60.0, stop: StopRequest | None = None,
-                 check_s: float = 2.0):
+    def __init__(
+        self, registry, run_id: int, every_s: float = 60.0, stop: StopRequest | None = None, check_s: float = 2.0
+    ):
         super().__init__(daemon=True)
         self.registry, self.run_id, self.every_s, self.stop, self.check_s = registry, run_id, every_s, stop, check_s
         self._done = threading.Event()

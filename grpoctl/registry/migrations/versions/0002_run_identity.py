@@ -41,8 +41,7 @@ def _flatten(d: dict, prefix: str = "") -> dict:
 
 
 def config_hash_v2(config: dict) -> str:
-    items = {k: v for k, v in _flatten(config).items()
-             if k not in EXCLUDED and not k.startswith(EXCLUDED_SECTIONS)}
+    items = {k: v for k, v in _flatten(config).items() if k not in EXCLUDED and not k.startswith(EXCLUDED_SECTIONS)}
     return hashlib.sha256(json.dumps(items, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -57,8 +56,7 @@ def upgrade() -> None:
         if new != old:
             conn.execute(run.update().where(run.c.id == run_id).values(config_hash=new))
     taken: set[tuple[int, str]] = set()
-    rows = conn.execute(sa.select(member.c.id, member.c.sweep_id, member.c.config_hash)
-                        .order_by(member.c.id)).all()
+    rows = conn.execute(sa.select(member.c.id, member.c.sweep_id, member.c.config_hash).order_by(member.c.id)).all()
     for member_id, sweep_id, old in rows:
         new = new_of_old.get(old)
         if new is None or (sweep_id, new) in taken:

@@ -32,8 +32,9 @@ def upgrade() -> None:
         "DELETE FROM metric WHERE id NOT IN ("
         "SELECT min(id) FROM metric GROUP BY run_id, step, coalesce(opt_step, -1), name)"
     )
-    op.create_index("ux_metric_step_key", "metric",
-                    ["run_id", "step", sa.text("coalesce(opt_step, -1)"), "name"], unique=True)
+    op.create_index(
+        "ux_metric_step_key", "metric", ["run_id", "step", sa.text("coalesce(opt_step, -1)"), "name"], unique=True
+    )
 
 
 def downgrade() -> None:
