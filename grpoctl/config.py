@@ -25,7 +25,6 @@ from grpoctl.config_checks import validate
 from grpoctl.errors import UserError
 from grpoctl.rules import is_off_policy
 
-
 # --------------------------------------------------------------------------- the tree
 
 
@@ -277,11 +276,16 @@ def _parse_override(item: str) -> tuple[str, Any]:
         raise UserError(f"override '{item}' is not key=value")
     key, raw = item.split("=", 1)
     path = resolve_key(key.strip())
-    # yaml parsing turns "1e-5" into a float, "true" into a bool, "[a,b]" into a list
-    return path, _yaml_value(raw)
+    return path, parse_value(raw)
 
 
-def _yaml_value(raw: str) -> Any:
+def parse_value(raw: str) -> Any:
+    """A config value as a user types it: `train` overrides and `sweep --values` items alike.
+
+    YAML's reading, so `null` is None, `true` a bool, `[a, b]` a list and `{a: 1}` a dict;
+    plus one correction: YAML reads `1e-5` (no dot) as a string, and a number is what users
+    mean. Anything YAML cannot read stays the string typed.
+    """
     import yaml
 
     try:
@@ -289,7 +293,6 @@ def _yaml_value(raw: str) -> Any:
     except yaml.YAMLError:
         return raw
     if isinstance(value, str):
-        # yaml reads 1e-5 as a string (no dot); numbers are what users mean
         try:
             return float(value) if any(c in value for c in "eE.") else int(value)
         except ValueError:

@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from grpoctl.config import load_config
-from grpoctl.rules import config_hash
 from grpoctl.errors import UserError
+from grpoctl.rules import config_hash
 from grpoctl.sweep.spec import ablation, format_value, override_text, param_sweep, parse_seeds, parse_values
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,6 +35,9 @@ EXPERIMENTS = ROOT / "experiments"
         ("true,false", [True, False]),
         ("grpo_clip,no_baseline", ["grpo_clip", "no_baseline"]),
         ("8,16", [8, 16]),
+        ("null,0.28", [None, 0.28]),  # the one value parser: null is None, as in train overrides
+        ("[0.9,0.99],[0.9,0.95]", [[0.9, 0.99], [0.9, 0.95]]),  # lists in brackets are one item each
+        ("1e-4, 3e-4", [1e-4, 3e-4]),
     ],
 )
 def test_value_specs(spec, expected):
@@ -64,6 +67,29 @@ def test_bad_value_specs_are_one_line_user_errors(spec, message):
     with pytest.raises(UserError) as err:
         parse_values(spec)
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("text", ["null", "0.28", "1e-5", "true", "False", "8", "grpo_clip", "[1, 2]", "{a: 1}", "~"])
+def test_sweep_items_and_train_overrides_read_a_value_alike(text):
+    from grpoctl.config import _parse_override, parse_value
+
+    value = parse_value(text)
+    assert parse_values(text) == [value] and _parse_override(f"variant={text}")[1] == value
+    assert type(parse_values(text)[0]) is type(value)
+
+
+@pytest.mark.parametrize("spec", ["[1,2", "1,2]", "[1,2],{a"])
+def test_unbalanced_brackets_are_one_line_errors(spec):
+    with pytest.raises(UserError, match="bracket|closing") as err:
+        parse_values(spec)
+    assert "\n" not in str(err.value)
+
+
+def test_a_sweep_over_null_plans_a_run_per_value():
+    plan = param_sweep("loss.cliprange_high", "null,0.28")
+    assert [v.label for v in plan.variants] == ["cliprange_high=null", "cliprange_high=0.28"]
+    assert [v.config["loss"]["cliprange_high"] for v in plan.variants] == [None, 0.28]
+    assert len({v.config_hash for v in plan.variants}) == 2
 
 
 def test_values_read_well_and_round_trip_through_overrides():

@@ -27,12 +27,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
 from omegaconf import OmegaConf
 
-from grpoctl.config import load_config, resolve_key, to_dict
-from grpoctl.rules import config_hash
+from grpoctl.config import load_config, parse_value, resolve_key, to_dict
 from grpoctl.errors import UserError
+from grpoctl.rules import config_hash
 
 # --------------------------------------------------------------------------- value specs
 
@@ -41,17 +40,21 @@ MAX_POINTS = 1000
 
 
 def parse_values(spec: str) -> list[Any]:
-    """`a..b` (the 1-3-10 log series), `a..b:n` (n log-spaced points) or `a,b,c`."""
+    """`a..b` (the 1-3-10 log series), `a..b:n` (n log-spaced points) or `a,b,c`.
+
+    Each item of `a,b,c` is read by the one value parser that `train` overrides use
+    (`config.parse_value`): `null`, `true`, numbers, and lists in brackets (`[1,2],[3,4]`).
+    """
     text = spec.strip()
     if not text:
         raise UserError("empty --values: give a..b, a..b:n or a,b,c")
-    if ".." in text:
+    if ".." in text and not text.startswith(("[", "{")):
         return _parse_range(text)
-    items = [item.strip() for item in text.split(",")]
+    items = [item.strip() for item in _split_items(text, spec)]
     if any(item == "" for item in items):
         raise UserError(f"--values {spec!r} has an empty item")
-    values = [parse_scalar(item) for item in items]
-    for item, value in zip(items, values):
+    values = [parse_value(item) for item in items]
+    for item, value in zip(items, values, strict=True):
         if isinstance(value, float) and not math.isfinite(value):
             raise UserError(f"--values {spec!r}: {item!r} is not a finite number")
     if len(set(map(repr, values))) != len(values):
@@ -59,17 +62,22 @@ def parse_values(spec: str) -> list[Any]:
     return values
 
 
-def parse_scalar(text: str) -> Any:
-    """A number, a boolean or a string, as a user typing `a,b,c` means it."""
-    lowered = text.lower()
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
+def _split_items(text: str, spec: str) -> list[str]:
+    """Split `a,b,c` at its top-level commas: `[1,2],[3,4]` is two items, not four."""
+    items, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        if char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth -= 1
+            if depth < 0:
+                raise UserError(f"--values {spec!r}: a closing {char!r} has no opening one")
+        elif char == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    if depth:
+        raise UserError(f"--values {spec!r}: a bracket is not closed")
+    return items + [text[start:]]
 
 
 def _parse_range(spec: str) -> list[float | int]:
@@ -141,6 +149,8 @@ def format_value(value: Any) -> str:
     """How a value reads in a label or a run name: 3e-5, 0.2, true, grpo_clip."""
     if isinstance(value, bool):
         return "true" if value else "false"
+    if value is None:
+        return "null"
     if isinstance(value, float):
         if value != 0 and abs(value) < 0.01:
             mantissa, exponent = f"{value:.6e}".split("e")
