@@ -164,7 +164,7 @@ def compare_to_baseline(
             _against(versus, arms[row.label], base)
         out.append(versus)
     tested = [v for v in out if v.diff is not None]
-    for versus, p in zip(tested, stats.holm([v.diff.p for v in tested])):
+    for versus, p in zip(tested, stats.holm([v.diff.p for v in tested]), strict=True):
         versus.p_holm = p
         versus.verdict = stats.verdict(versus.diff.diff, p)
     return BaselineComparison(baseline, source, last_k, out, len(tested))

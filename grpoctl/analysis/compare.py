@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from statistics import mean, stdev
 from typing import Any
 
+from grpoctl import metrics
 from grpoctl.analysis.baseline import LAST_K, BaselineComparison, compare_to_baseline
 from grpoctl.analysis.health import HEALTH_METRICS, Flag, Series, run_flags
 from grpoctl.errors import UserError
@@ -156,7 +157,7 @@ def load_run_data(registry: Registry, runs: list[Run], extra_metric: str | None 
             peak_mem=summary.peak_mem,
         )
         # Health reads eval accuracy from the same eval results the table shows.
-        series = {**rd.series, "eval/accuracy": [(s, a) for s, a, _ in rd.evals]}
+        series = {**rd.series, metrics.EVAL_ACCURACY: [(s, a) for s, a, _ in rd.evals]}
         rd.flags = run_flags(series, rd.status, run.last_step, run.error)
         data.append(rd)
     return data
@@ -166,7 +167,7 @@ def load_run_data(registry: Registry, runs: list[Run], extra_metric: str | None 
 
 
 def _lower_is_better(metric: str) -> bool:
-    return metric.startswith(("time/", "mem/")) or "loss" in metric or "grad_norm" in metric
+    return metrics.lower_is_better(metric)
 
 
 def _at(points: list, step: int | None):
@@ -190,9 +191,9 @@ def run_values(rd: RunData, at_step: int | None, metric: str) -> dict[str, tuple
         out["best_acc"] = (acc, _binomial_se(acc, n))
         out["best_step"] = (step, None)
     for column, name in (
-        ("length", "train/response_length"),
-        ("entropy", "train/token_entropy"),
-        ("grad_norm", "train/grad_norm"),
+        ("length", metrics.RESPONSE_LENGTH),
+        ("entropy", metrics.TOKEN_ENTROPY),
+        ("grad_norm", metrics.GRAD_NORM),
     ):
         point = _at(rd.series.get(name, []), at_step)
         if point:
@@ -201,7 +202,7 @@ def run_values(rd: RunData, at_step: int | None, metric: str) -> dict[str, tuple
         out["s_per_step"] = (rd.s_per_step, None)
     if rd.peak_mem is not None:
         out["peak_mem"] = (rd.peak_mem, None)
-    if metric != "eval/accuracy":
+    if metric != metrics.EVAL_ACCURACY:
         points = [p for p in rd.series.get(metric, []) if math.isfinite(p[1])]
         point = _at(points, at_step)
         if point:
@@ -323,7 +324,7 @@ def build_compare_table(
     """Everything `grpoctl compare` shows, as data (drawn by cli/compare_view.py)."""
     if last_k < 1:
         raise UserError(f"--last-k must be at least 1, got {last_k}")
-    metric = metric or "eval/accuracy"
+    metric = metric or metrics.EVAL_ACCURACY
     title, runs, notes, member_labels = resolve_runs(registry, refs)
     if not runs:
         raise UserError(f"'{title}' has no runs yet")
@@ -350,7 +351,7 @@ def build_compare_table(
         config = {short[k]: members[0].config.get(k) for k in differing}
         rows.append(Row(label, members, config, stats, _status(members), flags))
 
-    rank_by = "final_acc" if metric == "eval/accuracy" else "metric"
+    rank_by = "final_acc" if metric == metrics.EVAL_ACCURACY else "metric"
     ranked = [r for r in rows if rank_by in r.values and math.isfinite(r.values[rank_by].mean)]
     if len(rows) > 1 and ranked:
         pick = min if _lower_is_better(metric) else max
@@ -360,7 +361,7 @@ def build_compare_table(
     columns = [("final_acc", acc)]
     if at_step is None:
         columns += [("best_acc", "best acc"), ("best_step", "best step")]
-    if metric != "eval/accuracy":
+    if metric != metrics.EVAL_ACCURACY:
         columns += [("metric", metric if at_step is None else f"{metric}@{at_step}")]
         if at_step is None:
             columns += [("metric_best", f"best {metric}"), ("metric_step", "step")]

@@ -22,20 +22,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from statistics import median
 
+from grpoctl import metrics
+
 Series = list[tuple[int, float]]
 
 PERSIST = 3  # consecutive points a condition must hold for
 
 # The metrics the checks read; `compare` fetches these series whole and nothing else.
 HEALTH_METRICS = (
-    "train/token_entropy",
-    "train/response_length",
-    "train/response_clip_fraction",
-    "train/grad_norm",
-    "train/reward",
-    "eval/accuracy",
-    "train/grading_errors",
-    "eval/grading_errors",
+    metrics.TOKEN_ENTROPY,
+    metrics.RESPONSE_LENGTH,
+    metrics.RESPONSE_CLIP_FRACTION,
+    metrics.GRAD_NORM,
+    metrics.REWARD,
+    metrics.EVAL_ACCURACY,
+    metrics.GRADING_ERRORS,
+    metrics.EVAL_GRADING_ERRORS,
 )
 
 
@@ -221,14 +223,14 @@ def run_flags(
     """Every flag for one run, from its metric series and status, in step order."""
     get = series.get
     flags = (
-        entropy_collapse(get("train/token_entropy", []))
-        + length_flags(get("train/response_length", []), get("train/response_clip_fraction", []))
-        + grad_explosion(get("train/grad_norm", []))
-        + flat_reward(get("train/reward", []))
-        + grading_errors(get("train/grading_errors", []), get("eval/grading_errors", []))
+        entropy_collapse(get(metrics.TOKEN_ENTROPY, []))
+        + length_flags(get(metrics.RESPONSE_LENGTH, []), get(metrics.RESPONSE_CLIP_FRACTION, []))
+        + grad_explosion(get(metrics.GRAD_NORM, []))
+        + flat_reward(get(metrics.REWARD, []))
+        + grading_errors(get(metrics.GRADING_ERRORS, []), get(metrics.EVAL_GRADING_ERRORS, []))
     )
-    stuck = accuracy_stuck_at_zero(get("eval/accuracy", []))
-    flags += stuck or accuracy_drop(get("eval/accuracy", []))  # zeros are a drop too
+    stuck = accuracy_stuck_at_zero(get(metrics.EVAL_ACCURACY, []))
+    flags += stuck or accuracy_drop(get(metrics.EVAL_ACCURACY, []))  # zeros are a drop too
     if status == "diverged":
         flags.append(Flag("diverged", max(last_step or 0, 0), error or "the trainer stopped it"))
     return sorted(flags, key=lambda f: f.step)

@@ -13,22 +13,23 @@ import math
 from pathlib import Path
 from statistics import mean, stdev
 
+from grpoctl import metrics
 from grpoctl.analysis.compare import Row, RunData
 from grpoctl.rules import ENDED_BADLY
 
 # (metric, y label, file name): the seed's north star first, then its early warnings.
 PLOTS = (
-    ("eval/accuracy", "eval accuracy", "eval_accuracy.png"),
-    ("train/reward", "train reward (mean over rollouts)", "train_reward.png"),
-    ("train/response_length", "mean response length (tokens)", "response_length.png"),
-    ("train/token_entropy", "token entropy (nats)", "token_entropy.png"),
-    ("train/grad_norm", "gradient norm", "grad_norm.png"),
+    (metrics.EVAL_ACCURACY, "eval accuracy", "eval_accuracy.png"),
+    (metrics.REWARD, "train reward (mean over rollouts)", "train_reward.png"),
+    (metrics.RESPONSE_LENGTH, "mean response length (tokens)", "response_length.png"),
+    (metrics.TOKEN_ENTROPY, "token entropy (nats)", "token_entropy.png"),
+    (metrics.GRAD_NORM, "gradient norm", "grad_norm.png"),
 )
 
 
 def run_series(rd: RunData, metric: str) -> list[tuple[int, float]]:
     """A run's points for `metric`; eval accuracy from its eval results when it has them."""
-    if metric == "eval/accuracy" and rd.evals:
+    if metric == metrics.EVAL_ACCURACY and rd.evals:
         return [(step, acc) for step, acc, _ in rd.evals]
     return [(s, v) for s, v in rd.series.get(metric, []) if math.isfinite(v)]
 
@@ -59,7 +60,7 @@ def plot_metric(rows: list[Row], metric: str, ylabel: str, path: Path, title: st
         return False
     colors = plt.get_cmap("tab10" if len(drawn) <= 10 else "tab20").colors
     fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=120)
-    sparse = metric.startswith("eval/")  # a handful of evals: show the points themselves
+    sparse = metrics.is_eval(metric)  # a handful of evals: show the points themselves
     for i, (row, runs) in enumerate(drawn):
         color = colors[i % len(colors)]
         steps, means, sds = band([r for r in runs if r])
@@ -77,15 +78,15 @@ def plot_metric(rows: list[Row], metric: str, ylabel: str, path: Path, title: st
         if len(runs) > 1:
             ax.fill_between(
                 steps,
-                [m - s for m, s in zip(means, sds)],
-                [m + s for m, s in zip(means, sds)],
+                [m - s for m, s in zip(means, sds, strict=True)],
+                [m + s for m, s in zip(means, sds, strict=True)],
                 color=color,
                 alpha=0.18,
                 linewidth=0,
             )
     values = [v for _, runs in drawn for r in runs for _, v in r]
     positive = [v for v in values if v > 0]
-    if metric == "train/grad_norm" and positive and max(positive) / min(positive) > 100:
+    if metric == metrics.GRAD_NORM and positive and max(positive) / min(positive) > 100:
         ax.set_yscale("log")  # an explosion would flatten every other line to zero
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
     ax.set_xlabel("GRPO step")

@@ -12,7 +12,7 @@ import math
 import shutil
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich import box
@@ -22,6 +22,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from grpoctl import metrics
 from grpoctl.cli.options import DbOption
 from grpoctl.errors import UserError
 from grpoctl.registry import Registry, Run, effective_status
@@ -33,7 +34,7 @@ console = Console()
 
 RunArgument = Annotated[str, typer.Argument(metavar="RUN", help="Run id, name, or a unique prefix of its name.")]
 
-REWARD_METRIC = "train/reward"  # the mean reward over a step's rollouts, as the trainer names it
+REWARD_METRIC = metrics.REWARD  # the mean reward over a step's rollouts, as the trainer names it
 
 
 def register(app: typer.Typer) -> None:
@@ -111,12 +112,12 @@ def _clip(text: str, head: int = 160, tail: int = 320) -> str:
 
 @runs_app.command("list")
 def list_runs(
-    group: Annotated[Optional[str], typer.Option(help="Only runs of this sweep/ablation.")] = None,
+    group: Annotated[str | None, typer.Option(help="Only runs of this sweep/ablation.")] = None,
     status: Annotated[
-        Optional[str], typer.Option(help="running, finished, failed, diverged, interrupted or stale.")
+        str | None, typer.Option(help="running, finished, failed, diverged, interrupted or stale.")
     ] = None,
-    tag: Annotated[Optional[str], typer.Option(help="Only runs with this tag.")] = None,
-    limit: Annotated[Optional[int], typer.Option(help="At most this many (newest first).")] = None,
+    tag: Annotated[str | None, typer.Option(help="Only runs with this tag.")] = None,
+    limit: Annotated[int | None, typer.Option(help="At most this many (newest first).")] = None,
     db: DbOption = None,
 ) -> None:
     """List runs, newest first."""
@@ -238,12 +239,12 @@ def _show_text(registry: Registry, run: Run) -> None:
     last = registry.last_metrics([run.id])[run.id]
     if last:
         console.print(f"\n[bold]Last metrics[/] (step {run.last_step})")
-        metrics = Table.grid(padding=(0, 2))
-        metrics.add_column(style="dim")
-        metrics.add_column(justify="right")
+        table = Table.grid(padding=(0, 2))
+        table.add_column(style="dim")
+        table.add_column(justify="right")
         for name in sorted(last):
-            metrics.add_row(name, format_number(last[name], 4))
-        console.print(metrics)
+            table.add_row(name, format_number(last[name], 4))
+        console.print(table)
 
     evals = registry.evals(run.id)
     if evals:
@@ -275,8 +276,8 @@ def _show_text(registry: Registry, run: Run) -> None:
 @runs_app.command("samples")
 def samples(
     run_ref: RunArgument,
-    step: Annotated[Optional[int], typer.Option(help="GRPO step [default: the latest with samples].")] = None,
-    kind: Annotated[Optional[str], typer.Option(help="train or eval.")] = None,
+    step: Annotated[int | None, typer.Option(help="GRPO step [default: the latest with samples].")] = None,
+    kind: Annotated[str | None, typer.Option(help="train or eval.")] = None,
     limit: Annotated[int, typer.Option(help="At most this many completions.")] = 4,
     db: DbOption = None,
 ) -> None:

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from grpoctl import metrics
 from grpoctl.registry import Registry, effective_status
 from grpoctl.rules import format_number
 from grpoctl.sweep.launcher import Watcher
@@ -127,7 +128,7 @@ def summary_table(plan: SweepPlan, result: SweepResult, registry: Registry) -> T
     """Each variant, its run, status and final eval accuracy."""
     by_hash = existing_runs(plan, registry)
     ids = [r.id for r in by_hash.values()]
-    last = registry.last_metrics(ids, ["eval/accuracy"]) if ids else {}
+    last = registry.last_metrics(ids, [metrics.EVAL_ACCURACY]) if ids else {}
     table = Table(title=f"{plan.kind} {plan.name}", title_justify="left")
     for column in ("variant", "seed", "run", "status", "steps", "eval accuracy"):
         table.add_column(column, justify="right" if column in ("steps", "eval accuracy") else "left")
@@ -138,7 +139,7 @@ def summary_table(plan: SweepPlan, result: SweepResult, registry: Registry) -> T
             why = outcomes.get(variant.config_hash, "not run")
             table.add_row(variant.label, str(variant.seed), "-", "not started" if why == "queued" else why, "", "")
             continue
-        accuracy = last.get(run.id, {}).get("eval/accuracy")
+        accuracy = last.get(run.id, {}).get(metrics.EVAL_ACCURACY)
         table.add_row(
             variant.label,
             str(variant.seed),
@@ -157,7 +158,7 @@ def show_plan(
     say = lambda text: console.print(text, highlight=False, soft_wrap=True)  # noqa: E731
     where = " on Ray (one GPU each, where the cluster has room)" if executor == "ray" else ""
     say(f"{plan.kind} {plan.name}: {len(plan.variants)} run(s){where}")
-    for variant, why, run in decided.skipped:
+    for variant, why, _run in decided.skipped:
         say(f"  skip    {variant.label} (seed {variant.seed}): {why}")
     for job in decided.jobs:
         say(

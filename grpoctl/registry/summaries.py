@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import func, select
 
+from grpoctl import metrics
 from grpoctl.registry.models import COMPARABLE_EVAL_FIELDS, EvalResult, Metric
 from grpoctl.rules import EvalPoint, eval_curve
 
-ACCURACY_METRIC = "eval/accuracy"
+ACCURACY_METRIC = metrics.EVAL_ACCURACY
 
 
 @dataclass
@@ -89,7 +90,7 @@ class RunSummaries:
         )
         peak_q = (
             select(Metric.run_id, func.max(Metric.value))
-            .where(Metric.run_id.in_(ids), Metric.name == "mem/peak", Metric.opt_step.is_(None))
+            .where(Metric.run_id.in_(ids), Metric.name == metrics.MEM_PEAK, Metric.opt_step.is_(None))
             .group_by(Metric.run_id)
         )
         evals_q = select(
@@ -104,12 +105,12 @@ class RunSummaries:
         with self.engine.connect() as conn, conn.begin():
             for run_id, name, step, value in _fetch(conn, series_q):
                 out[run_id].series.setdefault(name, []).append((step, math.nan if value is None else value))
-            for run_id, seconds in conn.execute(_medians(ids, "time/step")):
+            for run_id, seconds in conn.execute(_medians(ids, metrics.STEP_TIME)):
                 out[run_id].s_per_step = seconds
             for run_id, peak in conn.execute(peak_q):
                 out[run_id].peak_mem = peak
             for run_id, step, accuracy, n, *meta in conn.execute(evals_q):
-                out[run_id].eval_meta.append(dict(zip(COMPARABLE_EVAL_FIELDS, meta)))
+                out[run_id].eval_meta.append(dict(zip(COMPARABLE_EVAL_FIELDS, meta, strict=True)))
                 if step is not None:
                     trainer_evals[run_id].append((step, accuracy, n))
         for run_id, summary in out.items():

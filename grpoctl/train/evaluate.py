@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from grpoctl import metrics
 from grpoctl.data import Example, subset_hash
 from grpoctl.prompts import format_prompt, template_hash
 from grpoctl.rewards import get_reward_fn, grader_info, grading_stats
@@ -28,10 +29,10 @@ class EvalOutcome:
 
     def metrics(self) -> dict[str, float]:
         return {
-            "eval/accuracy": self.accuracy,
-            "eval/format_rate": self.format_rate,
-            "eval/response_length": self.mean_response_length,
-            "eval/grading_errors": self.errors,
+            metrics.EVAL_ACCURACY: self.accuracy,
+            metrics.EVAL_FORMAT_RATE: self.format_rate,
+            metrics.EVAL_RESPONSE_LENGTH: self.mean_response_length,
+            metrics.EVAL_GRADING_ERRORS: self.errors,
         }
 
 
@@ -64,7 +65,7 @@ def evaluate(
         chunk = examples[start : start + batch_size]
         prompts = [format_prompt(template, ex.question) for ex in chunk]
         out = backend.generate(prompts, 1, sampling, seed=seed + start)
-        for prompt, ex, text, ids in zip(prompts, chunk, out.response_texts, out.response_ids):
+        for prompt, ex, text, ids in zip(prompts, chunk, out.response_texts, out.response_ids, strict=True):
             scores = reward_fn(text, ex.answer)
             correct += scores["answer_reward"] * scores["format_reward"]
             formatted += scores["format_reward"]

@@ -12,6 +12,7 @@ import re
 import sys
 from pathlib import Path
 
+from grpoctl import metrics
 from grpoctl.rules import MiB
 
 
@@ -55,9 +56,9 @@ class MemoryTracker:
         self._reset_peak()
         self._step_peak = max(self._step_peak, peak / MiB)
         return {
-            f"mem/peak_after_{phase}": peak / MiB,
-            f"mem/reserved_after_{phase}": held / MiB,
-            f"mem/device_free_after_{phase}": free / MiB,
+            metrics.mem_peak_after(phase): peak / MiB,
+            metrics.mem_reserved_after(phase): held / MiB,
+            metrics.mem_device_free_after(phase): free / MiB,
         }
 
     def start_step(self) -> None:

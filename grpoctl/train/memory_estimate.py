@@ -201,7 +201,7 @@ class MemoryEstimate:
     def table(self) -> str:
         rows = [f"{'component':<24}{'size':>10}  {'rollout backward optimizer':<28}how"]
         for c in self.components:
-            marks = "".join(f"{'x' if p in c.phases else '.':^{w}}" for p, w in zip(PHASES, (8, 9, 10)))
+            marks = "".join(f"{'x' if p in c.phases else '.':^{w}}" for p, w in zip(PHASES, (8, 9, 10), strict=True))
             rows.append(f"{c.name:<24}{format_bytes(c.bytes):>10}  {marks:<28}{c.how}")
         totals = ", ".join(f"{p} {format_bytes(self.phase_bytes(p))}" for p in PHASES)
         rows.append(f"{'peak':<24}{format_bytes(self.total):>10}  (phases: {totals})")

@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from grpoctl import metrics
 from grpoctl.train.memory import MemoryTracker
 
 
@@ -36,11 +37,11 @@ class Phases:
             inner = self._inner_peaks.pop()
         seconds = time.perf_counter() - started
         figures = self.memory.boundary(name)
-        peak = f"mem/peak_after_{name}"
+        peak = metrics.mem_peak_after(name)
         figures[peak] = max(figures[peak], inner)
         if self._inner_peaks:
             self._inner_peaks[-1] = max(self._inner_peaks[-1], figures[peak])
-        self.metrics[f"time/{name}"] = self.metrics.get(f"time/{name}", 0.0) + seconds
+        self.metrics[metrics.phase_time(name)] = self.metrics.get(metrics.phase_time(name), 0.0) + seconds
         for key, value in figures.items():
             self.metrics[key] = max(self.metrics.get(key, value), value)
 
@@ -50,5 +51,5 @@ class Phases:
         started = time.perf_counter()
         self.memory.start_step()
         yield
-        self.metrics["mem/peak"] = self.memory.step_peak()
-        self.metrics["time/step"] = time.perf_counter() - started
+        self.metrics[metrics.MEM_PEAK] = self.memory.step_peak()
+        self.metrics[metrics.STEP_TIME] = time.perf_counter() - started

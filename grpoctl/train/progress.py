@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from grpoctl import metrics
 from grpoctl.rules import format_number
 
 
@@ -47,13 +48,13 @@ class Progress:
             self._live.__exit__(*exc)
             self._live = None
 
-    def update(self, step: int, metrics: dict, eval_accuracy: float | None) -> None:
-        self._times.append(metrics.get("time/step", 0.0))
+    def update(self, step: int, figures: dict, eval_accuracy: float | None) -> None:
+        self._times.append(figures.get(metrics.STEP_TIME, 0.0))
         self._step = step
         if self._live is not None:
-            self._live.update(self._panel(step, metrics, eval_accuracy))
+            self._live.update(self._panel(step, figures, eval_accuracy))
         elif step % self._every == 0 or step == self.total:
-            self.console.print(self._line(step, metrics, eval_accuracy), highlight=False, soft_wrap=True)
+            self.console.print(self._line(step, figures, eval_accuracy), highlight=False, soft_wrap=True)
 
     def _rate(self) -> tuple[float, float]:
         return eta_seconds(self._times[-10:], self._step, self.total)
@@ -61,12 +62,12 @@ class Progress:
     def _line(self, step: int, m: dict, acc) -> str:
         per_step, eta = self._rate()
         return (
-            f"step {step}/{self.total}  reward {format_number(m.get('train/reward'))}  "
-            f"eval {format_number(acc)}  entropy {format_number(m.get('train/token_entropy'))}  "
-            f"len {format_number(m.get('train/response_length'), 1)}  "
-            f"gnorm {format_number(m.get('train/grad_norm'))}  "
+            f"step {step}/{self.total}  reward {format_number(m.get(metrics.REWARD))}  "
+            f"eval {format_number(acc)}  entropy {format_number(m.get(metrics.TOKEN_ENTROPY))}  "
+            f"len {format_number(m.get(metrics.RESPONSE_LENGTH), 1)}  "
+            f"gnorm {format_number(m.get(metrics.GRAD_NORM))}  "
             f"{per_step:.2f} s/step  eta {_clock(eta)}  "
-            f"mem {format_number(m.get('mem/peak'), 0)} MiB"
+            f"mem {format_number(m.get(metrics.MEM_PEAK), 0)} MiB"
         )
 
     def _panel(self, step: int, m: dict, acc) -> Table:
@@ -86,14 +87,14 @@ class Progress:
             table.add_column(col, justify="right")
         table.add_row(
             f"{step}/{self.total}",
-            format_number(m.get("train/reward")),
+            format_number(m.get(metrics.REWARD)),
             format_number(acc),
-            format_number(m.get("train/token_entropy")),
-            format_number(m.get("train/response_length"), 1),
-            format_number(m.get("train/grad_norm")),
+            format_number(m.get(metrics.TOKEN_ENTROPY)),
+            format_number(m.get(metrics.RESPONSE_LENGTH), 1),
+            format_number(m.get(metrics.GRAD_NORM)),
             f"{per_step:.2f}",
             _clock(eta),
-            format_number(m.get("mem/peak"), 0),
+            format_number(m.get(metrics.MEM_PEAK), 0),
         )
         return table
 

@@ -184,9 +184,8 @@ def resolve_model_dir(cfg, say=print) -> str:
 
 
 def load_policy(model_dir: str, device: torch.device, dtype: torch.dtype, gradient_checkpointing: bool):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from safetensors import SafetensorError
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_dir)

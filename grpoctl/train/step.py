@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from grpoctl import metrics
 from grpoctl.config import derived_sizes
 from grpoctl.grpo import (
     collate_prompt_and_output_ids,
@@ -102,22 +103,22 @@ def grpo_step(run: RunContext, step: int) -> None:
         # The new weights into the rollout backend (a no-op for hf, which samples from the policy).
         with phases("weight_sync"):
             run.backend.sync_weights(run.model)
-        metrics = {**batch.stats, **step_metrics(per_opt_step, entropy)}
+        figures = {**batch.stats, **step_metrics(per_opt_step, entropy)}
         samples = sample_rows(prompts, rollouts, truths, batch.scores, cfg.logging.samples_per_step)
         eval_row = None
         if eval_due(cfg, step):
             with phases("eval"):
                 eval_metrics, eval_samples, eval_row = evaluate_policy(run, step)
-            metrics |= eval_metrics
+            figures |= eval_metrics
             samples += eval_samples
-    metrics |= phases.metrics
+    figures |= phases.metrics
     fault_point("step-record", step)
     # One transaction: the step's metrics, samples and eval are all recorded, or none is.
-    run.registry.log_step(run.run.id, step, metrics, opt_metrics=per_opt_step, samples=samples, eval=eval_row)
+    run.registry.log_step(run.run.id, step, figures, opt_metrics=per_opt_step, samples=samples, eval=eval_row)
     state.step, state.data_position = step, run.stream.position
     if checkpoint_due(cfg, step):
         checkpoint(run)
-    run.progress.update(step, metrics, state.last_accuracy)
+    run.progress.update(step, figures, state.last_accuracy)
 
 
 # --------------------------------------------------------------------------- prompts and rollouts
@@ -189,7 +190,7 @@ def score_rollouts(run: RunContext, rollouts: Rollouts, truths: list[str]) -> Ro
     cfg = run.cfg
     reward_fn = get_reward_fn(cfg.prompt.reward)
     before = grading_stats()
-    scores = [reward_fn(text, truth) for text, truth in zip(rollouts.response_texts, truths)]
+    scores = [reward_fn(text, truth) for text, truth in zip(rollouts.response_texts, truths, strict=True)]
     after = grading_stats()
     raw = torch.tensor([s["reward"] for s in scores], dtype=torch.float32)
     advantages = normalize_group_rewards(
@@ -205,15 +206,15 @@ def score_rollouts(run: RunContext, rollouts: Rollouts, truths: list[str]) -> Ro
     batch = RolloutBatch(ids["input_ids"], ids["labels"], ids["response_mask"], advantages, raw, scores=scores)
     lengths = [len(r) for r in rollouts.response_ids]
     batch.stats = {
-        "train/reward": summary["reward_mean"],
-        "train/reward_std": summary["reward_std"],
-        "train/format_reward": summary.get("format_reward_mean", 0.0),
-        "train/answer_reward": summary.get("answer_reward_mean", 0.0),
-        "train/zero_std_group_fraction": summary["zero_std_group_fraction"],
-        "train/response_length": sum(lengths) / len(lengths),
-        "train/response_clip_fraction": sum(rollouts.truncated) / len(rollouts.truncated),
-        "train/grading_timeouts": after["timeouts"] - before["timeouts"],
-        "train/grading_errors": after["errors"] - before["errors"],
+        metrics.REWARD: summary["reward_mean"],
+        metrics.REWARD_STD: summary["reward_std"],
+        metrics.FORMAT_REWARD: summary.get("format_reward_mean", 0.0),
+        metrics.ANSWER_REWARD: summary.get("answer_reward_mean", 0.0),
+        metrics.ZERO_STD_GROUP_FRACTION: summary["zero_std_group_fraction"],
+        metrics.RESPONSE_LENGTH: sum(lengths) / len(lengths),
+        metrics.RESPONSE_CLIP_FRACTION: sum(rollouts.truncated) / len(rollouts.truncated),
+        metrics.GRADING_TIMEOUTS: after["timeouts"] - before["timeouts"],
+        metrics.GRADING_ERRORS: after["errors"] - before["errors"],
     }
     return batch
 
@@ -306,12 +307,12 @@ def clip_gradients(run: RunContext, step: int) -> float:
 
 def optimizer_step_metrics(micro_stats: list[dict], grad_norm: float, lr: float) -> dict:
     """One optimizer step's figures from its microbatches' (means; the ratio's extremes)."""
-    out = {"train/grad_norm": grad_norm, "train/lr": lr}
-    for key in ("loss", "clip_fraction", "ratio_mean", "ratio_min", "ratio_max", "kl"):
+    out = {metrics.GRAD_NORM: grad_norm, metrics.LR: lr}
+    for key, name in metrics.LOSS_STATISTICS.items():
         values = [s[key] for s in micro_stats if key in s and math.isfinite(s[key])]
         if values:
             agg = min if key == "ratio_min" else max if key == "ratio_max" else lambda v: sum(v) / len(v)
-            out[f"train/{key}"] = agg(values)
+            out[name] = agg(values)
     return out
 
 
@@ -334,8 +335,8 @@ def step_metrics(per_opt_step: list[tuple[int, dict]], entropy: list[float]) -> 
             out[key] = max(values)
         else:
             out[key] = sum(values) / len(values)
-    out["train/grad_norm_max"] = max(v["train/grad_norm"] for _, v in per_opt_step)
-    out["train/token_entropy"] = entropy[0] / max(entropy[1], 1.0)
+    out[metrics.GRAD_NORM_MAX] = max(v[metrics.GRAD_NORM] for _, v in per_opt_step)
+    out[metrics.TOKEN_ENTROPY] = entropy[0] / max(entropy[1], 1.0)
     return out
 
 
@@ -397,8 +398,8 @@ def evaluate_before_training(run: RunContext) -> None:
     """Step 0: the policy before any update, evaluated and recorded (eval.at_start)."""
     phases = Phases(run.memory)
     with phases("eval"):
-        metrics, samples, row = evaluate_policy(run, 0)
-    run.registry.log_step(run.run.id, 0, metrics | phases.metrics, samples=samples, eval=row)
+        figures, samples, row = evaluate_policy(run, 0)
+    run.registry.log_step(run.run.id, 0, figures | phases.metrics, samples=samples, eval=row)
 
 
 def checkpoint_due(cfg, step: int) -> bool:

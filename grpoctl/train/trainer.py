@@ -23,12 +23,12 @@ from pathlib import Path
 import torch
 
 from grpoctl.config import config_diff, derived_sizes, to_dict
-from grpoctl.rules import config_hash
 from grpoctl.data import PromptStream
 from grpoctl.data.run_data import load_run_data
 from grpoctl.grpo import PolicyGradientLoss
 from grpoctl.registry.claims import ClaimLost
 from grpoctl.rollout import make_backend
+from grpoctl.rules import config_hash
 from grpoctl.train.checkpoint import (
     CheckpointWriteError,
     capture_rng,

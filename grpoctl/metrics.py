@@ -1,0 +1,148 @@
+"""Every metric name grpoctl records or reads, with what it means: the one table.
+
+A metric is a (step, value) series in the registry, named `family/what`: `train/` for
+one GRPO step's rollouts and updates, `eval/` for a held-out evaluation, `time/` for
+seconds, `mem/` for MiB. Writers (the trainer, the evaluator) and readers (compare's
+health flags and columns, report's plots, the progress line, the registry's summaries)
+import the names from here, so a rename is one edit and a reader never asks for a
+series that no writer makes. `tests/test_metric_names.py` finds any name spelled out
+elsewhere in `grpoctl/`.
+
+Names that carry a part (a phase, an eval set, a reward component) come from the
+functions below, never from an f-string at the call site.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    name: str
+    description: str
+    unit: str
+    higher_is_better: bool | None  # None: neither direction is better (a learning rate, a length)
+
+
+TABLE: dict[str, MetricInfo] = {}
+
+
+def _metric(name: str, description: str, unit: str, higher_is_better: bool | None) -> str:
+    TABLE[name] = MetricInfo(name, description, unit, higher_is_better)
+    return name
+
+
+# --------------------------------------------------------------------------- train/: one GRPO step
+
+REWARD = _metric("train/reward", "mean reward over the step's rollouts", "reward", True)
+REWARD_STD = _metric("train/reward_std", "standard deviation of the reward over the step's rollouts", "reward", None)
+FORMAT_REWARD = _metric("train/format_reward", "mean format reward over the step's rollouts", "reward", True)
+ANSWER_REWARD = _metric("train/answer_reward", "mean answer reward over the step's rollouts", "reward", True)
+ZERO_STD_GROUP_FRACTION = _metric(
+    "train/zero_std_group_fraction",
+    "share of groups whose rewards are all equal (they carry no GRPO signal)",
+    "fraction",
+    False,
+)
+RESPONSE_LENGTH = _metric("train/response_length", "mean response length over the step's rollouts", "tokens", None)
+RESPONSE_CLIP_FRACTION = _metric(
+    "train/response_clip_fraction", "share of rollouts cut off at rollout.max_tokens", "fraction", False
+)
+GRADING_TIMEOUTS = _metric("train/grading_timeouts", "rollouts whose grading hit its time limit", "count", False)
+GRADING_ERRORS = _metric(
+    "train/grading_errors", "rollouts whose grading raised (scored 0; should stay at zero)", "count", False
+)
+TOKEN_ENTROPY = _metric(
+    "train/token_entropy", "mean entropy of the policy over every response token trained on", "nats", None
+)
+GRAD_NORM = _metric("train/grad_norm", "gradient norm before clipping, mean over optimizer steps", "norm", False)
+GRAD_NORM_MAX = _metric("train/grad_norm_max", "highest gradient norm of the step's optimizer steps", "norm", False)
+LR = _metric("train/lr", "learning rate of the optimizer step", "lr", None)
+LOSS = _metric("train/loss", "policy-gradient loss (what was backpropagated)", "loss", None)
+CLIP_FRACTION = _metric("train/clip_fraction", "share of tokens whose probability ratio was clipped", "fraction", None)
+RATIO_MEAN = _metric("train/ratio_mean", "mean probability ratio pi/pi_old over response tokens", "ratio", None)
+RATIO_MIN = _metric("train/ratio_min", "lowest probability ratio pi/pi_old over response tokens", "ratio", None)
+RATIO_MAX = _metric("train/ratio_max", "highest probability ratio pi/pi_old over response tokens", "ratio", None)
+KL = _metric("train/kl", "KL penalty term against the reference policy (k3 estimate)", "nats", None)
+
+# The loss function's per-microbatch statistics, by the key the loss returns them under.
+LOSS_STATISTICS = {
+    "loss": LOSS,
+    "clip_fraction": CLIP_FRACTION,
+    "ratio_mean": RATIO_MEAN,
+    "ratio_min": RATIO_MIN,
+    "ratio_max": RATIO_MAX,
+    "kl": KL,
+}
+
+# --------------------------------------------------------------------------- eval/: held-out evaluation
+
+EVAL_ACCURACY = _metric("eval/accuracy", "greedy accuracy on the held-out eval problems", "fraction", True)
+EVAL_FORMAT_RATE = _metric("eval/format_rate", "share of eval responses in the answer format", "fraction", True)
+EVAL_RESPONSE_LENGTH = _metric("eval/response_length", "mean eval response length", "tokens", None)
+EVAL_GRADING_ERRORS = _metric(
+    "eval/grading_errors", "eval responses whose grading raised (scored 0; should stay at zero)", "count", False
+)
+
+# --------------------------------------------------------------------------- time/ and mem/
+
+STEP_TIME = _metric("time/step", "seconds of one whole GRPO step", "s", False)
+MEM_PEAK = _metric("mem/peak", "highest memory seen at any phase boundary of the step", "MiB", False)
+
+TIME_PREFIX = "time/"
+MEM_PREFIX = "mem/"
+EVAL_PREFIX = "eval/"
+
+# The phases a GRPO step times (train/step.py); their metrics come from the functions below.
+PHASES = ("rollout", "reward", "old_log_probs", "train", "backward", "optimizer", "weight_sync", "eval")
+
+
+def phase_time(phase: str) -> str:
+    """Seconds spent in one phase of the step (`time/rollout`)."""
+    return f"{TIME_PREFIX}{phase}"
+
+
+def mem_peak_after(phase: str) -> str:
+    """Peak memory (allocated on CUDA, RSS on CPU) at the end of a phase, MiB."""
+    return f"{MEM_PREFIX}peak_after_{phase}"
+
+
+def mem_reserved_after(phase: str) -> str:
+    """Memory held (CUDA's reserved pool, RSS on CPU) at the end of a phase, MiB."""
+    return f"{MEM_PREFIX}reserved_after_{phase}"
+
+
+def mem_device_free_after(phase: str) -> str:
+    """Device memory still free at the end of a phase, MiB."""
+    return f"{MEM_PREFIX}device_free_after_{phase}"
+
+
+for _phase in PHASES:
+    _metric(phase_time(_phase), f"seconds in the step's {_phase} phase", "s", False)
+    _metric(mem_peak_after(_phase), f"peak memory at the end of the {_phase} phase", "MiB", False)
+    _metric(mem_reserved_after(_phase), f"memory held at the end of the {_phase} phase", "MiB", False)
+    _metric(mem_device_free_after(_phase), f"device memory free at the end of the {_phase} phase", "MiB", None)
+
+
+def is_eval(name: str) -> bool:
+    """An eval series: a handful of points, one per eval, never one per step."""
+    return name.startswith(EVAL_PREFIX)
+
+
+def is_cost(name: str) -> bool:
+    """Seconds or memory: lower is better, and neither says anything about learning."""
+    return name.startswith((TIME_PREFIX, MEM_PREFIX))
+
+
+def lower_is_better(name: str) -> bool:
+    """How `compare` picks a metric's best point: the table's direction, else by its family."""
+    info = TABLE.get(name)
+    if info is not None and info.higher_is_better is not None:
+        return not info.higher_is_better
+    return is_cost(name) or "loss" in name or "grad_norm" in name
+
+
+def describe(name: str) -> MetricInfo | None:
+    """The table's entry for a name, or None for a name no writer of grpoctl's makes."""
+    return TABLE.get(name)
