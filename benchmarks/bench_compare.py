@@ -29,14 +29,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from sqlalchemy import insert
 
 from grpoctl.config import config_diff, load_config, to_dict
-from grpoctl.rules import config_hash
 from grpoctl.registry import EvalResult, Registry, Run
+from grpoctl.rules import config_hash
 
 TARGET_S = 1.0
 METRICS = [
@@ -100,7 +100,7 @@ def curve(name: str, step: int, steps: int, rng: random.Random, collapse: bool) 
 def build(path: Path | str, runs: int, steps: int) -> None:
     registry = Registry(str(path))  # creates the tables
     sweep = registry.get_or_create_sweep("bench", "ablation", {"variants": "generated"})
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     rng = random.Random(0)
     run_rows = []
     for i in range(runs):

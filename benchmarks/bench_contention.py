@@ -82,7 +82,7 @@ def main() -> None:
     print(f"{'scenario':<28}{'s/step':>8}{'slowdown':>10}")
     print(f"{'alone':<28}{alone:>8.3f}{1.0:>9.2f}x")
     print(f"{'next to a spinning process':<28}{spun:>8.3f}{spun / alone:>9.2f}x")
-    for name, value in zip(("next to a second run (a)", "next to a second run (b)"), pair):
+    for name, value in zip(("next to a second run (a)", "next to a second run (b)"), pair, strict=True):
         print(f"{name:<28}{value:>8.3f}{value / alone:>9.2f}x")
 
 

@@ -88,7 +88,8 @@ class Clock:
 def child_grpoctl(model_dir: str, steps: int) -> dict:
     """`grpoctl train` (its CLI, in this process, in a fresh directory), each step timed."""
     from grpoctl import cli
-    from grpoctl.train import step as grpo, trainer
+    from grpoctl.train import step as grpo
+    from grpoctl.train import trainer
 
     records: list[dict] = []
 
@@ -100,7 +101,7 @@ def child_grpoctl(model_dir: str, steps: int) -> dict:
             finally:
                 wall, cpu = clock.elapsed()
                 rec = records[-1] if records else {}
-                rec[phase] = tuple(a + b for a, b in zip(rec.get(phase, (0.0, 0.0)), (wall, cpu)))
+                rec[phase] = tuple(a + b for a, b in zip(rec.get(phase, (0.0, 0.0)), (wall, cpu), strict=True))
 
         return wrapper
 
@@ -147,9 +148,9 @@ def child_trl(model_dir: str, steps: int) -> dict:
 
     from grpoctl.config import derived_sizes, load_config
     from grpoctl.data import PromptStream
+    from grpoctl.data.run_data import load_run_data
     from grpoctl.prompts import format_prompt
     from grpoctl.rewards import get_reward_fn
-    from grpoctl.data.run_data import load_run_data
 
     torch.set_num_threads(1)
     cfg = load_config(None, grpoctl_overrides(model_dir, steps))
@@ -164,7 +165,7 @@ def child_trl(model_dir: str, steps: int) -> dict:
 
     def r1_zero(prompts, completions, answer, completion_ids, **_):
         tokens.append(sum(len(c) for c in completion_ids))
-        return [reward_fn(c, a)["reward"] for c, a in zip(completions, answer)]
+        return [reward_fn(c, a)["reward"] for c, a in zip(completions, answer, strict=True)]
 
     args = GRPOConfig(
         output_dir=tempfile.mkdtemp(prefix="bench-vs-trl-trl-"),
@@ -216,7 +217,7 @@ def child_trl(model_dir: str, steps: int) -> dict:
         try:
             return generate(*a, **k)
         finally:
-            phases[-1]["rollout"] = [x + y for x, y in zip(phases[-1]["rollout"], clock.elapsed())]
+            phases[-1]["rollout"] = [x + y for x, y in zip(phases[-1]["rollout"], clock.elapsed(), strict=True)]
 
     trainer._generate_and_score_completions = timed_generate
 
@@ -230,7 +231,7 @@ def child_trl(model_dir: str, steps: int) -> dict:
     trainer.add_callback(StepTimer())
     trainer.train()
     out = []
-    for p, n in zip(phases, tokens):
+    for p, n in zip(phases, tokens, strict=True):
         row = {"tokens": n}
         for i, clock in enumerate(("wall", "cpu")):
             row[clock] = {"rollout": p["rollout"][i], "train": p["total"][i] - p["rollout"][i], "total": p["total"][i]}
@@ -300,7 +301,8 @@ def report(results: dict[str, list[dict]], clock: str) -> None:
 
     def ratios(a: str, b: str, phase: str) -> list[float]:
         return [
-            median(x["steps"], clock, phase) / median(y["steps"], clock, phase) for x, y in zip(results[a], results[b])
+            median(x["steps"], clock, phase) / median(y["steps"], clock, phase)
+            for x, y in zip(results[a], results[b], strict=True)
         ]
 
     total = ratios("grpoctl", "trl", "total")

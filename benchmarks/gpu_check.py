@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import sqlite3
 import statistics
 import subprocess

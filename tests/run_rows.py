@@ -33,10 +33,10 @@ def assert_same_rows(got: dict, want: dict) -> None:
     keys = [(s, o, n) for s, o, n, _ in got["metrics"]]
     assert len(keys) == len(set(keys)), "duplicated metric rows"
     assert keys == [(s, o, n) for s, o, n, _ in want["metrics"]], "metric keys differ (gaps or extra rows)"
-    for (s, o, n, a), (_, _, _, b) in zip(got["metrics"], want["metrics"]):
+    for (s, o, n, a), (_, _, _, b) in zip(got["metrics"], want["metrics"], strict=True):
         assert a == pytest.approx(b, rel=1e-5, abs=1e-6), (s, o, n)
     for table in ("samples", "evals"):
         assert len(got[table]) == len(want[table]), table
-        for a, b in zip(got[table], want[table]):
+        for a, b in zip(got[table], want[table], strict=True):
             assert a[:-1] == b[:-1] if table == "samples" else a[:2] == b[:2], (table, a, b)
             assert a[-1] == pytest.approx(b[-1], rel=1e-5, abs=1e-6), (table, a, b)

@@ -28,12 +28,11 @@ import signal
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import pytest
-
 from conftest import REPO, grpoctl_cmd
 
 FAST = [

@@ -17,13 +17,13 @@ import pytest
 from conftest import drop_pg_database, fresh_pg_database
 from sqlalchemy import update
 
-from grpoctl.cli import compare_view as tables
 from grpoctl.analysis.compare import build_compare_table
+from grpoctl.cli import compare_view as tables
 from grpoctl.cli.report_view import write_report
 from grpoctl.config import config_diff, load_config, to_dict
-from grpoctl.rules import config_hash
 from grpoctl.registry import Registry, Run
 from grpoctl.registry.models import utcnow
+from grpoctl.rules import config_hash
 
 ROOT = Path(__file__).resolve().parents[1]
 N_EVAL = 1024
@@ -126,7 +126,7 @@ def db(request, tmp_path_factory):
                 error="RuntimeError: CUDA out of memory\nTraceback...",
             ),
         ]
-        for cfg, run in runs:
+        for _cfg, run in runs:
             registry.add_sweep_member(sweep.id, run.config_hash, run.variant, run.seed)
         # A later `grpoctl eval` of a checkpoint on other data, linked to the run: not its curve.
         good = runs[0][1]
@@ -213,11 +213,11 @@ def test_at_step_and_metric(registry):
 
 def test_markdown_table_matches_the_data(registry):
     table = build_compare_table(registry, ["abl"])
-    lines = [l for l in tables.markdown(table).splitlines() if l.startswith("|")]
+    lines = [line for line in tables.markdown(table).splitlines() if line.startswith("|")]
     head = [c.strip() for c in lines[0].strip("|").split("|")]
     cells = {}
     for line in lines[2:]:
-        row = dict(zip(head, (c.strip() for c in line.strip("|").split("|"))))
+        row = dict(zip(head, (c.strip() for c in line.strip("|").split("|")), strict=True))
         cells[row["variant"]] = row
     assert head[:5] == ["best", "variant", "loss_type", "lr", "seeds"]
     assert cells["good"]["best"] == "★" and cells["hot"]["best"] == ""

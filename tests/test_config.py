@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import REPO
+
 from grpoctl.config import config_diff, derived_sizes, from_dict, load_config, resolve_key, to_dict
-from grpoctl.rules import config_hash, flatten
 from grpoctl.errors import UserError
+from grpoctl.rules import config_hash, flatten
 
 
 def test_defaults_are_the_embedded_default():

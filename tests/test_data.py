@@ -72,7 +72,7 @@ def test_math500_answers_from_solutions_only(tmp_path):
     # must give the same answers as the separate field does here.
     with_field = load_math_jsonl(MATH500)
     from_solution = load_math_jsonl(MATH500, answer_key="solution")
-    same = sum(a.answer == b.answer for a, b in zip(with_field, from_solution))
+    same = sum(a.answer == b.answer for a, b in zip(with_field, from_solution, strict=True))
     assert same / len(with_field) >= 0.95
 
 

@@ -24,7 +24,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, fast_overrides
 from run_rows import assert_same_rows, rows
 

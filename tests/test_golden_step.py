@@ -26,7 +26,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, fast_overrides
 
 GOLDEN = REPO / "tests" / "golden"
@@ -49,7 +48,6 @@ CASES = {
 def golden_model_dir(path: Path) -> Path:
     """The tiny Qwen2 directory with weights drawn by torch's own generator, name by name."""
     import torch
-    from safetensors.torch import save_file
 
     from grpoctl.tiny.model import create_tiny_model_dir
 

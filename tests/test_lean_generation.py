@@ -106,7 +106,7 @@ def test_eos_is_masked_until_min_tokens(policy):
     eos = tokenizer.eos_token_id
     assert any(len(r) < 5 and r[-1] == eos for r in early.response_ids)  # EOS is likely here...
     assert all(len(r) >= 5 for r in late.response_ids)  # ...and never comes before min_tokens
-    assert all(r[-1] == eos for r, cut in zip(late.response_ids, late.truncated) if not cut)
+    assert all(r[-1] == eos for r, cut in zip(late.response_ids, late.truncated, strict=True) if not cut)
 
 
 def test_decoder_logits_match_the_module(policy):

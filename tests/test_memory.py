@@ -8,8 +8,8 @@ import torch
 from grpoctl.config import load_config
 from grpoctl.train.memory import MemoryTracker
 from grpoctl.train.memory_estimate import (
-    GiB,
     KNOWN_CONFIGS,
+    GiB,
     activation_bytes_per_token_layer,
     arch_from_hf_config,
     arch_from_model_path,
@@ -33,8 +33,9 @@ def test_qwen_math_1_5b_parameter_count():
 
 
 def test_tiny_arch_counts_the_real_model(tmp_path):
-    from grpoctl.tiny.model import create_tiny_model_dir
     from transformers import AutoModelForCausalLM
+
+    from grpoctl.tiny.model import create_tiny_model_dir
 
     cfg = load_config()
     path = create_tiny_model_dir(tmp_path / "tiny")

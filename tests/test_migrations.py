@@ -17,15 +17,15 @@ import threading
 import time
 import warnings
 import zipfile
-from datetime import timezone
+from datetime import UTC
 from pathlib import Path
 
 import pytest
 from sqlalchemy import MetaData, create_engine, insert, select, text
 
 from grpoctl.config import load_config
-from grpoctl.rules import config_hash
 from grpoctl.registry import Registry, schema
+from grpoctl.rules import config_hash
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -117,7 +117,7 @@ def load_into_postgres(url: str) -> None:
             for row in rows:  # SQLite hands back naive UTC datetimes
                 for key, value in row.items():
                     if hasattr(value, "tzinfo") and value.tzinfo is None:
-                        row[key] = value.replace(tzinfo=timezone.utc)
+                        row[key] = value.replace(tzinfo=UTC)
             if rows:
                 dst.execute(insert(table), rows)
             dst.execute(
@@ -149,7 +149,7 @@ def assert_keeps(new, old, where: str = "") -> None:
             assert_keeps(new[key], value, f"{where}.{key}")
     elif isinstance(old, list):
         assert isinstance(new, list) and len(new) == len(old), where
-        for i, (a, b) in enumerate(zip(new, old)):
+        for i, (a, b) in enumerate(zip(new, old, strict=True)):
             assert_keeps(a, b, f"{where}[{i}]")
     elif isinstance(old, float) and math.isnan(old):
         assert new is None, where  # compare's JSON writes null for NaN now (strict JSON)
@@ -222,7 +222,7 @@ def test_an_old_registry_upgrades_and_shows_the_same_runs_and_values(old_registr
         assert {k: shown["run"][k] for k in keys} == {k: before["run"][k] for k in keys}
         # The real schema changes: absolute paths where the root is known, the claim columns.
         assert shown["run"]["claim_token"] is None
-        for ckpt, old in zip(shown["checkpoints"], before["checkpoints"]):
+        for ckpt, old in zip(shown["checkpoints"], before["checkpoints"], strict=True):
             assert ckpt["path"] == str(project / old["path"]) and ckpt["deleted"] == old["deleted"]
         if name == "solo-broken":  # nothing of it exists on disk: its path stays as it was
             assert shown["run"]["output_dir"] == before["run"]["output_dir"]

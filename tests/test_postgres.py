@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import pg_execute
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from conftest import pg_execute
 from grpoctl.registry import Registry
 from grpoctl.registry.engine import PG_MAX_OVERFLOW, PG_POOL_SIZE
 

@@ -28,12 +28,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from sqlalchemy import create_engine, text
-
 from conftest import REPO, drop_pg_database, fast_overrides, fresh_pg_database
-from grpoctl.registry.engine import resolve_url
 from ray_cluster import local_cluster, need_ray, recorder, seen
 from run_rows import EVALS, METRICS, SAMPLES, assert_same_rows
+from sqlalchemy import create_engine, text
+
+from grpoctl.registry.engine import resolve_url
 
 need_ray()
 
@@ -186,7 +186,7 @@ def test_a_killed_trainer_and_a_killed_worker_are_resumed_without_a_duplicate_ro
         assert killed_worker is not None
 
         registry = Registry(db)
-        for lr, name in zip(LRS, (a, b)):
+        for lr, name in zip(LRS, (a, b), strict=True):
             run = registry.get_run(name)
             assert (run.status, run.last_step) == ("finished", STEPS), (name, run.status, run.error)
             assert_same_rows(rows(db, name), straight[lr])

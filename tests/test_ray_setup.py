@@ -18,10 +18,9 @@ import subprocess
 import sys
 
 import pytest
-from sqlalchemy.engine import make_url
-
 from conftest import drop_pg_database, fresh_pg_database
 from ray_cluster import REPO, local_cluster, need_ray
+from sqlalchemy.engine import make_url
 from test_sweep_launcher import FAKE_TRAINER
 
 ray = need_ray()

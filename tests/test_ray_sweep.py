@@ -22,10 +22,9 @@ import time
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
-
 from conftest import drop_pg_database, fast_overrides, fresh_pg_database
 from ray_cluster import local_cluster, need_ray, recorder, seen
+from sqlalchemy import text
 
 need_ray()
 
@@ -173,7 +172,7 @@ def test_four_members_on_two_fake_gpus_run_two_at_a_time(cluster, pg_url, tiny_m
     ]
     assert overlapping, "no two members ran at the same time"
     assert all(device[a] != device[b] for a, b in overlapping), (overlapping, device)
-    for name, (start, end) in spans.items():  # never three at once: at most one other at its start
+    for name, (start, _end) in spans.items():  # never three at once: at most one other at its start
         assert sum(1 for other, (s, e) in spans.items() if other != name and s <= start < e) <= 1, spans
 
     # The password is in the tasks' runtime_env, never in a trainer's argv or in a log.

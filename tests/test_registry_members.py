@@ -11,10 +11,10 @@ import subprocess
 import sys
 
 import pytest
+from conftest import REPO
 
 from grpoctl.errors import UserError
 from grpoctl.registry import Registry
-from conftest import REPO
 
 
 def new_run(registry: Registry, name: str = "r"):

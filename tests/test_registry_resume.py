@@ -14,9 +14,9 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from conftest import REPO, fast_overrides
 from sqlalchemy import select, update
 
-from conftest import REPO, fast_overrides
 from grpoctl.errors import UserError
 from grpoctl.registry import LEASE_S, Metric, Registry, Run
 from grpoctl.registry.models import utcnow

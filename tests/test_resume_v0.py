@@ -16,7 +16,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO
 from run_rows import rows
 
@@ -44,7 +43,7 @@ def test_a_run_stopped_by_the_old_code_resumes_to_the_uninterrupted_result(tmp_p
     got_metrics = [r for r in got["metrics"] if (r[0], r[1], r[2]) in keys]
     assert [r[:3] for r in got_metrics] == [r[:3] for r in want["metrics"]]
     assert {r[0] for r in got["metrics"]} == {0, 1, 2, 3, 4}
-    for (s, o, n, a), (_, _, _, b) in zip(got_metrics, want["metrics"]):
+    for (s, o, n, a), (_, _, _, b) in zip(got_metrics, want["metrics"], strict=True):
         assert a == pytest.approx(b, rel=1e-5, abs=1e-6), (s, o, n)
     assert got["samples"] == want["samples"]
     assert [e[:2] for e in got["evals"]] == [e[:2] for e in want["evals"]]

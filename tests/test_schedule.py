@@ -19,7 +19,7 @@ def test_cosine_decays_from_peak_to_the_floor():
     assert values[9] == 1.0 and values[10] == 1.0
     assert values[60] == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.5)))
     assert values[-1] == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 99 / 100)))
-    assert all(a >= b for a, b in zip(values[10:], values[11:]))  # never rises after warm-up
+    assert all(a >= b for a, b in zip(values[10:], values[11:], strict=False))  # never rises after warm-up
 
 
 def test_scheduler_steps_the_optimizer_lr():

@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO
+
 from grpoctl.config import load_config
-from grpoctl.rules import config_hash
 from grpoctl.registry import Registry
+from grpoctl.rules import config_hash
 from grpoctl.sweep import launcher, spec
 from grpoctl.train.threads import THREADS_ENV, per_child_cap, resolve_threads
 

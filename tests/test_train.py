@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, SHARED_DATA, fast_overrides, grpoctl_cmd
 
 DIGIT_TRAIN = [sys.executable, str(REPO / "tests" / "digit_reward_train.py")]
@@ -163,7 +162,7 @@ def test_sigkilled_run_resumes_to_the_same_result(tiny_model_dir, tmp_path):
     assert len(keys_b) == len(set(keys_b)), "duplicate metric rows after resume"
     assert [(s, o, n) for s, o, n, _ in a] == keys_b, "steps differ (gaps or extra rows)"
     assert sorted({s for s, _, _, _ in b}) == list(range(0, 8))
-    for (s, o, n, va), (_, _, _, vb) in zip(a, b):
+    for (s, o, n, va), (_, _, _, vb) in zip(a, b, strict=True):
         assert va == pytest.approx(vb, rel=1e-5, abs=1e-6), (s, o, n)
 
 
@@ -410,8 +409,8 @@ def test_dry_run_of_from_and_resume_shows_the_runs_config(tmp_path):
     from conftest import registry_rows
 
     from grpoctl.config import config_diff, load_config, to_dict
-    from grpoctl.rules import config_hash
     from grpoctl.registry import Registry
+    from grpoctl.rules import config_hash
 
     db = str(tmp_path / "registry.db")
     cfg = load_config(None, ["lr=0.0123", "group_size=16", "steps=7"])

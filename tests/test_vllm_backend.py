@@ -84,7 +84,7 @@ def _policy_log_probs(model, rollouts) -> list[torch.Tensor]:
 
 def _max_diff(model, rollouts, vllm_lps) -> float:
     ours = _policy_log_probs(model, rollouts)
-    return max((o - torch.tensor(v)).abs().max().item() for o, v in zip(ours, vllm_lps))
+    return max((o - torch.tensor(v)).abs().max().item() for o, v in zip(ours, vllm_lps, strict=True))
 
 
 def _sampling(**kw):
@@ -252,7 +252,7 @@ def test_stop_string_kept_and_response_ends_at_it(engine, policy):
     for greedy in (True, False):  # temperature 1: the chain's margin makes sampling follow it too
         r = backend.generate(prompts, 4, _sampling(greedy=greedy, max_tokens=32, stop=("</answer>",)), seed=0)
         assert len(r) == 8
-        for ids, text, truncated in zip(r.response_ids, r.response_texts, r.truncated):
+        for ids, text, truncated in zip(r.response_ids, r.response_texts, r.truncated, strict=True):
             assert ids == expected
             assert text == "7</answer>" == tokenizer.decode(ids)
             assert not truncated
@@ -265,7 +265,7 @@ def test_sampled_stop_strings_end_responses(engine, policy):
     stops = ("a", "e", "o")
     r = backend.generate([f"{i}*{i}=" for i in range(16)], 8, _sampling(max_tokens=48, stop=stops), seed=0)
     stopped = 0
-    for ids, text, truncated in zip(r.response_ids, r.response_texts, r.truncated):
+    for ids, text, truncated in zip(r.response_ids, r.response_texts, r.truncated, strict=True):
         if truncated:
             assert len(ids) == 48
         elif ids[-1] != tokenizer.eos_token_id:

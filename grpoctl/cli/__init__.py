@@ -69,13 +69,13 @@ def main() -> None:
         fail(str(exc))
     except typer.Abort:
         typer.echo("aborted", err=True)
-        raise SystemExit(130)
+        raise SystemExit(130) from None
     except NoArgsIsHelpError as exc:
         # `grpoctl` or `grpoctl runs` alone asks what there is: help (typer's rich help
         # is already printed by the time this is raised; plain help is the message).
         if exc.format_message().strip():
             typer.echo(exc.format_message())
-        raise SystemExit(0)
+        raise SystemExit(0) from None
     except click_errors.UsageError as exc:
         # click's own usage errors are multi-line; keep the one line that says what is wrong
         message = (exc.format_message() or str(exc)).strip().splitlines()[0]

@@ -8,7 +8,7 @@ scipy.stats, which costs about as much again (benchmarks/bench_compare.py times 
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -20,7 +20,7 @@ FORMATS = ("table", "markdown", "csv", "json")
 
 # Also `report`'s options.
 BaselineOption = Annotated[
-    Optional[str],
+    str | None,
     typer.Option(
         "--baseline",
         metavar="VARIANT",
@@ -44,11 +44,11 @@ def compare(
         typer.Argument(metavar="NAME|RUN...", help="A sweep, ablation or group name, or runs (names or ids)."),
     ],
     metric: Annotated[
-        Optional[str],
+        str | None,
         typer.Option("--metric", "-m", help="Rank by this metric's final value (default: eval accuracy)."),
     ] = None,
     at_step: Annotated[
-        Optional[int], typer.Option("--at-step", help="Values at this GRPO step instead of the end.")
+        int | None, typer.Option("--at-step", help="Values at this GRPO step instead of the end.")
     ] = None,
     fmt: Annotated[str, typer.Option("--format", "-f", help="table, markdown, csv or json.")] = "table",
     baseline: BaselineOption = None,

@@ -88,7 +88,7 @@ def rich_table(table: CompareTable):
             out.add_column(
                 "" if header == "best" else header, justify="right" if right else "left", no_wrap=True, min_width=width
             )
-    for row, cells in zip(table.rows, rows):
+    for row, cells in zip(table.rows, rows, strict=True):
         style = STATUS_STYLES.get(row.status)
         cells[-2] = f"[{style}]{row.status}[/]" if style else row.status
         if row.flags:  # one flag a line keeps the column narrow

@@ -1,12 +1,12 @@
 """Options shared by every command."""
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 # Parentheses, not brackets: rich's help rendering eats "[default: ...]" as markup.
 DbOption = Annotated[
-    Optional[str],
+    str | None,
     typer.Option(
         "--db",
         help="Registry: SQLAlchemy URL or SQLite path (default: $GRPOCTL_DB, else ./registry.db)",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -15,7 +15,7 @@ from grpoctl.cli.options import DbOption
 def report(
     name: Annotated[str, typer.Argument(metavar="NAME", help="A sweep, ablation or group name.")],
     out: Annotated[
-        Optional[Path], typer.Option("--out", "-o", help="Folder for report.md and the plots (default: reports/NAME/).")
+        Path | None, typer.Option("--out", "-o", help="Folder for report.md and the plots (default: reports/NAME/).")
     ] = None,
     baseline: BaselineOption = None,
     last_k: LastKOption = LAST_K,

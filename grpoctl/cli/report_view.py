@@ -10,7 +10,7 @@ the noise between seeds (or, with one seed, between evals), in a table and a sen
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from grpoctl.analysis import stats
@@ -50,7 +50,7 @@ def _sections(registry: Registry, name: str, table: CompareTable, plots: list[tu
     kind, spec = _sweep(registry, name)
     yield f"# {name}"
     yield ""
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     yield (
         f"{kind.capitalize()} of {len(runs)} run(s) in {len(table.rows)} variant(s); "
         f"generated {stamp} from `{registry.url.render_as_string(hide_password=True)}`."

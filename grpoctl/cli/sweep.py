@@ -14,7 +14,7 @@ from __future__ import annotations
 import shlex
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -31,15 +31,15 @@ def sweep(
         ),
     ],
     overrides: Annotated[
-        Optional[list[str]],
+        list[str] | None,
         typer.Argument(metavar="[KEY=VALUE]...", help="Overrides applied to every run.", show_default=False),
     ] = None,
     values: Annotated[
-        Optional[str],
+        str | None,
         typer.Option("--values", "-v", help="a..b (1-3-10 log series), a..b:n (n log-spaced points) or a,b,c."),
     ] = None,
     config: Annotated[
-        Optional[str], typer.Option("--config", "-c", help="Base config yaml (for a spec: replaces its base).")
+        str | None, typer.Option("--config", "-c", help="Base config yaml (for a spec: replaces its base).")
     ] = None,
     parallel: Annotated[
         int,
@@ -48,11 +48,11 @@ def sweep(
         ),
     ] = 1,
     name: Annotated[
-        Optional[str],
+        str | None,
         typer.Option("--name", help="Sweep name, also the runs' group (default: PARAM-sweep, or the spec's name)."),
     ] = None,
     seeds: Annotated[
-        Optional[str], typer.Option("--seeds", help="Repeat every variant with each seed, e.g. 0,1,2.")
+        str | None, typer.Option("--seeds", help="Repeat every variant with each seed, e.g. 0,1,2.")
     ] = None,
     retry_failed: Annotated[
         bool, typer.Option("--retry-failed", help="Run failed and diverged variants again (as new runs).")
@@ -63,7 +63,7 @@ def sweep(
         typer.Option("--executor", help="local (processes on this machine) or ray (a task per run on a Ray cluster)."),
     ] = "local",
     ray_address: Annotated[
-        Optional[str],
+        str | None,
         typer.Option(
             "--ray-address",
             help="The Ray cluster to join (default: $RAY_ADDRESS, else a new local one).",
@@ -75,7 +75,7 @@ def sweep(
         typer.Option("--max-retries", help="With --executor ray: attempts after a member's trainer or node is lost."),
     ] = 3,
     cpus_per_run: Annotated[
-        Optional[int],
+        int | None,
         typer.Option(
             "--cpus-per-run",
             help="With --executor ray: CPUs each run reserves (default: its runtime.threads, else 1).",

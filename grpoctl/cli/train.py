@@ -11,7 +11,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -65,10 +65,10 @@ def _setup_threads(cfg) -> None:
 
 
 def train(
-    args: Annotated[Optional[list[str]], typer.Argument(metavar="[CONFIG] [KEY=VALUE]...", show_default=False)] = None,
-    resume: Annotated[Optional[str], typer.Option("--resume", help="Continue RUN from its last checkpoint.")] = None,
+    args: Annotated[list[str] | None, typer.Argument(metavar="[CONFIG] [KEY=VALUE]...", show_default=False)] = None,
+    resume: Annotated[str | None, typer.Option("--resume", help="Continue RUN from its last checkpoint.")] = None,
     from_run: Annotated[
-        Optional[str], typer.Option("--from", help="Start a new run from RUN's config (+ overrides).")
+        str | None, typer.Option("--from", help="Start a new run from RUN's config (+ overrides).")
     ] = None,
     skip_missing: Annotated[
         bool,
@@ -222,31 +222,31 @@ def _check_resumable(registry, run) -> None:
 def evaluate_checkpoint(
     ckpt_dir: Annotated[str, typer.Argument(metavar="CKPT_DIR", help="A Hugging Face model directory.")],
     subset: Annotated[
-        Optional[int],
+        int | None,
         typer.Option(
             help="How many eval problems, deterministic by --seed [default: the run's eval.subset, else 1024].",
             show_default=False,
         ),
     ] = None,
     data: Annotated[
-        Optional[str], typer.Option(help="Eval jsonl (MATH or GSM8K shape); default: the run's eval data.")
+        str | None, typer.Option(help="Eval jsonl (MATH or GSM8K shape); default: the run's eval data.")
     ] = None,
     source: Annotated[
-        Optional[str],
+        str | None,
         typer.Option(
             help="Its format (data.eval_source): math | gsm8k | jsonl | synthetic; default: guessed from --data."
         ),
     ] = None,
     prompt: Annotated[
-        Optional[str], typer.Option(help="r1_zero | question_only | r1_zero_compact (or a template file).")
+        str | None, typer.Option(help="r1_zero | question_only | r1_zero_compact (or a template file).")
     ] = None,
     seed: Annotated[
-        Optional[int], typer.Option(help="Seed of the subset choice [default: the run's, else 0].", show_default=False)
+        int | None, typer.Option(help="Seed of the subset choice [default: the run's, else 0].", show_default=False)
     ] = None,
     greedy: Annotated[
-        Optional[bool], typer.Option("--greedy/--sample", help="Decoding; default: the run's eval setting.")
+        bool | None, typer.Option("--greedy/--sample", help="Decoding; default: the run's eval setting.")
     ] = None,
-    max_tokens: Annotated[Optional[int], typer.Option(help="Max new tokens; default: the run's.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="Max new tokens; default: the run's.")] = None,
     db: DbOption = None,
 ) -> None:
     from grpoctl import config as C

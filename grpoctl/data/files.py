@@ -14,7 +14,6 @@ from pathlib import Path
 from grpoctl.data.examples import DataError, Example
 from grpoctl.data.records import example_from_record
 
-
 # One problem is a few KB (MATH's longest line is under 10 KB): a line past this is not a
 # problem but a broken or hostile file, and parsing it could take all the memory there is.
 MAX_LINE_BYTES = 4 * 1024 * 1024

@@ -44,7 +44,7 @@ def evaluate(operands: Sequence[int], operators: Sequence[str]) -> int:
     computed exactly on integers."""
     total, term = 0, operands[0]
     sign = 1
-    for op, value in zip(operators, operands[1:]):
+    for op, value in zip(operators, operands[1:], strict=True):
         if op == "*":
             term *= value
         else:
@@ -57,7 +57,7 @@ def make_example(operands: Sequence[int], operators: Sequence[str], with_solutio
     """One problem as an Example. The solution is the completion a model should
     write after an r1_zero prompt that ends in `<think>`; it is kept to one
     equation because a long scratchpad hurt the tiny model in earlier runs."""
-    question = str(operands[0]) + "".join(op + str(v) for op, v in zip(operators, operands[1:]))
+    question = str(operands[0]) + "".join(op + str(v) for op, v in zip(operators, operands[1:], strict=True))
     answer = str(evaluate(operands, operators))
     kinds = {_KIND[op] for op in operators}
     kind = kinds.pop() if len(kinds) == 1 else "mix"

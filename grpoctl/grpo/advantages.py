@@ -90,7 +90,7 @@ def compute_group_normalized_rewards(
     """
     if len(rollout_responses) != len(repeated_ground_truths):
         raise ValueError(f"got {len(rollout_responses)} responses but {len(repeated_ground_truths)} ground truths")
-    scores = [reward_fn(r, gt) for r, gt in zip(rollout_responses, repeated_ground_truths)]
+    scores = [reward_fn(r, gt) for r, gt in zip(rollout_responses, repeated_ground_truths, strict=True)]
     raw_rewards = torch.tensor([float(s["reward"]) for s in scores], dtype=torch.float32)
 
     def column(key: str) -> torch.Tensor | None:

@@ -110,7 +110,7 @@ def _prompt_groups(input_ids: torch.Tensor, response_mask: torch.Tensor):
     prompt_lens = (first + 1).tolist()
     rows = input_ids.tolist()
     distinct: dict[tuple[int, ...], int] = {}
-    row_prompt = [distinct.setdefault(tuple(row[:n]), len(distinct)) for row, n in zip(rows, prompt_lens)]
+    row_prompt = [distinct.setdefault(tuple(row[:n]), len(distinct)) for row, n in zip(rows, prompt_lens, strict=True)]
     return prompt_lens, lengths, row_prompt, list(distinct)
 
 

@@ -25,14 +25,14 @@ def collate_prompt_and_output_ids(
     """
     if len(prompt_ids) != len(output_ids):
         raise ValueError(f"got {len(prompt_ids)} prompts but {len(output_ids)} outputs")
-    lengths = [len(p) + len(o) for p, o in zip(prompt_ids, output_ids)]
+    lengths = [len(p) + len(o) for p, o in zip(prompt_ids, output_ids, strict=True)]
     max_len = max(lengths, default=0)
     if max_len < 2:
         raise ValueError("every batch needs at least one sequence of 2+ tokens to predict from")
 
     ids = torch.full((len(lengths), max_len), pad_token_id, dtype=torch.long)
     is_output = torch.zeros((len(lengths), max_len), dtype=torch.bool)
-    for row, (p, o) in enumerate(zip(prompt_ids, output_ids)):
+    for row, (p, o) in enumerate(zip(prompt_ids, output_ids, strict=True)):
         ids[row, : len(p) + len(o)] = torch.tensor(list(p) + list(o), dtype=torch.long)
         is_output[row, len(p) : len(p) + len(o)] = True
 

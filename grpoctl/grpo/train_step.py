@@ -97,7 +97,7 @@ def _log_stats(
     if "kl" in loss_metadata:
         stats["kl"] = masked_mean_or_zero(loss_metadata["kl"], mask)
     values = torch.stack([v.detach().float().reshape(()) for v in stats.values()]).tolist()
-    return dict(zip(stats, values))
+    return dict(zip(stats, values, strict=True))
 
 
 @dataclass(frozen=True)

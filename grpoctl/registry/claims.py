@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select, update
 
@@ -46,7 +46,7 @@ class ClaimLost(UserError):
 
 
 def _aware(moment: datetime) -> datetime:
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def _process_gone(host: str | None, pid: int | None) -> bool:

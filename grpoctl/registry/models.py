@@ -15,7 +15,7 @@ This module must not import torch: commands that only read the registry start fa
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from sqlalchemy import text
 from sqlmodel import Field, Index, SQLModel, UniqueConstraint
@@ -26,7 +26,7 @@ from grpoctl.rules import RUN_STATUSES  # noqa: F401  (the statuses a run row ma
 def utcnow() -> datetime:
     # Aware, in UTC: SQLModel's datetime columns refuse naive datetimes, and they read
     # back as aware UTC datetimes on every backend (SQLite stores them without offset).
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def stored_text(value):

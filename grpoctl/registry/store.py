@@ -22,7 +22,7 @@ import secrets
 import socket
 import subprocess
 from collections.abc import Iterable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from sqlalchemy import delete, func, insert, update
 from sqlmodel import Session, select
@@ -30,7 +30,6 @@ from sqlmodel import Session, select
 import grpoctl
 from grpoctl.errors import UserError
 from grpoctl.registry.claims import ClaimRecords
-from grpoctl.registry.members import MemberRecords
 from grpoctl.registry.engine import (
     default_db_url,
     insert_ignoring_conflicts,
@@ -38,7 +37,7 @@ from grpoctl.registry.engine import (
     resolve_url,
     writer_engine,
 )
-from grpoctl.registry.open import check_registry, open_registry
+from grpoctl.registry.members import MemberRecords
 from grpoctl.registry.models import (
     RUN_STATUSES,
     Checkpoint,
@@ -51,6 +50,7 @@ from grpoctl.registry.models import (
     stored_text,
     utcnow,
 )
+from grpoctl.registry.open import check_registry, open_registry
 from grpoctl.registry.summaries import RunSummaries
 from grpoctl.registry.sweeps import SweepRecords
 
@@ -72,7 +72,7 @@ def effective_status(run: Run, now: datetime | None = None) -> str:
 
 def _aware(moment: datetime) -> datetime:
     # Datetimes come back from the database aware (UTC); accept naive UTC ones too.
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def _git_commit() -> str | None:

@@ -18,7 +18,6 @@ from grpoctl.rollout.base import Rollouts, SamplingSettings
 from grpoctl.rollout.lean import LeanSampler
 from grpoctl.rollout.qwen2_decoder import unsupported_reason
 
-
 ENGINES = ("auto", "lean", "generate")
 
 
@@ -85,7 +84,7 @@ class HFRolloutBackend:
         if was_training:
             self.model.train()
         generated = sequences[:, width:].tolist()
-        for ids, gen in zip(prompt_ids, generated):
+        for ids, gen in zip(prompt_ids, generated, strict=True):
             response, truncated = self._cut(gen, sampling, eos)
             out.prompt_ids.append(ids)
             out.response_ids.append(response)

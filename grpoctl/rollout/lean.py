@@ -89,7 +89,7 @@ class LeanSampler:
             logits = dec.decode_step(w, tokens, positions + t, width + t, cache, cos, sin)
 
         generated = sequences[:, width:].tolist()
-        return [row[:n] for row, n in zip(generated, ended_at.tolist())], unfinished.tolist()
+        return [row[:n] for row, n in zip(generated, ended_at.tolist(), strict=True)], unfinished.tolist()
 
     @staticmethod
     def _next_tokens(logits: torch.Tensor, t: int, sampling: SamplingSettings, eos: int) -> torch.Tensor:

@@ -148,7 +148,7 @@ class KVCache:
     valid: torch.Tensor
 
     @classmethod
-    def empty(cls, w: Qwen2Weights, rows: int, slots: int, device) -> "KVCache":
+    def empty(cls, w: Qwen2Weights, rows: int, slots: int, device) -> KVCache:
         shape = (rows, w.kv_heads, slots, w.head_dim)
         return cls(
             [torch.empty(shape, dtype=w.dtype, device=device) for _ in w.layers],
@@ -185,7 +185,7 @@ def prefill(
     attend = (causal & mask[:, None, :].bool()) | torch.eye(W, dtype=torch.bool, device=ids.device)
     attend = attend.unsqueeze(1)  # (U, 1, W, W)
     x = w.embed[ids]
-    for layer, keys, values in zip(w.layers, cache.keys, cache.values):
+    for layer, keys, values in zip(w.layers, cache.keys, cache.values, strict=True):
         h = rms_norm(x, layer.ln1, w.eps)
         q = F.linear(h, layer.q_w, layer.q_b).view(U, W, w.heads, w.head_dim).transpose(1, 2)
         k = F.linear(h, layer.k_w, layer.k_b).view(U, W, w.kv_heads, w.head_dim).transpose(1, 2)
@@ -222,7 +222,7 @@ def decode_step(
     bias.masked_fill_(~cache.valid[:, None, None, : slot + 1], float("-inf"))
     groups, scale = w.heads // w.kv_heads, w.head_dim**-0.5
     x = w.embed[tokens]
-    for layer, keys, values in zip(w.layers, cache.keys, cache.values):
+    for layer, keys, values in zip(w.layers, cache.keys, cache.values, strict=True):
         h = rms_norm(x, layer.ln1, w.eps)
         q = rotate(F.linear(h, layer.q_w, layer.q_b).view(B, w.heads, w.head_dim), c, s)
         keys[:, :, slot] = rotate(F.linear(h, layer.k_w, layer.k_b).view(B, w.kv_heads, w.head_dim), c, s)

@@ -24,9 +24,9 @@ Three things the trainer relies on, each easy to get silently wrong:
 from __future__ import annotations
 
 import gc
+import json
 import logging
 import os
-import json
 import time
 from pathlib import Path
 
@@ -205,7 +205,9 @@ class VLLMRolloutBackend:
                 texts.append(sample.text)
                 truncated.append(sample.finish_reason == "length")
                 if logprobs:
-                    lps.append([step[token].logprob for step, token in zip(sample.logprobs, sample.token_ids)])
+                    lps.append(
+                        [step[token].logprob for step, token in zip(sample.logprobs, sample.token_ids, strict=True)]
+                    )
         rollouts = Rollouts(prompt_ids, response_ids, texts, truncated)
         return rollouts, (lps if logprobs else None)
 

@@ -146,7 +146,7 @@ def _let_go(spec: MemberSpec, registry: Registry) -> None:
 # --------------------------------------------------------------------------- what to start
 
 
-def _attempt(spec: MemberSpec, registry: Registry, log: "MemberLog") -> list[str] | Outcome:
+def _attempt(spec: MemberSpec, registry: Registry, log: MemberLog) -> list[str] | Outcome:
     """The trainer's arguments for this attempt, or the outcome if there is nothing to run."""
     deadline = time.monotonic() + (CLAIM_WAIT_S if spec.wait_for_claim else 0)
     waiting = False
@@ -183,7 +183,7 @@ def _attempt(spec: MemberSpec, registry: Registry, log: "MemberLog") -> list[str
     return [_write_config(spec, log), "--db", spec.db]
 
 
-def _write_config(spec: MemberSpec, log: "MemberLog") -> str:
+def _write_config(spec: MemberSpec, log: MemberLog) -> str:
     path = Path(spec.config_file)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -205,7 +205,7 @@ def _write_config(spec: MemberSpec, log: "MemberLog") -> str:
 def _supervise(
     spec: MemberSpec,
     registry: Registry,
-    log: "MemberLog",
+    log: MemberLog,
     args: list[str],
     control: Control,
     secret_env: dict[str, str],

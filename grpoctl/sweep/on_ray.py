@@ -34,9 +34,9 @@ import time
 from contextlib import contextmanager
 
 import ray
-from sqlalchemy.engine import URL
 from ray.exceptions import RayError, RayTaskError, TaskCancelledError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+from sqlalchemy.engine import URL
 
 import grpoctl
 from grpoctl.errors import UserError

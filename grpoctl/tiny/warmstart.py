@@ -59,7 +59,7 @@ class WarmStartSpec:
     synthetic: dict
 
     @classmethod
-    def from_config(cls, cfg) -> "WarmStartSpec":
+    def from_config(cls, cfg) -> WarmStartSpec:
         ws = cfg.model.warmstart
         return cls(
             seed=WARMSTART_SEED,
@@ -189,7 +189,8 @@ def greedy_accuracy(model, tokenizer, examples, template: str) -> float:
     sampling = SamplingSettings(greedy=True, min_tokens=1, max_tokens=40)
     out = HFRolloutBackend(model, tokenizer).generate(prompts, 1, sampling, seed=0)
     right = sum(
-        text.strip().endswith(f"<answer>{ex.answer}</answer>") for text, ex in zip(out.response_texts, examples)
+        text.strip().endswith(f"<answer>{ex.answer}</answer>")
+        for text, ex in zip(out.response_texts, examples, strict=True)
     )
     return right / len(examples)
 
