@@ -11,6 +11,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 import uuid
 import warnings
 from pathlib import Path
@@ -23,6 +24,109 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# In-process CLI tests (tests/cli.py) render tables at the width subprocess tests ask for;
+# rich reads it when grpoctl's consoles are made, on import.
+os.environ.setdefault("COLUMNS", "200")
+
+
+# --------------------------------------------------------------------------- tiers and workers
+#
+# The suite runs on both cores with pytest-xdist (`-n 2`, `--dist loadgroup`). Tests whose
+# outcome depends on timing or on having the machine to themselves share one xdist group,
+# so they run one at a time on one worker: registry races and concurrency (several
+# processes against one database), claims and leases, Ray clusters (each takes every
+# core it is given), the launcher's parallel children, and vLLM's engine (its memory and
+# threads). Later browser and cluster tests join them.
+SERIAL_MODULES = {
+    "test_registry_races",
+    "test_registry_concurrency",
+    "test_registry_claims",
+    "test_registry_resume",
+    "test_ray_setup",
+    "test_ray_sweep",
+    "test_ray_faults",
+    "test_sweep_launcher",
+    "test_vllm_backend",
+}
+
+
+# Backends: the registry's own suites run every case on SQLite and PostgreSQL (`db_url`).
+# End-to-end modules whose trainers or launchers only reach the registry through the same
+# store run on SQLite, except the cases marked `postgres_too`, where PostgreSQL's own
+# behaviour is the point: two resumers racing for a claim and a claim taken over (row
+# locks, not SQLite's file lock), and a password that must never show in a sweep's argv,
+# logs or plans.
+E2E_ON_SQLITE = {"test_sweep_launcher", "test_registry_resume"}
+
+# Tiers: the fast tier (`-m "not slow"`) is unit tests and in-process CLI tests on SQLite.
+# Everything in these modules is end-to-end (real trainers in subprocesses, servers,
+# clusters, engines), and so is every case on PostgreSQL (it needs the server); other
+# slow cases carry @pytest.mark.slow themselves.
+E2E_MODULES = {
+    "test_train",
+    "test_golden_step",
+    "test_resume_v0",
+    "test_faults",
+    "test_gpu_check",
+    "test_tiny_warmstart",
+    "test_threads",
+    "test_vllm_backend",
+    "test_ray_setup",
+    "test_ray_sweep",
+    "test_ray_faults",
+    "test_registry_races",
+    "test_registry_concurrency",
+    "test_registry_resume",
+    "test_sweep_launcher",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    kept, dropped = [], []
+    for item in items:
+        module = item.module.__name__
+        if module in SERIAL_MODULES:
+            item.add_marker(pytest.mark.xdist_group("serial"))
+        backend = getattr(item, "callspec", None) and item.callspec.params.get("db_url")
+        if module in E2E_MODULES or backend == "postgresql":
+            item.add_marker(pytest.mark.slow)
+        if module in E2E_ON_SQLITE and backend == "postgresql" and not item.get_closest_marker("postgres_too"):
+            dropped.append(item)
+        else:
+            kept.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
+def shared_once(tmp_path_factory, name: str, build) -> Path:
+    """A directory built once for the whole run, whichever xdist worker asks first.
+
+    Workers share the parent of their base temporary directories; the first to take the
+    lock builds `name` there (`build(path)`), the others wait, then reuse it. Without
+    xdist it is built in this session's own directory.
+    """
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    path = root / name
+    with FileLock(str(root / f"{name}.lock")):
+        if not (path / ".built").exists():
+            shutil.rmtree(path, ignore_errors=True)
+            path.mkdir(parents=True)
+            build(path)
+            (path / ".built").touch()
+    return path
+
+
+def record_service_start(name: str, seconds: float) -> None:
+    """Note how long a service (postgresql, ray, vllm) took to start, for .ci/run's ledger."""
+    path = os.environ.get("GRPOCTL_CI_TIMINGS")
+    if path:
+        with open(path, "a") as out:  # one short line per write: appends from workers do not interleave
+            out.write(f"{name} {seconds:.2f}\n")
 
 
 @pytest.fixture(scope="session")
@@ -95,7 +199,10 @@ def pg_admin_url(tmp_path_factory):
         _no_postgres("PostgreSQL is not installed and $GRPOCTL_TEST_PG_URL is not set")
     root = Path(tempfile.mkdtemp(prefix="grpoctl-pg-"))
     try:
-        yield pg_server.start(root)
+        started = time.monotonic()
+        url = pg_server.start(root)
+        record_service_start("postgresql", time.monotonic() - started)
+        yield url
     finally:
         pg_server.stop(root)
         shutil.rmtree(root, ignore_errors=True)

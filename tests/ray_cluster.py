@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from conftest import record_service_start
 
 REPO = Path(__file__).resolve().parents[1]
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -81,7 +83,9 @@ def local_cluster(env: dict[str, str], num_cpus: int, num_gpus: int):
     try:
         # address="local": a new cluster of our own, even where `ray start` left one running
         # (a bare ray.init() would join that one).
+        started = time.monotonic()
         ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False, log_to_driver=False)
+        record_service_start("ray", time.monotonic() - started)
         try:
             yield ray.get_runtime_context().gcs_address
         finally:

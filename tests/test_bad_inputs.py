@@ -570,7 +570,6 @@ def run_in_process(args: list[str], cwd: Path) -> tuple[int, str]:
     """`grpoctl ARGS` through grpoctl.cli.main in this process: (exit code, stderr)."""
     from grpoctl import cli
 
-    registered = (list(cli.app.registered_commands), list(cli.app.registered_groups))
     previous_alarm = signal.signal(signal.SIGPROF, _ran_away)
     signal.setitimer(signal.ITIMER_PROF, CASE_CPU_LIMIT_S)
     handlers = list(logging.root.handlers)
@@ -595,8 +594,6 @@ def run_in_process(args: list[str], cwd: Path) -> tuple[int, str]:
         signal.signal(signal.SIGPROF, previous_alarm)
         sys.argv = argv
         os.chdir(here)
-        # main() registers its commands on every call; forget this call's copies
-        cli.app.registered_commands[:], cli.app.registered_groups[:] = registered
         logging.root.handlers[:] = handlers
     return code, err.getvalue()
 
@@ -653,6 +650,7 @@ SUBPROCESS_SAMPLE = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case_id", SUBPROCESS_SAMPLE)
 def test_in_process_harness_matches_a_real_process(case_id, assets, tiny_model_dir, tmp_path):
     c = next(c for c in CASES if f"{c.category}:{c.id}" == case_id)
@@ -710,6 +708,7 @@ def _outside(rule) -> list:
     return values
 
 
+@pytest.mark.slow
 def test_each_range_refuses_nan_infinity_and_its_edges():
     """Every row of RANGES, driven from the table: the first values outside it are refused
     in one line that names the key; NaN and infinity wherever the key is a float."""
@@ -777,6 +776,7 @@ def test_an_explicit_empty_mapping_is_no_changes(assets, tmp_path):
     assert config_diff(load_config(braces)) == {}
 
 
+@pytest.mark.slow
 def test_a_subset_larger_than_the_data_warns_in_one_line(assets, tiny_model_dir, tmp_path):
     """Not bad input: the eval runs on all 12 problems, and says so once."""
     args = [

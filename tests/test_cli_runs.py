@@ -1,5 +1,6 @@
-"""`grpoctl runs ...` as a user runs it: a real subprocess against a registry (a SQLite
-file in the project directory, or a PostgreSQL database named by $GRPOCTL_DB)."""
+"""`grpoctl runs ...` as a user runs it, against a registry (a SQLite file in the project
+directory, or a PostgreSQL database named by $GRPOCTL_DB): in-process (tests/cli.py),
+except the check of what a fresh process imports."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli import Result, invoke
 from conftest import registry_rows
 
 from grpoctl.registry import Registry
@@ -17,21 +19,12 @@ from grpoctl.registry import Registry
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def grpoctl(*args: str, cwd: Path, input: str | None = None, **env) -> subprocess.CompletedProcess:
+def grpoctl(*args: str, cwd: Path, input: str | None = None, **env) -> Result:
     # $GRPOCTL_DB is the `project` fixture's registry (for SQLite: ./registry.db in cwd).
-    environ = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="200", **env)
-    return subprocess.run(
-        [sys.executable, "-m", "grpoctl", *args],
-        cwd=cwd,
-        env=environ,
-        input=input,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return invoke(*args, cwd=cwd, input=input, env=env)
 
 
-def assert_one_line_error(result: subprocess.CompletedProcess, fragment: str) -> None:
+def assert_one_line_error(result: Result, fragment: str) -> None:
     assert result.returncode == 2, result
     assert result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith("error: ") and fragment in result.stderr, result.stderr

@@ -14,6 +14,7 @@ from pathlib import Path
 from statistics import median
 
 import pytest
+from cli import Result, invoke
 from conftest import drop_pg_database, fresh_pg_database
 from sqlalchemy import update
 
@@ -167,10 +168,8 @@ def registry(db):
         yield registry
 
 
-def grpoctl(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "grpoctl", *args], capture_output=True, text=True, timeout=60, cwd=ROOT
-    )
+def grpoctl(*args: str) -> Result:
+    return invoke(*args, cwd=ROOT)
 
 
 def test_one_row_per_variant_with_seeds_folded(registry):
@@ -247,6 +246,7 @@ def test_runs_by_ref(registry):
     assert [(r.label, len(r.runs)) for r in table.rows] == [("abl-good-s0", 2)]
 
 
+@pytest.mark.slow
 def test_cli_json_and_csv_parse_and_stay_clear_of_torch(db, tmp_path):
     code = (
         "import sys, runpy\n"
@@ -289,6 +289,7 @@ def test_bad_input_is_one_line_and_exit_2(db, args, message):
     assert out.stderr.startswith("error: ") and out.stderr.count("\n") == 1 and message in out.stderr
 
 
+@pytest.mark.slow
 def test_report_writes_markdown_and_readable_plots(registry, tmp_path):
     path = write_report(registry, "abl", tmp_path / "rep")
     text = path.read_text()
@@ -332,6 +333,7 @@ def test_report_writes_markdown_and_readable_plots(registry, tmp_path):
         assert f"]({name})" in text
 
 
+@pytest.mark.slow
 def test_report_calls_a_close_race_within_noise(tmp_path, db_url):
     with Registry(db_url) as registry:
         make_run(registry, "a", ["seed=0"], group="close", variant="a", reward_top=0.70)
@@ -550,6 +552,7 @@ def test_csv_carries_the_comparison_and_a_group_has_no_baseline_until_named(stud
     assert "no baseline to compare against" in table.stdout
 
 
+@pytest.mark.slow
 def test_scipy_only_when_there_is_something_to_test(study_db, db):
     """scipy.stats costs most of a second to import: compare without a baseline skips it,
     and with one still needs no torch."""
@@ -613,6 +616,7 @@ def test_json_is_strict_json_with_null_where_a_number_is_not_finite(tmp_path):
     assert row["final_acc"] == pytest.approx(0.7) and row["entropy"] == pytest.approx(0.6)
 
 
+@pytest.mark.slow
 def test_a_run_shared_by_two_studies_carries_each_studys_label(tmp_path):
     # A sweep reuses a finished run with its config hash: two studies with a common
     # baseline run it once. Each study's rows must use its own label for it, or the

@@ -314,6 +314,7 @@ def test_math500_answers_graded_against_themselves():
     assert right >= 0.99 * len(records)
 
 
+@pytest.mark.slow
 def test_math500_answers_equal_themselves_through_math_verify():
     # The test above mostly takes the string fast path; this one makes every
     # answer go through math-verify's parser and comparison.

@@ -21,6 +21,7 @@ from datetime import UTC
 from pathlib import Path
 
 import pytest
+from cli import Result, invoke
 from sqlalchemy import MetaData, create_engine, insert, select, text
 
 from grpoctl.config import load_config
@@ -33,7 +34,10 @@ BEFORE = json.loads((FIXTURES / "registry_v0_before.json").read_text())
 RUNS = ("lr-sweep-lr=1e-4-s0", "lr-sweep-lr=1e-3-s0", "lr-sweep-lr=3e-4-s0", "solo-broken")
 
 
-def grpoctl(*args: str, cwd: Path, python: str = sys.executable) -> subprocess.CompletedProcess:
+def grpoctl(*args: str, cwd: Path, python: str | None = None) -> Result | subprocess.CompletedProcess:
+    """In this process (tests/cli.py), or in a subprocess of another interpreter (`python`)."""
+    if python is None:
+        return invoke(*args, cwd=cwd, env={"GRPOCTL_DB": None})
     env = {k: v for k, v in os.environ.items() if k != "GRPOCTL_DB"}
     env.update(PYTHONPATH=str(ROOT), COLUMNS="200")
     return subprocess.run(
@@ -259,7 +263,9 @@ def test_postgres_upgrade_waits_for_the_advisory_lock(db_url, tmp_path):
     holder = engine.connect()
     holder.execute(text("SELECT pg_advisory_lock(:k)"), {"k": schema.MIGRATION_LOCK_KEY})
     result: dict = {}
-    thread = threading.Thread(target=lambda: result.update(done=grpoctl("db", "upgrade", "--db", db_url, cwd=tmp_path)))
+    # A process of its own: it blocks on the lock while this one holds it.
+    upgrade = lambda: grpoctl("db", "upgrade", "--db", db_url, cwd=tmp_path, python=sys.executable)  # noqa: E731
+    thread = threading.Thread(target=lambda: result.update(done=upgrade()))
     thread.start()
     time.sleep(3)
     assert thread.is_alive()  # waiting for whoever holds the lock

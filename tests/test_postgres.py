@@ -3,12 +3,10 @@ libpq options through the URL, and how many connections a process holds."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli import Result, invoke
 from conftest import pg_execute
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
@@ -39,12 +37,9 @@ def pg_url(db_url):
     return db_url
 
 
-def grpoctl(*args: str, cwd: Path, **env) -> subprocess.CompletedProcess:
-    environ = {k: v for k, v in os.environ.items() if k not in ("GRPOCTL_DB", "PGPASSWORD", "PGPASSFILE")}
-    environ.update(PYTHONPATH=str(ROOT), COLUMNS="200", **env)
-    return subprocess.run(
-        [sys.executable, "-m", "grpoctl", *args], cwd=cwd, env=environ, capture_output=True, text=True, timeout=120
-    )
+def grpoctl(*args: str, cwd: Path, **env) -> Result:
+    # In-process (tests/cli.py); libpq reads PGPASSWORD and PGPASSFILE at each connect.
+    return invoke(*args, cwd=cwd, env={"GRPOCTL_DB": None, "PGPASSWORD": None, "PGPASSFILE": None, **env})
 
 
 def without_password(url: str) -> str:

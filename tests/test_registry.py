@@ -337,6 +337,7 @@ def test_writes_begin_immediate_and_reads_deferred(sqlite_registry):
     assert begins == ["BEGIN IMMEDIATE", "BEGIN IMMEDIATE", "BEGIN DEFERRED"]
 
 
+@pytest.mark.slow
 def test_a_write_transaction_holds_the_lock_from_its_start(sqlite_registry, db_path):
     registry = sqlite_registry
     # Nothing written yet inside the transaction, but the lock is already ours: with a

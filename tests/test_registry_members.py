@@ -38,6 +38,7 @@ def test_a_dead_trainer_is_ended_only_while_the_claim_is_its_own(db_url):
     assert registry.get_run(run.id).claim_token == taken.claim_token
 
 
+@pytest.mark.slow
 def test_a_supervisor_s_claim_is_handed_to_its_child_only(db_url, tmp_path):
     registry = Registry(db_url)
     run = new_run(registry)

@@ -68,6 +68,7 @@ def killed_run(db: str, name: str, workdir: Path, tiny_model_dir: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.postgres_too
 def test_two_resumers_at_once_one_is_refused_and_no_row_is_duplicated(db_url, tmp_path, tiny_model_dir):
     name = "race"
     killed_run(db_url, name, tmp_path, tiny_model_dir)  # trial 0: its dead trainer still holds the claim
@@ -98,6 +99,7 @@ def test_two_resumers_at_once_one_is_refused_and_no_row_is_duplicated(db_url, tm
 
 
 @pytest.mark.slow
+@pytest.mark.postgres_too
 def test_a_trainer_whose_claim_is_taken_over_stops_without_writing(db_url, tmp_path, tiny_model_dir):
     overrides = fast_overrides(tiny_model_dir, tmp_path, **{"loop.n_grpo_steps": 40, "checkpoint.every": 100})
     proc = start(["train", *overrides, "name=orphan", "--db", db_url], tmp_path)

@@ -227,6 +227,7 @@ def test_a_truth_that_is_not_math_is_counted():
     assert grading_stats()["errors"] == 2
 
 
+@pytest.mark.slow
 def test_errors_in_a_worker_are_counted_and_a_dead_worker_is_replaced():
     grading_stats(reset=True)
     with Grader(workers=1, timeout_s=30.0, check=boom) as grader:
@@ -258,6 +259,7 @@ def _children() -> set[int]:
     }
 
 
+@pytest.mark.slow
 def test_pool_kills_and_replaces_a_hung_worker_and_leaves_nothing_behind():
     before = _children()
     grader = Grader(workers=1, timeout_s=0.5, check=hang)
@@ -275,6 +277,7 @@ def test_pool_kills_and_replaces_a_hung_worker_and_leaves_nothing_behind():
     assert _children() <= before
 
 
+@pytest.mark.slow
 def test_pool_grades_real_answers_and_bounds_hostile_ones():
     # A generous bound, so that a busy machine does not fail the right answers;
     # the hostile pair is then stopped by math-verify's own timeout in the
@@ -292,6 +295,7 @@ def test_pool_grades_real_answers_and_bounds_hostile_ones():
     assert not any(psutil.pid_exists(pid) for pid in pids)
 
 
+@pytest.mark.slow
 def test_rewards_work_off_the_main_thread():
     results = {}
 

@@ -206,6 +206,7 @@ def test_ctrl_c_interrupts_children_and_says_how_to_resume(fake, tmp_path, monke
     assert sorted(r.status for r in registry.list_runs()) == ["interrupted", "interrupted"]
 
 
+@pytest.mark.postgres_too
 def test_a_password_never_shows_in_argv_logs_plans_or_messages(fake, tmp_path, monkeypatch, db_url):
     if not db_url.startswith("postgresql"):
         pytest.skip("SQLite has no password")

@@ -108,6 +108,7 @@ def test_seeds():
             parse_seeds(bad)
 
 
+@pytest.mark.slow
 def test_param_sweep_names_hashes_and_seeds():
     plan = param_sweep("lr", "1e-4..1e-3", overrides=["steps=5"], seeds="0,1")
     assert plan.name == "lr-sweep" and plan.kind == "sweep"
@@ -208,6 +209,7 @@ def test_invalid_ablations_are_refused_whole(tmp_path, text, message):
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
+@pytest.mark.slow
 def test_a_bad_variant_writes_nothing(tmp_path):
     spec = write(tmp_path / "abl.yaml", "variants:\n  good: {lr: 1.0e-4}\n  bad: {loss.loss_type: nope}\n")
     db = tmp_path / "r.db"
@@ -223,6 +225,7 @@ def test_a_bad_variant_writes_nothing(tmp_path):
     assert not db.exists() and not (tmp_path / "outputs").exists()
 
 
+@pytest.mark.slow
 def test_every_shipped_experiment_expands(tmp_path):
     """Each experiments/*.yaml names a base that exists and only valid variants.
     GPU specs need experiments/h100.yaml (another helper's); skipped until it exists."""
@@ -238,6 +241,7 @@ def test_every_shipped_experiment_expands(tmp_path):
             assert all("loop.n_grpo_steps=60" in v.overrides for v in plan.variants), path
 
 
+@pytest.mark.slow
 def test_the_baseline_is_stated_or_the_variant_that_changes_nothing(tmp_path):
     plain = write(tmp_path / "plain.yaml", "common: {lr: 1.0e-4}\nvariants:\n  hot: {lr: 1.0e-3}\n  plain: {}\n")
     assert ablation(plain).baseline == "plain" and ablation(plain).spec["baseline"] == "plain"
@@ -267,6 +271,7 @@ def test_every_shipped_study_states_its_baseline():
         assert data.get("baseline") in data["variants"], path
 
 
+@pytest.mark.slow
 def test_a_run_config_is_absolute_and_hashes_the_same_from_its_yaml(tmp_path, monkeypatch):
     """What a member's trainer gets: the full config in a file, paths absolute, so it
     means the same from any directory or machine, with the hash the plan knows it by."""

@@ -13,6 +13,7 @@ import time
 
 import pytest
 import torch
+from conftest import record_service_start
 
 pytestmark = [
     pytest.mark.vllm,
@@ -54,6 +55,7 @@ def engine(tmp_path_factory):
     )
     backend = VLLMRolloutBackend(str(model_dir), cfg)
     print(f"\nvLLM engine start: {backend.start_seconds:.1f} s")
+    record_service_start("vllm", backend.start_seconds)
     yield backend, model_dir
     backend.close()
 

@@ -46,11 +46,19 @@ def _options(
     """GRPO for small math LLMs, with every run in an experiment registry."""
 
 
+_registered = False
+
+
 def _register_commands() -> None:
+    # Once per process: in-process callers (the tests) call main() many times.
+    global _registered
+    if _registered:
+        return
     from grpoctl.cli import compare, db, report, runs, sweep, train
 
     for module in (train, runs, sweep, compare, report, db):
         module.register(app)
+    _registered = True
 
 
 def fail(message: str) -> None:
