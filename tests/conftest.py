@@ -136,6 +136,28 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     return create_tiny_model_dir(tmp_path_factory.mktemp("tiny-model") / "model", seed=0)
 
 
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory) -> Path:
+    """A finished 3-step tiny run (fast_overrides, named `e2e`) in `registry.db` under the
+    returned directory, trained once for the whole test run, whichever worker asks first.
+
+    Tests that only read a trained run share it: they must not write to it.
+    """
+    import subprocess
+
+    from grpoctl.tiny.model import create_tiny_model_dir
+
+    def build(path: Path) -> None:
+        model = create_tiny_model_dir(path / "model", seed=0)
+        cmd = [sys.executable, str(REPO / "tests" / "digit_reward_train.py"), "train"]
+        cmd += fast_overrides(model, path) + ["name=e2e"]
+        env = {k: v for k, v in os.environ.items() if k != "GRPOCTL_DB"} | {"PYTHONPATH": str(REPO)}
+        out = subprocess.run(cmd, cwd=path, env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+
+    return shared_once(tmp_path_factory, "trained-run", build)
+
+
 def fast_overrides(model_dir: Path, workdir: Path, **extra) -> list[str]:
     """A run small enough for a unit test: seconds on one CPU thread."""
     values = {
