@@ -87,8 +87,10 @@ def pytest_collection_modifyitems(config, items):
         module = item.module.__name__
         if module in SERIAL_MODULES:
             item.add_marker(pytest.mark.xdist_group("serial"))
-        backend = getattr(item, "callspec", None) and item.callspec.params.get("db_url")
-        if module in E2E_MODULES or backend == "postgresql":
+        params = item.callspec.params if hasattr(item, "callspec") else {}
+        backend = params.get("db_url")
+        on_postgres = "postgresql" in params.values() or "pg_admin_url" in item.fixturenames
+        if module in E2E_MODULES or on_postgres:
             item.add_marker(pytest.mark.slow)
         if module in E2E_ON_SQLITE and backend == "postgresql" and not item.get_closest_marker("postgres_too"):
             dropped.append(item)
