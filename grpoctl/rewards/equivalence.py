@@ -17,6 +17,12 @@ in a main thread: the caller's (the trainer grades in its main thread) or a
 worker process's (pool.py). We pass the smallest timeouts it accepts, one
 second to parse the prediction and one to compare, so a hostile answer that
 got past the guards costs at most about two seconds.
+
+`A \\neq B` answers `C \\neq D` exactly when `A = B` answers `C = D` (each
+relation is the negation of the other, so they hold for the same values): the
+two are compared as equations. math-verify cannot compare two `\\neq` relations
+itself (it raises); any other comparison involving one that raises is wrong,
+not a grading error.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import itertools
+import re
 import threading
 from fractions import Fraction
 from typing import NamedTuple
@@ -50,12 +57,15 @@ VERIFY_TIMEOUT_S = 1
 FLOAT_ROUNDING = 6
 # Bump when a normalization or guard rule changes what counts as right: it is
 # recorded with every evaluation, next to math-verify's version.
-NORMALIZATION_VERSION = "grpoctl-2"
+NORMALIZATION_VERSION = "grpoctl-3"
 
 # Answers are wrapped in \boxed{} before parsing: the box is math-verify's
 # highest-priority anchor, its content is taken with balanced braces, and it
 # tolerates newlines and `$` that a `$...$` wrapper would not.
 _EXTRACTION = (LatexExtractionConfig(boxed_match_priority=0),)
+# `\neq` and `\ne`, not `\newline`.
+_UNEQUAL = re.compile(r"\\ne(?:q)?(?![A-Za-z])")
+
 # Digits to which a symbolic truth (pi, sqrt 2) is evaluated for the decimal
 # rule: far beyond decimals.MAX_DECIMAL_PLACES.
 _VALUE_DIGITS = 50
@@ -95,6 +105,7 @@ def prepare(pred: str, truth: str) -> Prepared:
     if guards.hostile_reason(pred_norm) is not None:
         # Before anything else reads it; its parts are substrings, so need no screening.
         return Prepared(False, "rejected")
+    pred_norm, truth_norm = _unequal_as_equal(pred_norm, truth_norm)
     pairs = equations.pairs_to_compare(pred_norm, truth_norm)
     if pairs is None:
         return Prepared(False, "fast")
@@ -110,6 +121,18 @@ def prepare(pred: str, truth: str) -> Prepared:
     if not pending:
         return Prepared(True, "fast")
     return Prepared(None, "parse", tuple(pending))
+
+
+def _unequal_as_equal(pred: str, truth: str) -> tuple[str, str]:
+    """`5 \\neq x` and `x \\neq 5` -> `5=x` and `x=5` (see the module doc); any other
+    pair unchanged."""
+    pred_sides = equations.split_top_level(pred, _UNEQUAL)
+    truth_sides = equations.split_top_level(truth, _UNEQUAL)
+    if len(pred_sides) != 2 or len(truth_sides) != 2 or not all(pred_sides + truth_sides):
+        return pred, truth
+    if equations.EQUALS.search(pred) or equations.EQUALS.search(truth):
+        return pred, truth  # `x = y \\neq 5`: not one relation
+    return "=".join(pred_sides), "=".join(truth_sides)
 
 
 def _quick_verdict(pred: str, truth: str) -> tuple[bool | None, str, str]:
@@ -198,6 +221,7 @@ def math_verify_equal(pred: str, truth: str) -> Verdict:
             if verdict is not None:
                 return Verdict(verdict)
         target, raised = _parse(pred)
+        unequal = _UNEQUAL.search(pred) is not None or _UNEQUAL.search(truth) is not None
         # verify() over the lists would stop at the first pair that raises, and
         # with raise_on_error=False it would hide timeouts from us; so one pair
         # at a time. The lists are [sympy object, string] at most.
@@ -206,7 +230,9 @@ def math_verify_equal(pred: str, truth: str) -> Verdict:
                 if verify(g, t, float_rounding=FLOAT_ROUNDING, timeout_seconds=VERIFY_TIMEOUT_S, raise_on_error=True):
                     return Verdict(True)
             except Exception:
-                raised = True  # this pair could not be compared; try the next
+                # This pair could not be compared; try the next. A `\\neq` that
+                # math-verify cannot compare is wrong by our rule, not an error.
+                raised = raised or not unequal
         return Verdict(False, error=raised)
     except TimeoutException:
         return Verdict(False, timed_out=True)
