@@ -16,10 +16,11 @@ made a verdict depend on the machine's load (a right 3x3 matrix that needs 0.9 s
 of sympy scored 0 in 2 of 6 runs on a busy machine). Its timeouts are switched
 off and the work is bounded in CPU time instead (cputime.py): PARSE_CPU_S to
 parse the prediction, VERIFY_CPU_S for all its comparisons with the truth. Both
-are several times what any answer we have seen needs (tests/test_grading.py's
-labelled set, MATH500, GSM8K: at most about 1 s), so that the verdict is the same
-on a quiet and a loaded machine; a hostile answer that got past the guards costs
-at most PARSE_CPU_S + VERIFY_CPU_S of CPU time. The signal that enforces them is
+are over five times what the slowest right answers we measured need (MATH500's
+answers and near misses, tests/test_grading.py's labelled set: at most 0.38 s to
+parse, 0.29 s to compare), so that the verdict is the same on a quiet and a
+loaded machine; a hostile answer that got past the guards costs at most
+PARSE_CPU_S + VERIFY_CPU_S of CPU time. The signal that enforces them is
 delivered to a main thread, so `math_verify_equal` must run in one: the caller's
 (the trainer grades in its main thread) or a worker process's (pool.py).
 
