@@ -19,6 +19,7 @@ a wall-clock limit got wrong).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -121,6 +122,8 @@ def main() -> None:
             )
     every = [r["verdicts"] for runs in results.values() for r in runs]
     print(f"identical verdicts in all {len(every)} runs: {all(v == reference for v in every)}")
+    # To compare separate invocations (`--phase quiet`, then `--phase loaded`):
+    print("verdicts digest:", hashlib.sha256(json.dumps(reference).encode()).hexdigest()[:16])
 
 
 if __name__ == "__main__":
