@@ -4,6 +4,7 @@ grading (in-process and in the worker pool)."""
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 
@@ -303,6 +304,33 @@ def test_the_time_limits_count_cpu_time_not_waiting():
                 pass
     assert 0.2 <= time.process_time() - started < 2.0
     assert equivalence.PARSE_CPU_S >= 2 and equivalence.VERIFY_CPU_S >= 2  # several times the slowest right answer
+
+
+class OuterLimit(BaseException):
+    pass
+
+
+def test_a_callers_own_cpu_time_watchdog_survives_grading():
+    # tests/test_bad_inputs.py guards its in-process runs with ITIMER_PROF: grading
+    # inside such a run must neither disarm it nor take its signal.
+    def outer(signum, frame):
+        raise OuterLimit
+
+    previous = signal.signal(signal.SIGPROF, outer)
+    signal.setitimer(signal.ITIMER_PROF, 30.0)
+    try:
+        with cpu_time_limit(0.2):
+            pass
+        left, _ = signal.getitimer(signal.ITIMER_PROF)
+        assert 25.0 < left <= 30.1 and signal.getsignal(signal.SIGPROF) is outer  # ticks round up
+        signal.setitimer(signal.ITIMER_PROF, 0.1)  # now the outer limit comes first
+        with pytest.raises(OuterLimit):
+            with cpu_time_limit(5.0):
+                while True:
+                    pass
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, previous)
 
 
 def test_pool_does_not_kill_a_worker_for_waiting_but_does_for_computing():
