@@ -29,7 +29,9 @@ Workloads, each as r1_zero responses graded by `r1_zero_reward` in this thread
 
 math500/gamed and hostile stand in for the 2,000 adversarial completions of the
 bad-input campaign (issue 10): none may crash or hang, and `worst ms` is the
-slowest single call.
+slowest single call (`cpu ms` the largest CPU time of one, which is what the
+limits bound; `cpu s` the workload's CPU time, steadier than `sec` on a shared
+machine).
 
 With --workers N the same pairs are also graded by a `Grader(workers=N)` pool
 with grade_many, to show the pool's overhead and parallel throughput.
@@ -141,7 +143,7 @@ def run(name: str, pairs: list[tuple[str, str]], direct: bool = False) -> dict:
             _parse_truth(normalize_answer(truth))
     grading_stats(reset=True)
     worst, worst_cpu, right = 0.0, 0.0, 0
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     for response, truth in pairs:
         t0, c0 = time.perf_counter(), time.process_time()
         if direct:
@@ -150,9 +152,16 @@ def run(name: str, pairs: list[tuple[str, str]], direct: bool = False) -> dict:
             right += r1_zero_reward(response, truth)["reward"] == 1.0
         worst = max(worst, time.perf_counter() - t0)
         worst_cpu = max(worst_cpu, time.process_time() - c0)
-    seconds = time.perf_counter() - started
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     return dict(
-        name=name, n=len(pairs), right=right, seconds=seconds, worst=worst, worst_cpu=worst_cpu, **grading_stats()
+        name=name,
+        n=len(pairs),
+        right=right,
+        seconds=seconds,
+        cpu=cpu,
+        worst=worst,
+        worst_cpu=worst_cpu,
+        **grading_stats(),
     )
 
 
@@ -172,6 +181,7 @@ def run_pool(name: str, pairs: list[tuple[str, str]], workers: int) -> dict:
         n=len(pairs),
         right=right,
         seconds=seconds,
+        cpu=float("nan"),
         worst=float("nan"),
         worst_cpu=float("nan"),
         **grading_stats(),
@@ -180,7 +190,7 @@ def run_pool(name: str, pairs: list[tuple[str, str]], workers: int) -> dict:
 
 def print_table(rows: list[dict]) -> None:
     header = (
-        f"{'workload':<24} {'n':>5} {'right':>6} {'sec':>7} {'resp/s':>8} "
+        f"{'workload':<24} {'n':>5} {'right':>6} {'sec':>7} {'cpu s':>7} {'resp/s':>8} "
         f"{'worst ms':>9} {'cpu ms':>7} {'fast':>5} {'rejected':>8} {'timeouts':>8} {'errors':>6}"
     )
     print(header)
@@ -188,7 +198,7 @@ def print_table(rows: list[dict]) -> None:
     for r in rows:
         rate = r["n"] / r["seconds"] if r["seconds"] else float("inf")
         print(
-            f"{r['name']:<24} {r['n']:>5} {r['right']:>6} {r['seconds']:>7.2f} {rate:>8.0f} "
+            f"{r['name']:<24} {r['n']:>5} {r['right']:>6} {r['seconds']:>7.2f} {r['cpu']:>7.2f} {rate:>8.0f} "
             f"{r['worst'] * 1000:>9.0f} {r['worst_cpu'] * 1000:>7.0f} {r['fast']:>5} {r['rejected']:>8} "
             f"{r['timeouts']:>8} {r['errors']:>6}"
         )
