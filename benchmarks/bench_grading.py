@@ -16,12 +16,22 @@ Workloads, each as r1_zero responses graded by `r1_zero_reward` in this thread
 - math500/gamed: answers that try to game the grader with the truth in them:
   `WRONG=TRUTH`, `x=WRONG=TRUTH`, `TRUTH=WRONG`, `x=WRONG, y=TRUTH`, `TRUTH or
   WRONG` (WRONG as in math500/wrong). None of them should score;
+- math500/gamed-17: the patterns of issue 17 around every MATH500 truth that is
+  a number (WRONG as above): a thousands separator with a space or a leading 0
+  (`2, 500` for 2500, `0,111` for 111), its digits split into a list, the bare
+  right-hand side of a relation (`25` for `x^2+y^2=25`, `a^2+b=25`,
+  `\\frac{x^2}{a^2}+\\frac{y^2}{b^2}=25`, `x^2=25`), the real part for a complex
+  truth written with `\\mathrm{i}` (`3` or `3+T` for `3+T\\mathrm{i}`), the number
+  for `T\\mathrm{e}` or `T\\mathrm{i}`, `T\\mathrm{i}` and `T\\mathrm{e}` for T, and
+  `T \\neq WRONG` for T. None of them should score;
 - hostile: generated junk (nested braces, towers of powers, unbalanced LaTeX,
   long garbage, huge factorials and binomials) against MATH500 truths.
 
 math500/gamed and hostile stand in for the 2,000 adversarial completions of the
 bad-input campaign (issue 10): none may crash or hang, and `worst ms` is the
-slowest single call.
+slowest single call (`cpu ms` the largest CPU time of one, which is what the
+limits bound; `cpu s` the workload's CPU time, steadier than `sec` on a shared
+machine).
 
 With --workers N the same pairs are also graded by a `Grader(workers=N)` pool
 with grade_many, to show the pool's overhead and parallel throughput.
@@ -65,6 +75,27 @@ def gamed(truth: str) -> list[str]:
         f"x={wrong}, y={truth}",
         rf"{truth} \text{{ or }} {wrong}",
     ]
+
+
+def gamed_17(truth: str) -> list[tuple[str, str]]:
+    """(answer, truth) pairs of issue 17's patterns around a truth that is a whole number;
+    none is right."""
+    digits = truth.lstrip("-")
+    if not digits.isdigit() or len(digits) > 12 or int(digits) == 0:
+        return []  # (0 is also 0i and 0e)
+    wrong = perturb(truth)
+    pairs = [(f"0,{truth}", truth), (f"{truth}, 0", truth), (f"x = {wrong}, {truth}", truth)]
+    if len(digits) >= 2:
+        sign = truth[: len(truth) - len(digits)]
+        for i in sorted({1, max(1, len(digits) - 3)}):
+            pairs.append((f"{sign}{digits[:i]}, {digits[i:]}", truth))  # `2, 500` for 2500
+        pairs.append((truth, f"{sign}{digits[:1]}, {digits[1:]}"))  # and the other way round
+    for relation in ("x^2+y^2", "a^2+b", r"\frac{x^2}{a^2}+\frac{y^2}{b^2}", "x^2", "2x"):
+        pairs.append((truth, f"{relation}={truth}"))
+    pairs += [(truth, rf"{truth}\mathrm{{i}}"), (truth, rf"{truth}\mathrm{{e}}"), (truth, rf"3+{truth}\mathrm{{i}}")]
+    pairs += [("3", rf"3+{truth}\mathrm{{i}}"), (rf"{truth}\mathrm{{i}}", truth), (rf"{truth}\mathrm{{e}}", truth)]
+    pairs += [(rf"{truth} \neq {wrong}", truth), (rf"x \neq {truth}", truth)]
+    return pairs
 
 
 def hostile_strings(n: int, seed: int = 0) -> list[str]:
@@ -111,17 +142,27 @@ def run(name: str, pairs: list[tuple[str, str]], direct: bool = False) -> dict:
         for _, truth in pairs:
             _parse_truth(normalize_answer(truth))
     grading_stats(reset=True)
-    worst, right = 0.0, 0
-    started = time.perf_counter()
+    worst, worst_cpu, right = 0.0, 0.0, 0
+    started, cpu_started = time.perf_counter(), time.process_time()
     for response, truth in pairs:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         if direct:
             right += math_verify_equal(normalize_answer(response), normalize_answer(truth)).equal
         else:
             right += r1_zero_reward(response, truth)["reward"] == 1.0
         worst = max(worst, time.perf_counter() - t0)
-    seconds = time.perf_counter() - started
-    return dict(name=name, n=len(pairs), right=right, seconds=seconds, worst=worst, **grading_stats())
+        worst_cpu = max(worst_cpu, time.process_time() - c0)
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    return dict(
+        name=name,
+        n=len(pairs),
+        right=right,
+        seconds=seconds,
+        cpu=cpu,
+        worst=worst,
+        worst_cpu=worst_cpu,
+        **grading_stats(),
+    )
 
 
 def run_pool(name: str, pairs: list[tuple[str, str]], workers: int) -> dict:
@@ -135,21 +176,31 @@ def run_pool(name: str, pairs: list[tuple[str, str]], workers: int) -> dict:
         right = sum(grader.grade_many(answers))
         seconds = time.perf_counter() - started
     name = f"{name} [pool {workers}]"
-    return dict(name=name, n=len(pairs), right=right, seconds=seconds, worst=float("nan"), **grading_stats())
+    return dict(
+        name=name,
+        n=len(pairs),
+        right=right,
+        seconds=seconds,
+        cpu=float("nan"),
+        worst=float("nan"),
+        worst_cpu=float("nan"),
+        **grading_stats(),
+    )
 
 
 def print_table(rows: list[dict]) -> None:
     header = (
-        f"{'workload':<24} {'n':>5} {'right':>6} {'sec':>7} {'resp/s':>8} "
-        f"{'worst ms':>9} {'fast':>5} {'rejected':>8} {'timeouts':>8} {'errors':>6}"
+        f"{'workload':<24} {'n':>5} {'right':>6} {'sec':>7} {'cpu s':>7} {'resp/s':>8} "
+        f"{'worst ms':>9} {'cpu ms':>7} {'fast':>5} {'rejected':>8} {'timeouts':>8} {'errors':>6}"
     )
     print(header)
     print("-" * len(header))
     for r in rows:
         rate = r["n"] / r["seconds"] if r["seconds"] else float("inf")
         print(
-            f"{r['name']:<24} {r['n']:>5} {r['right']:>6} {r['seconds']:>7.2f} {rate:>8.0f} "
-            f"{r['worst'] * 1000:>9.0f} {r['fast']:>5} {r['rejected']:>8} {r['timeouts']:>8} {r['errors']:>6}"
+            f"{r['name']:<24} {r['n']:>5} {r['right']:>6} {r['seconds']:>7.2f} {r['cpu']:>7.2f} {rate:>8.0f} "
+            f"{r['worst'] * 1000:>9.0f} {r['worst_cpu'] * 1000:>7.0f} {r['fast']:>5} {r['rejected']:>8} "
+            f"{r['timeouts']:>8} {r['errors']:>6}"
         )
 
 
@@ -166,6 +217,7 @@ def main() -> None:
         "math500/self": [(r1(t), t) for t in truths],
         "math500/wrong": [(r1(perturb(t)), t) for t in truths],
         "math500/gamed": [(r1(answer), t) for t in truths for answer in gamed(t)],
+        "math500/gamed-17": [(r1(answer), truth) for t in truths for answer, truth in gamed_17(t)],
         "hostile": [(r1(h), truths[i % len(truths)]) for i, h in enumerate(hostile_strings(args.hostile))],
     }
     rows = [run(name, pairs) for name, pairs in workloads.items()]

@@ -45,6 +45,7 @@ def make_run(
     decoding=DECODING,
     subset_hash="s1",
     logged=None,
+    grader="exact",
 ):
     """A run whose metrics follow a learning curve, or collapse from `collapse_at`; it
     stops after `logged` steps (all of them by default)."""
@@ -88,7 +89,7 @@ def make_run(
                 subset_hash=subset_hash,
                 template_hash="t1",
                 decoding=decoding,
-                grader="exact",
+                grader=grader,
             )
     registry.set_status(run.id, status, error=error)
     return cfg, run
@@ -236,6 +237,21 @@ def test_evals_done_differently_are_warned_about_and_stale_is_shown(registry):
     assert "different decoding" in decoding and "other-a" in decoding and "other-b" in decoding
     assert "different subset hash" in subset and "\n" not in subset
     assert {r.label: r.status for r in table.rows} == {"a": "finished", "b": "stale"}
+
+
+def test_a_study_graded_under_two_normalization_versions_is_warned_about(tmp_path):
+    # What evaluate.eval_record stores: the grader and its normalization version, which
+    # changes what counts as right (grpoctl-3: issue 17's separators, relations, \mathrm).
+    old, new = "math-verify 0.9.0 (grpoctl-2)", "math-verify 0.9.0 (grpoctl-3)"
+    with Registry(str(tmp_path / "registry.db")) as registry:
+        make_run(registry, "mix-a", ["seed=0"], group="mix", variant="a", steps=6, grader=old)
+        make_run(registry, "mix-b", ["seed=0", "optimizer.lr=1e-4"], group="mix", variant="b", steps=6, grader=new)
+        warnings = build_compare_table(registry, ["mix"]).warnings
+        assert len(warnings) == 1 and warnings[0].startswith("runs were evaluated with different grader: ")
+        assert f"{old} (mix-a)" in warnings[0] and f"{new} (mix-b)" in warnings[0]
+        make_run(registry, "same-a", ["seed=0"], group="same", variant="a", steps=6, grader=new)
+        make_run(registry, "same-b", ["seed=0", "optimizer.lr=1e-4"], group="same", variant="b", steps=6, grader=new)
+        assert build_compare_table(registry, ["same"]).warnings == []
 
 
 def test_runs_by_ref(registry):

@@ -9,14 +9,15 @@ prompt (which ends in `<think>`); `Q(...)` marks a question_only response.
 from __future__ import annotations
 
 import json
+import re
 from fractions import Fraction
 from pathlib import Path
 
 import pytest
 
-from grpoctl.rewards import question_only_reward, r1_zero_reward
+from grpoctl.rewards import grading_stats, question_only_reward, r1_zero_reward
 from grpoctl.rewards.decimals import significant_digits, stands_for
-from grpoctl.rewards.equations import EQUALS, is_label, pairs_to_compare, split_top_level
+from grpoctl.rewards.equations import EQUALS, is_label, is_name, pairs_to_compare, split_top_level
 from grpoctl.rewards.equivalence import math_verify_equal
 from grpoctl.rewards.normalize import normalize_answer
 
@@ -231,7 +232,72 @@ WRONG = [
     ("5", r1("9^{9^{9^{9}}}"), False),
 ]
 
-TRIPLES = RIGHT + WRONG
+
+def _matrix(entry: str) -> str:
+    return r"\begin{pmatrix} " + r" \\ ".join(" & ".join([entry] * 3) for _ in range(3)) + r" \end{pmatrix}"
+
+
+# Issue 17: other projects' labelled pairs that r1_zero_reward got wrong (each
+# reproduced on 9019484), with the verdict the README's rules give.
+ISSUE_17 = [
+    # a comma followed by a space, or a first group starting with 0, is a list comma
+    ("2500", r1("2, 500"), False),
+    ("2, 500", r1("2500"), False),
+    ("32349", r1("32, 349"), False),
+    ("32, 349", r1("32349"), False),
+    ("111", r1("0,111"), False),
+    ("0,111", r1("111"), False),
+    ("32, 349", r1("349, 32"), True),
+    ("2500", r1("2,500"), True),
+    ("2500", r1("2{,}500"), True),
+    ("2500", r1("x = 2,500"), True),
+    ("2500", r1("x = 2, 500"), False),
+    ("(12,102)", r1("(12, 102)"), True),
+    ("12102", r1("(12,102)"), False),
+    # a truth equation whose left side is not a single name is a relation
+    ("a^2+b=0", r1("0"), False),
+    ("x^2+y^2=25", r1("25"), False),
+    ("x^2+y^2=25", r1("y^2+x^2=25"), True),
+    (r"\frac{x^2}{a^2}+\frac{y^2}{b^2}=1", r1("1"), False),
+    (r"\frac{x^2}{a^2}+\frac{y^2}{b^2}=1", r1(r"\frac{y^2}{b^2}+\frac{x^2}{a^2}=1"), True),
+    ("a_1=5", r1("5"), True),
+    ("f(2)=5", r1("5"), True),
+    # a single upright letter is a letter, never a unit
+    (r"3+4\mathrm{i}", r1("7"), False),
+    (r"2\mathrm{i}", r1("2"), False),
+    (r"2\mathrm{e}", r1("2"), False),
+    (r"3+4\mathrm{i}", r1("3+4i"), True),
+    (r"2\mathrm{i}", r1("2i"), True),
+    (r"2\mathrm{e}", r1("2e"), True),
+    # control spaces and ties are spaces; a root's radicand without braces is one token
+    ("(1,2)", r1(r"(1,\ 2)"), True),
+    (r"-5, \frac{14}{3}", r1(r"x = -5,\ p = \frac{14}{3}"), True),
+    ("5", r1("5\\ "), True),
+    ("(1,2)", r1("(1,~2)"), True),
+    (r"\sqrt[3]{2}", r1(r"\sqrt[3]2"), True),
+    (r"2\sqrt[3]{3}", r1(r"2\sqrt[3]3"), True),
+    (r"\sqrt[3]{2}", r1(r"\sqrt[3]3"), False),
+    # math delimiters and unit words after them
+    (r"28\%", r1("$28$ percent"), True),
+    ("18", r1("$18$ dollars"), True),
+    ("18", r1("$19$ dollars"), False),
+    # \mathrm{e} is e
+    (r"1 - \frac{1}{\mathrm{e}}", r1(r"1 - \frac{1}{e}"), True),
+    (r"1 - \frac{1}{e}", r1(r"1 - \frac{1}{\mathrm{e}}"), True),
+    (r"\frac{1}{e}", r1(r"\frac{1}{\mathrm{e}}"), True),
+    (r"e^2", r1(r"\mathrm{e}^2"), True),
+    (r"\mathrm{e}^2", r1("e^2"), True),
+    # \neq is symmetric: compared as the equations it negates
+    (r"x \neq 5", r1(r"5 \neq x"), True),
+    (r"5 \neq x", r1(r"x \neq 5"), True),
+    (r"x \neq 5", r1(r"y \neq 5"), False),
+    (r"x \neq 5", r1(r"x \neq 6"), False),
+    (r"x \neq 5", r1("5"), False),
+    # a right answer that needs most of a second of sympy (the load-dependent one)
+    (_matrix(r"\frac{1}{3\sqrt[3]{x}^2}"), r1(_matrix(r"\frac{1}{3x^{2/3}}")), True),
+]
+
+TRIPLES = RIGHT + WRONG + ISSUE_17
 
 
 def _reward(truth: str, response: str) -> float:
@@ -248,6 +314,16 @@ def test_labelled_triple(truth, response, right):
     assert _reward(truth, response) == float(right), (truth, response)
 
 
+@pytest.mark.parametrize(("truth", "response", "right"), ISSUE_17)
+def test_issue_17_triples_are_graded_without_errors_or_timeouts(truth, response, right):
+    # The README says errors stay at zero: `\frac{1}{\mathrm{e}}`, `\mathrm{e}^2` and two
+    # `\neq` relations used to make math-verify raise.
+    grading_stats(reset=True)
+    assert _reward(truth, response) == float(right), (truth, response)
+    stats = grading_stats()
+    assert stats["errors"] == 0 and stats["timeouts"] == 0, (truth, response, stats)
+
+
 @pytest.mark.parametrize(
     "side",
     ["x", "AB", r"\overline{AB}", r"m\angle ABC", "f(2)", "P(1,3)", "a_1", "x_{10}", "x^2", "x+y", r"\theta"]
@@ -262,6 +338,16 @@ def test_labels_name_what_was_asked(side):
 )
 def test_values_are_not_labels(side):
     assert not is_label(side)
+
+
+@pytest.mark.parametrize("side", ["x", "AB", "a_1", "x_{10}", r"\theta", "f(2)", "P(1, 3)"])
+def test_a_single_name_is_what_a_truth_equation_assigns(side):
+    assert is_name(side)
+
+
+@pytest.mark.parametrize("side", ["x^2", "x+y", "a^2+b", r"\frac{x^2}{a^2}+\frac{y^2}{b^2}", "2x", r"\pi", r"\sin x"])
+def test_anything_else_on_the_left_of_a_truth_makes_it_a_relation(side):
+    assert not is_name(side)
 
 
 def test_only_top_level_equals_signs_cut_an_answer():
@@ -332,3 +418,135 @@ def test_gsm8k_answers_graded_against_themselves():
     assert len(answers) == 1319
     wrong = [a for a in answers if r1_zero_reward(r1(a), a)["reward"] != 1.0]
     assert wrong == []
+
+
+# ------------------------------------------- a rewrite never makes a wrong answer right
+
+# For every rewrite in rewards/normalize.py: right answers on which it fires, with
+# their truths. Wrong answers are generated around each (test below).
+REWRITES = {
+    "control space and tie": [("(1,2)", r"(1,\ 2)"), ("(1,2)", "(1,~2)"), ("5", "5\\ "), ("15", "15\\")],
+    "math delimiters": [("42", "$42$"), (r"\frac{1}{2}", r"\(\frac{1}{2}\)"), ("-17", "$$-17$$")],
+    "delimited math then unit words": [(r"28\%", "$28$ percent"), ("18", "$18$ dollars")],
+    "box": [("42", r"\boxed{42}"), ("(1,2)", r"\fbox{(1,2)}")],
+    "substitutions": [
+        (r"\frac{1}{2}", r"\dfrac{1}{2}"),
+        ("0.75", r"\tfrac34"),
+        ("10", r"10\%"),
+        ("18", r"\$18"),
+        ("5600", "5{,}600"),
+        ("-5", "\u22125"),
+        ("76", r"76^\circ"),
+        (r"2\pi", r"2\,\pi"),
+        (r"\frac{1}{2}", r"\displaystyle\frac{1}{2}"),
+    ],
+    "bracket sizing": [(r"(3, \frac{\pi}{2})", r"\left( 3, \frac{\pi}{2} \right)"), ("[2,7)", r"\left[2,7\right)")],
+    "full stop": [("1030", "1030."), ("(1,2)", "(1,2).")],
+    "upright letters": [
+        ("3+4i", r"3+4\mathrm{i}"),
+        ("2e", r"2\mathrm{e}"),
+        (r"1 - \frac{1}{e}", r"1 - \frac{1}{\mathrm{e}}"),
+        ("e^2", r"\mathrm{e}^2"),
+    ],
+    "root without braces": [(r"\sqrt[3]{2}", r"\sqrt[3]2"), (r"2\sqrt[3]{3}", r"2\sqrt[3]3")],
+    "trailing unit": [("3", r"3\text{ cm}"), ("15", r"15\mbox{ cm}^2"), ("864", r"864 \text{inches}")],
+    "whole answer as text": [("12", r"\text{12}"), ("C", r"\text{(C)}")],
+    "thousands separators": [
+        ("1450000", "1,450,000"),
+        ("1450000", "x = 1,450,000"),
+        ("1450", "1,450 dollars"),
+        ("-3000.25", "-3,000.25"),
+    ],
+    "list commas": [("349, 32", "32,  349"), ("0, 111", "0,111"), ("(12, 102)", "(12,102)"), ("(1, 450)", "(1,450)")],
+    "squeezed spaces": [(r"2\pi", r"2 \pi"), ("x^2+1", "x ^ 2 + 1"), ("(1,2)", "( 1 , 2 )")],
+    "choice letter": [("C", "(C)"), (r"\text{(B)}", "(B)")],
+    "number before words": [("18", "18 dollars"), ("5", "5 apples per box")],
+    "base numeral": [("4210_{5}", "4210_5"), ("52_8", "52_{8}")],
+}
+# Truths where the order of the items matters (a tuple or an interval).
+ORDERED = re.compile(r"^(?:\\left)?[(\[]")
+
+
+def _changed_digits(answer: str) -> list[str]:
+    unit = re.search(r"\\(?:text|mbox)\{[^{}]*\}(?:\^\d)?$", answer)  # `cm^2` is not the value
+    end = unit.start() if unit else len(answer)
+    out = [answer[:i] + str((int(c) + 1) % 10) + answer[i + 1 :] for i, c in enumerate(answer[:end]) if c.isdigit()]
+    if not out:  # no digit: change a letter instead
+        out = [answer[:i] + chr(ord(c) + 1) + answer[i + 1 :] for i, c in enumerate(answer) if c in "ABCDE"]
+    return out
+
+
+def _flipped_sign(answer: str) -> list[str]:
+    """The first non-zero number's sign flipped: `-17` -> `17`, `(1,2)` -> `(-1,2)`."""
+    for number in re.finditer(r"\d+(?:\.\d+)?", answer):
+        if number.group().strip("0.") and not answer[: number.start()].endswith(("_", "_{", "^", "^{", "[")):
+            start = number.start()
+            if answer[:start].endswith("-"):
+                return [answer[: start - 1] + answer[start:]]
+            return [answer[:start] + "-" + answer[start:]]
+    return []
+
+
+def _grouping_is_thousands(run: str) -> bool:
+    """Whether digits with commas are groups of three after a first group of 1-3 digits
+    that does not start with 0 (written independently of normalize.py)."""
+    groups = run.split(",")
+    return 1 <= len(groups[0]) <= 3 and groups[0][0] != "0" and all(len(g) == 3 for g in groups[1:])
+
+
+def _inserted_separators(answer: str) -> list[str]:
+    """A separator between two digits: `, ` always makes a list; `,` or `{,}` only
+    where the digits around it do not group as thousands."""
+    out = []
+    for i in range(1, len(answer)):
+        if answer[i - 1].isdigit() and answer[i].isdigit():
+            out.append(answer[:i] + ", " + answer[i:])
+            for comma in (",", "{,}"):
+                mutant = answer[:i] + comma + answer[i:]
+                run = re.search(r"[\d,]*\d", answer[:i].rsplit(" ", 1)[-1] + "," + answer[i:]).group()
+                if not _grouping_is_thousands(run):
+                    out.append(mutant)
+    return out
+
+
+def _reordered(answer: str, truth: str) -> list[str]:
+    """The first two items of a tuple or interval swapped, when the truth's order matters."""
+    inner = re.fullmatch(r"(\\left)?([(\[])(.*?),(.*?)(\\right)?([)\]])", answer)
+    if not ORDERED.match(truth) or inner is None or inner[3].strip() == inner[4].strip():
+        return []
+    left, opener, first, second, right, closer = inner.groups()
+    return [f"{left or ''}{opener}{second.strip()}, {first.strip()}{right or ''}{closer}"]
+
+
+def _wrong_answers(answer: str, truth: str) -> list[tuple[str, str]]:
+    out = [(m, "changed digit") for m in _changed_digits(answer)]
+    out += [(m, "flipped sign") for m in _flipped_sign(answer)]
+    out += [(m, "inserted separator") for m in _inserted_separators(answer)]
+    out += [(m, "reordered") for m in _reordered(answer, truth)]
+    return out
+
+
+@pytest.mark.parametrize("rewrite", list(REWRITES))
+def test_a_rewrite_never_turns_a_wrong_answer_right(rewrite):
+    grading_stats(reset=True)
+    for truth, answer in REWRITES[rewrite]:
+        # The seed is right, and the rewrite fires on it: it changes the answer (the
+        # last two are read off the normalized answer when it is compared).
+        assert _reward(truth, r1(answer)) == 1.0, (rewrite, truth, answer)
+        if rewrite not in ("number before words", "base numeral"):
+            assert normalize_answer(answer) != answer, (rewrite, answer)
+        wrong_answers = _wrong_answers(answer, truth)
+        assert wrong_answers, answer
+        for wrong, how in wrong_answers:
+            assert _reward(truth, r1(wrong)) == 0.0, (rewrite, how, wrong, truth)
+    assert grading_stats()["errors"] == 0
+
+
+def test_the_wrong_answer_generators_do_what_they_say():
+    assert _changed_digits("2e") == ["3e"] and _changed_digits("(C)") == ["(D)"]
+    assert _flipped_sign("(1,2)") == ["(-1,2)"] and _flipped_sign("-17") == ["17"]
+    assert _flipped_sign("x_0 = 0.5") == ["x_0 = -0.5"]
+    assert "2, 500" in _inserted_separators("2500") and "25,00" in _inserted_separators("2500")
+    assert "2,500" not in _inserted_separators("2500") and "2{,}500" not in _inserted_separators("2500")
+    assert _reordered(r"\left( 3, \frac{\pi}{2} \right)", "(3, 1)") == [r"\left(\frac{\pi}{2}, 3\right)"]
+    assert _reordered("32, 349", "32, 349") == []

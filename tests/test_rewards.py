@@ -4,11 +4,13 @@ grading (in-process and in the worker pool)."""
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 
 import psutil
 import pytest
+from math_verify.errors import TimeoutException
 
 from grpoctl.prompts import available_templates, format_prompt, load_template, template_hash
 from grpoctl.rewards import (
@@ -24,6 +26,7 @@ from grpoctl.rewards import (
     r1_zero_answer,
     r1_zero_reward,
 )
+from grpoctl.rewards.cputime import cpu_time_limit
 
 R1_ZERO = (
     "A conversation between User and Assistant. The User asks a question, and the Assistant solves it. "
@@ -155,9 +158,12 @@ def test_hostile_answers_are_wrong_and_quick(answer):
         (f" </think> <answer>{answer}</answer>", r1_zero_reward),
         (f"\\boxed{{{answer}}}", question_only_reward),
     ]:
-        started = time.monotonic()
+        # The bound is in CPU time (on a busy machine the wall time is longer, and
+        # must be: a wall-clock bound made verdicts depend on the load).
+        started, cpu_started = time.monotonic(), time.process_time()
         assert reward_fn(response, "5")["answer_reward"] == 0.0
-        assert time.monotonic() - started < 5.0
+        assert time.process_time() - cpu_started < 5.0
+        assert time.monotonic() - started < 60.0
 
 
 def test_timeouts_are_counted():
@@ -275,6 +281,71 @@ def test_pool_kills_and_replaces_a_hung_worker_and_leaves_nothing_behind():
     grader.close()
     assert not psutil.pid_exists(second_pid)
     assert _children() <= before
+
+
+def wait_then_agree(pred: str, truth: str):
+    """A comparison that takes wall time but no CPU time, as on a machine whose
+    cores are all busy."""
+    time.sleep(1.5)
+    return True, False
+
+
+def spin(pred: str, truth: str):
+    """A comparison that computes forever and never looks at a signal."""
+    while True:
+        pass
+
+
+def test_the_time_limits_count_cpu_time_not_waiting():
+    with cpu_time_limit(0.2):
+        time.sleep(0.5)  # no CPU time: no timeout
+    started = time.process_time()
+    with pytest.raises(TimeoutException):
+        with cpu_time_limit(0.2):
+            while True:
+                pass
+    assert 0.2 <= time.process_time() - started < 2.0
+    assert equivalence.PARSE_CPU_S >= 2 and equivalence.VERIFY_CPU_S >= 2  # several times the slowest right answer
+
+
+class OuterLimit(BaseException):
+    pass
+
+
+def test_a_callers_own_cpu_time_watchdog_survives_grading():
+    # tests/test_bad_inputs.py guards its in-process runs with ITIMER_PROF: grading
+    # inside such a run must neither disarm it nor take its signal.
+    def outer(signum, frame):
+        raise OuterLimit
+
+    previous = signal.signal(signal.SIGPROF, outer)
+    signal.setitimer(signal.ITIMER_PROF, 30.0)
+    try:
+        with cpu_time_limit(0.2):
+            pass
+        left, _ = signal.getitimer(signal.ITIMER_PROF)
+        assert 25.0 < left <= 30.1 and signal.getsignal(signal.SIGPROF) is outer  # ticks round up
+        signal.setitimer(signal.ITIMER_PROF, 0.1)  # now the outer limit comes first
+        with pytest.raises(OuterLimit):
+            with cpu_time_limit(5.0):
+                while True:
+                    pass
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, previous)
+
+
+def test_pool_does_not_kill_a_worker_for_waiting_but_does_for_computing():
+    # Killed after 0.5 s of wall time (the old rule), this right answer would score 0.
+    with Grader(workers=1, timeout_s=0.5, wall_timeout_s=30.0, check=wait_then_agree) as grader:
+        assert grader.grade("x + 1", "1 + x") is True
+        assert grader.timeouts == 0 and grader.restarts == 0
+    # Only the CPU-time rule can stop this one in time: the wall-clock backstop is 1000 s.
+    started = time.monotonic()
+    with Grader(workers=1, timeout_s=0.5, wall_timeout_s=1000.0, check=spin) as grader:
+        assert grader.grade("x + 1", "1 + x") is False
+        assert grader.timeouts == 1 and grader.restarts == 1
+    assert time.monotonic() - started < 120
 
 
 @pytest.mark.slow

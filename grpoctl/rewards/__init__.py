@@ -8,7 +8,8 @@
 Files, in reading order: extract.py (where the answer is), normalize.py (cheap
 string clean-up), equations.py (which sides of `x = 529` must equal the truth),
 decimals.py (when `0.333333` answers `\\frac{1}{3}`), guards.py (hostile inputs),
-equivalence.py (math-verify), pool.py (time-bounded grading in worker processes),
+equivalence.py (math-verify), cputime.py (time limits in CPU time, not wall
+time), pool.py (time-bounded grading in worker processes),
 default.py (the grader the reward functions use), formats.py (the reward
 functions), stats.py (counters: timeouts and errors).
 """

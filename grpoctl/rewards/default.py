@@ -13,15 +13,16 @@ import atexit
 import threading
 from collections.abc import Iterable
 
-from grpoctl.rewards.pool import Grader
+from grpoctl.rewards.pool import TIMEOUT_S, Grader
 
 _lock = threading.Lock()
-_settings = {"workers": 0, "timeout_s": 5.0}
+_settings = {"workers": 0, "timeout_s": TIMEOUT_S}
 _grader: Grader | None = None
 
 
-def configure_grading(workers: int = 0, timeout_s: float = 5.0) -> None:
-    """Choose how the reward functions grade from now on (closes the old grader)."""
+def configure_grading(workers: int = 0, timeout_s: float = TIMEOUT_S) -> None:
+    """Choose how the reward functions grade from now on (closes the old grader).
+    timeout_s: a worker's CPU seconds per answer before it is killed (pool.py)."""
     global _grader
     if workers < 0 or timeout_s <= 0:
         raise ValueError(f"need workers >= 0 and timeout_s > 0, got {workers} and {timeout_s}")

@@ -16,8 +16,12 @@ Against a truth with no `=` (`529`):
 
 Against a truth that assigns a value to a name (`x=529`): the same, except that
 every label the answer gives must be the truth's name (`y = 529` is wrong, `529`
-is right). Against any other equation (`y = 2x + 3`): math-verify compares the
-two relations (`y-2x=3` is right), and a chain `A = B = C` is wrong.
+is right). A truth assigns a value only when its left side is a single name
+(`x`, `AB`, `a_1`, `x_{10}`, `\\theta`, `f(2)`: letters, optionally subscripted,
+or a function applied to arguments) and its right side has no letter; `x^2+y^2=25`
+and `a^2+b=0` are relations, so `25` and `0` do not answer them. Against any other
+equation (`y = 2x + 3`): math-verify compares the two relations (`y-2x=3` is
+right, and so is `y^2+x^2=25` for `x^2+y^2=25`), and a chain `A = B = C` is wrong.
 
 `\\equiv` and `\\approx` read as `=` (`528 \\equiv 529` is wrong; after `\\approx`
 a decimal must still pass decimals.py). A list of assignments (`x=-2, x=1`,
@@ -49,6 +53,8 @@ _SCRIPT_GROUP = re.compile(r"[_^]\{[^{}]*\}")
 # A function's arguments: `f(2)`, `P(1, 3)`, innermost first.
 _ARGUMENTS = re.compile(r"(?<=[A-Za-z])\([^()]*\)")
 _COMMAND = re.compile(r"\\([A-Za-z]+)")
+# A truth's unknown: letters or one Greek letter, an optional subscript, optional arguments.
+_NAME = re.compile(r"(?:[A-Za-z]+|\\([A-Za-z]+))(?:_(?:\{[^{}]*\}|[A-Za-z0-9]))?(?:\([^()]*\))?")
 _GREEK = frozenset(
     "alpha beta gamma delta epsilon varepsilon zeta eta theta vartheta iota kappa lambda mu nu xi "
     "rho varrho sigma varsigma tau upsilon phi varphi chi psi omega "
@@ -138,6 +144,13 @@ def is_label(side: str) -> bool:
     return not re.search(r"\d", bare) and _has_letter(bare)
 
 
+def is_name(side: str) -> bool:
+    """Whether a truth's left side is a single name (`x`, `a_1`, `f(2)`), so that the
+    truth `side = value` gives the value of what was asked."""
+    name = _NAME.fullmatch(re.sub(r"\s+", "", side))
+    return name is not None and (name.group(1) is None or name.group(1) in _GREEK)
+
+
 def _squeeze(text: str) -> str:
     return re.sub(r"\s+", "", text)
 
@@ -192,7 +205,7 @@ def pairs_to_compare(pred: str, truth: str) -> list[tuple[str, str]] | None:
     if any(not side for side in truth_sides):
         return [(pred, truth)]  # a truth that is not a readable equation: math-verify decides
     name = None
-    if len(truth_sides) == 2 and is_label(truth_sides[0]) and not _has_letter(truth_sides[1]):
+    if len(truth_sides) == 2 and is_name(truth_sides[0]) and not _has_letter(truth_sides[1]):
         name, truth = _squeeze(truth_sides[0]), truth_sides[1]  # `x = 529`
     elif len(truth_sides) > 1:
         # A relation (`y = 2x + 3`): math-verify compares relations; chains are wrong.

@@ -11,12 +11,24 @@ Two stages:
 2. `math_verify_equal`: Hugging Face's math-verify (LaTeX -> sympy, then a
    battery of comparisons: numeric, symbolic, sets, intervals, matrices).
 
-math-verify bounds its own work with `signal.alarm`, which exists only in a
-process's main thread and counts whole seconds. So `math_verify_equal` must run
-in a main thread: the caller's (the trainer grades in its main thread) or a
-worker process's (pool.py). We pass the smallest timeouts it accepts, one
-second to parse the prediction and one to compare, so a hostile answer that
-got past the guards costs at most about two seconds.
+math-verify would bound its own work with `signal.alarm`, wall-clock time, which
+made a verdict depend on the machine's load (a right 3x3 matrix that needs 0.9 s
+of sympy scored 0 in 2 of 6 runs on a busy machine). Its timeouts are switched
+off and the work is bounded in CPU time instead (cputime.py): PARSE_CPU_S to
+parse the prediction, VERIFY_CPU_S for all its comparisons with the truth. Both
+are over five times what the slowest right answers we measured need (MATH500's
+answers and near misses, tests/test_grading.py's labelled set: at most 0.38 s to
+parse, 0.29 s to compare), so that the verdict is the same on a quiet and a
+loaded machine; a hostile answer that got past the guards costs at most
+PARSE_CPU_S + VERIFY_CPU_S of CPU time. The signal that enforces them is
+delivered to a main thread, so `math_verify_equal` must run in one: the caller's
+(the trainer grades in its main thread) or a worker process's (pool.py).
+
+`A \\neq B` answers `C \\neq D` exactly when `A = B` answers `C = D` (each
+relation is the negation of the other, so they hold for the same values): the
+two are compared as equations. math-verify cannot compare two `\\neq` relations
+itself (it raises); any other comparison involving one that raises is wrong,
+not a grading error.
 """
 
 from __future__ import annotations
@@ -24,6 +36,8 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import itertools
+import logging
+import re
 import threading
 from fractions import Fraction
 from typing import NamedTuple
@@ -33,6 +47,7 @@ from math_verify import LatexExtractionConfig, parse, verify
 from math_verify.errors import TimeoutException
 
 from grpoctl.rewards import decimals, equations, guards
+from grpoctl.rewards.cputime import cpu_time_limit
 from grpoctl.rewards.normalize import (
     is_number_literal,
     normalize_answer,
@@ -41,8 +56,9 @@ from grpoctl.rewards.normalize import (
     plain_number,
 )
 
-PARSE_TIMEOUT_S = 1
-VERIFY_TIMEOUT_S = 1
+# CPU seconds (not wall-clock seconds: see the module doc).
+PARSE_CPU_S = 2.0
+VERIFY_CPU_S = 2.0
 # math-verify's own numeric rule, for the decimals inside a tuple, interval, set
 # or matrix: both sides rounded to this many decimal places, then compared. (Its
 # default; passed explicitly so that what we record is what ran.) A decimal on
@@ -50,12 +66,20 @@ VERIFY_TIMEOUT_S = 1
 FLOAT_ROUNDING = 6
 # Bump when a normalization or guard rule changes what counts as right: it is
 # recorded with every evaluation, next to math-verify's version.
-NORMALIZATION_VERSION = "grpoctl-2"
+NORMALIZATION_VERSION = "grpoctl-3"
 
 # Answers are wrapped in \boxed{} before parsing: the box is math-verify's
 # highest-priority anchor, its content is taken with balanced braces, and it
 # tolerates newlines and `$` that a `$...$` wrapper would not.
 _EXTRACTION = (LatexExtractionConfig(boxed_match_priority=0),)
+# `\neq` and `\ne`, not `\newline`.
+_UNEQUAL = re.compile(r"\\ne(?:q)?(?![A-Za-z])")
+
+# Its timeouts are ours (cpu_time_limit); with them off it warns once that the
+# caller must bound the time, which we do.
+for _name in ("math_verify.parser", "math_verify.grader"):
+    logging.getLogger(_name).addFilter(lambda record: "Timeout is disabled" not in record.getMessage())
+
 # Digits to which a symbolic truth (pi, sqrt 2) is evaluated for the decimal
 # rule: far beyond decimals.MAX_DECIMAL_PLACES.
 _VALUE_DIGITS = 50
@@ -95,6 +119,7 @@ def prepare(pred: str, truth: str) -> Prepared:
     if guards.hostile_reason(pred_norm) is not None:
         # Before anything else reads it; its parts are substrings, so need no screening.
         return Prepared(False, "rejected")
+    pred_norm, truth_norm = _unequal_as_equal(pred_norm, truth_norm)
     pairs = equations.pairs_to_compare(pred_norm, truth_norm)
     if pairs is None:
         return Prepared(False, "fast")
@@ -110,6 +135,18 @@ def prepare(pred: str, truth: str) -> Prepared:
     if not pending:
         return Prepared(True, "fast")
     return Prepared(None, "parse", tuple(pending))
+
+
+def _unequal_as_equal(pred: str, truth: str) -> tuple[str, str]:
+    """`5 \\neq x` and `x \\neq 5` -> `5=x` and `x=5` (see the module doc); any other
+    pair unchanged."""
+    pred_sides = equations.split_top_level(pred, _UNEQUAL)
+    truth_sides = equations.split_top_level(truth, _UNEQUAL)
+    if len(pred_sides) != 2 or len(truth_sides) != 2 or not all(pred_sides + truth_sides):
+        return pred, truth
+    if equations.EQUALS.search(pred) or equations.EQUALS.search(truth):
+        return pred, truth  # `x = y \\neq 5`: not one relation
+    return "=".join(pred_sides), "=".join(truth_sides)
 
 
 def _quick_verdict(pred: str, truth: str) -> tuple[bool | None, str, str]:
@@ -147,12 +184,13 @@ def _parse(text: str) -> tuple[list, bool]:
     math parses, without raising, to [] or to just the text; TimeoutException
     propagates."""
     try:
-        return parse(
-            "\\boxed{" + text + "}",
-            extraction_config=_EXTRACTION,
-            parsing_timeout=PARSE_TIMEOUT_S,
-            raise_on_error=True,
-        ), False
+        with cpu_time_limit(PARSE_CPU_S):
+            return parse(
+                "\\boxed{" + text + "}",
+                extraction_config=_EXTRACTION,
+                parsing_timeout=None,
+                raise_on_error=True,
+            ), False
     except Exception:
         return [], True  # TimeoutException is a BaseException, so it is not caught here
 
@@ -198,15 +236,20 @@ def math_verify_equal(pred: str, truth: str) -> Verdict:
             if verdict is not None:
                 return Verdict(verdict)
         target, raised = _parse(pred)
+        unequal = _UNEQUAL.search(pred) is not None or _UNEQUAL.search(truth) is not None
         # verify() over the lists would stop at the first pair that raises, and
         # with raise_on_error=False it would hide timeouts from us; so one pair
-        # at a time. The lists are [sympy object, string] at most.
-        for g, t in itertools.product(gold, target):
-            try:
-                if verify(g, t, float_rounding=FLOAT_ROUNDING, timeout_seconds=VERIFY_TIMEOUT_S, raise_on_error=True):
-                    return Verdict(True)
-            except Exception:
-                raised = True  # this pair could not be compared; try the next
+        # at a time, all within one CPU-time limit. The lists are [sympy object,
+        # string] at most.
+        with cpu_time_limit(VERIFY_CPU_S):
+            for g, t in itertools.product(gold, target):
+                try:
+                    if verify(g, t, float_rounding=FLOAT_ROUNDING, timeout_seconds=None, raise_on_error=True):
+                        return Verdict(True)
+                except Exception:
+                    # This pair could not be compared; try the next. A `\\neq` that
+                    # math-verify cannot compare is wrong by our rule, not an error.
+                    raised = raised or not unequal
         return Verdict(False, error=raised)
     except TimeoutException:
         return Verdict(False, timed_out=True)
@@ -231,7 +274,7 @@ def grader_info() -> dict:
         "normalization": NORMALIZATION_VERSION,
         "float_rounding": FLOAT_ROUNDING,
         "decimal_significant_digits": decimals.MIN_SIGNIFICANT_DIGITS,
-        "parse_timeout_s": PARSE_TIMEOUT_S,
-        "verify_timeout_s": VERIFY_TIMEOUT_S,
+        "parse_cpu_s": PARSE_CPU_S,
+        "verify_cpu_s": VERIFY_CPU_S,
         "max_answer_chars": guards.MAX_ANSWER_CHARS,
     }

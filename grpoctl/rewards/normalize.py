@@ -6,7 +6,16 @@ the surface variants that a parser would trip on (`$...$`, `\\text{ cm}`,
 `1,450,000`) are gone before math-verify sees the answer.
 
 Every rule here is meant to be safe in both directions: it never turns a wrong
-answer into a right one. Anything subtler is math-verify's job.
+answer into a right one (tests/test_grading.py generates wrong answers around
+right ones for each rule to show it). Anything subtler is math-verify's job.
+
+Commas between digits are decided here, once: a number with thousands separators
+(`1,450,000`: a first group of 1-3 digits not starting with 0, then groups of
+three, nothing after any comma; `{,}` reads as `,`) that stands alone, as the
+whole answer, a whole side of an equation or before unit words, loses its
+commas. Every other comma between digits is a list comma and is written `, `
+(`2, 500`, `0,111` and `(12,102)` are lists), because math-verify would read a
+whole `32,349` or `0,111` as a number.
 """
 
 from __future__ import annotations
@@ -18,6 +27,17 @@ from grpoctl.rewards.extract import last_boxed
 
 # Wrappers that only say "this is math".
 _MATH_DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
+
+# LaTeX's control space `\\ ` (also a backslash before a line break, or one left
+# at the very end after the answer was stripped) and the tie `~` are spaces. A pair
+# of backslashes (a matrix's row break) is one token and stays.
+_SPACING = re.compile(r"\\[^A-Za-z]|\\$|~", re.DOTALL)
+# A single upright letter is a letter, never a unit: `\mathrm{e}` is e, `\mathrm{i}` is i.
+_UPRIGHT_LETTER = re.compile(r"\\(?:mathrm|text|textrm|mbox)\s*\{\s*([A-Za-z])\s*\}")
+# `\sqrt[3]2` is `\sqrt[3]{2}`: without braces the radicand is one token.
+_ROOT_TOKEN = re.compile(r"(\\sqrt\s*\[[^\[\]{}]*\])\s*(\\[A-Za-z]+|[^\s{}\\])")
+# `$28$ percent`, `\(18\) dollars`: the math is delimited and unit words follow.
+_DELIMITED_THEN_WORDS = re.compile(r"^(?:\$([^$]+)\$|\\\((.+?)\\\))\s*([A-Za-z]{2,}(?:\s+[A-Za-z]+)*)$")
 
 # Plain substitutions: spelling variants and spacing commands with no meaning.
 _REPLACEMENTS = (
@@ -31,7 +51,7 @@ _REPLACEMENTS = (
     ("\\%", ""),
     ("%", ""),
     ("\\$", ""),
-    ("{,}", ","),  # LaTeX's thousands separator: 1{,}000
+    ("{,}", ","),  # LaTeX's thousands separator, 1{,}000: read as a comma (see the module doc)
     ("\u2212", "-"),  # unicode minus
     ("^{\\circ}", ""),
     ("^\\circ", ""),
@@ -41,17 +61,28 @@ _REPLACEMENTS = (
 
 # `\left(` and `\right]` size the brackets; `\leftarrow` is another command.
 _SIZING = re.compile(r"\\(?:left|right)(?![A-Za-z])")
-# `3\text{ cm}`, `15\mbox{ cm}^2`, `5 \text{dollars}`: a unit after a value.
-_TRAILING_UNIT = re.compile(r"^(.*?\S)\s*\\(?:text|mbox|mathrm)\{\s*[A-Za-z][A-Za-z ]*\}(?:\^(?:\d|\{\d\}))?$")
+# `3\text{ cm}`, `15\mbox{ cm}^2`, `5 \text{dollars}`: a unit (a word of two letters or
+# more) after a value.
+_TRAILING_UNIT = re.compile(r"^(.*?\S)\s*\\(?:text|mbox|mathrm)\{\s*[A-Za-z]{2}[A-Za-z ]*\}(?:\^(?:\d|\{\d\}))?$")
 # `\text{Evelyn}`, `\textbf{(C)}`: the whole answer is text.
 _WHOLE_TEXT = re.compile(r"^\\(?:text|textbf|mbox|mathrm)\{([^{}]*)\}$")
 # `(C)`: a multiple-choice letter in parentheses.
 _CHOICE_LETTER = re.compile(r"^\(([A-Z])\)$")
-# `1,450,000` or `-3,000.25`: a plain number with thousands separators.
-_THOUSANDS = re.compile(r"^-?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
+# `1,450,000` or `-3,000.25`: a number with thousands separators.
+_THOUSANDS = re.compile(r"-?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?")
+# Digits with commas between them (`1,450,000`, `2, 500`, `(1,2)`), maybe signed, maybe
+# with a decimal part; the boundaries keep it from starting inside a name or a number.
+_DIGIT_COMMAS = re.compile(r"(?<![\w.])-?\d+(?:,[ \t\n]*\d+)+(?:\.\d+)?(?![\w.])")
+_COMMA = re.compile(r",[ \t\n]*")
+# Where a number stands alone: after the start or a sign that reads as `=`, and
+# before the end, such a sign, or words (`1,450 dollars`).
+_EQUALS_SIGNS = ("=", "\\equiv", "\\approx")
+_ALONE_AFTER = re.compile(r"\s*(?:$|=|\\equiv|\\approx)|\s+[A-Za-z]")
+# Stands for the space of a list comma while other spaces are squeezed out.
+_LIST_SPACE = "\ue000"
 
 # `18 dollars`, `5 apples per box`: a number followed only by words.
-_NUMBER_THEN_WORDS = re.compile(r"^(-?\d[\d,]*(?:\.\d+)?)\s+[A-Za-z]{2,}(?:\s+[A-Za-z]+)*$")
+_NUMBER_THEN_WORDS = re.compile(r"^(-?\d+(?:\.\d+)?)\s+[A-Za-z]{2,}(?:\s+[A-Za-z]+)*$")
 
 # `2516_8`, `4210_{5}`, `A3_{16}`: a numeral in another base.
 _BASE_NUMERAL = re.compile(r"^([0-9A-Za-z]+)_(\d{1,2}|\{\d{1,2}\})$")
@@ -77,6 +108,23 @@ def _strip_delimiters(text: str) -> str:
     return text
 
 
+def _spacing(match: re.Match) -> str:
+    token = match.group()
+    return " " if token == "~" or token[1:].isspace() or token == "\\" else token
+
+
+def _digit_commas(match: re.Match) -> str:
+    """A thousands number standing alone loses its commas; any other comma between
+    digits is a list comma (see the module doc)."""
+    text, number, start = match.string, match.group(), match.start()
+    while start > 0 and text[start - 1].isspace():
+        start -= 1
+    alone_before = start == 0 or text.endswith(_EQUALS_SIGNS, 0, start)
+    if alone_before and _ALONE_AFTER.match(text, match.end()) and _THOUSANDS.fullmatch(number):
+        return number.replace(",", "")
+    return _COMMA.sub("," + _LIST_SPACE, number)
+
+
 def _squeeze_spaces(text: str) -> str:
     """Drop whitespace except between two word characters, where it separates
     tokens (`\\pi r` is not `\\pir`, `2 3` is not `23`)."""
@@ -87,8 +135,11 @@ def _squeeze_spaces(text: str) -> str:
 def normalize_answer(text: str) -> str:
     """A canonical spelling of an answer string. An equation stays an equation:
     which of its sides is the answer is equations.py's question."""
-    text = text.strip()
+    text = _SPACING.sub(_spacing, text).strip()
     text = _strip_delimiters(text)
+    delimited = _DELIMITED_THEN_WORDS.match(text)
+    if delimited:
+        text = f"{(delimited.group(1) or delimited.group(2)).strip()} {delimited.group(3)}"
     if text.startswith(("\\boxed", "\\fbox")):
         boxed = last_boxed(text)
         if boxed is not None:
@@ -96,6 +147,8 @@ def normalize_answer(text: str) -> str:
     for old, new in _REPLACEMENTS:
         text = text.replace(old, new)
     text = _SIZING.sub("", text).strip()
+    text = _UPRIGHT_LETTER.sub(r"\1", text)
+    text = _ROOT_TOKEN.sub(r"\1{\2}", text)
     if text.endswith(".") and not text.endswith(".."):
         text = text[:-1].rstrip()  # the full stop of a sentence, not an ellipsis
     unit = _TRAILING_UNIT.match(text)
@@ -104,12 +157,11 @@ def normalize_answer(text: str) -> str:
     whole = _WHOLE_TEXT.match(text)
     if whole:
         text = whole.group(1).strip()
-    text = _squeeze_spaces(text)
+    text = _DIGIT_COMMAS.sub(_digit_commas, text)
+    text = _squeeze_spaces(text).replace(_LIST_SPACE, " ")
     choice = _CHOICE_LETTER.match(text)
     if choice:
         text = choice.group(1)
-    if _THOUSANDS.match(text):
-        text = text.replace(",", "")
     return text
 
 
@@ -147,7 +199,4 @@ def number_before_words(text: str) -> str | None:
     """`18 dollars` -> `18`. Only for when the truth is a plain number: then words
     after the number can only be units (`2 x` stays, one letter may be a variable)."""
     match = _NUMBER_THEN_WORDS.match(text)
-    if match is None:
-        return None
-    number = match.group(1)
-    return number.replace(",", "") if _THOUSANDS.match(number) else number
+    return None if match is None else match.group(1)  # thousands separators are gone already

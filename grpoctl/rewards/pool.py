@@ -1,10 +1,15 @@
 """Grading with a hard time bound, in or out of the main thread.
 
-math-verify's timeouts (signal.alarm) only fire in a main thread, and no signal
-can interrupt a long computation inside C code. So a `Grader` with workers > 0
-grades in a pool of worker processes: each pair gets `timeout_s` of wall time,
-after which its worker is killed and replaced and the answer counts as wrong.
-With workers=0 it grades in-process, bounded by math-verify's own timeouts; called
+The grading time limits (equivalence.py, in CPU time) only fire in a main thread,
+and no signal can interrupt a long computation inside C code. So a `Grader` with
+workers > 0 grades in a pool of worker processes: each pair gets `timeout_s` of
+the worker's CPU time, after which its worker is killed and replaced and the
+answer counts as wrong. CPU time, not wall time, so that a pair is not killed for
+waiting for a core on a busy machine (the verdict would depend on the load);
+`wall_timeout_s` (by default WALL_TIMEOUT_FACTOR times longer) still kills a
+worker that hangs without computing. The parent reads a busy worker's CPU time
+only once its pair has run `timeout_s` of wall time: it cannot have used more.
+With workers=0 it grades in-process, bounded by equivalence.py's limits; called
 off the main thread it then falls back to a private one-worker pool.
 
 Only the answers that need math-verify travel to a worker: identical strings,
@@ -24,9 +29,17 @@ from collections import deque
 from collections.abc import Callable, Iterable
 
 from grpoctl.rewards import stats
+from grpoctl.rewards.cputime import cpu_seconds
 from grpoctl.rewards.equivalence import Verdict, math_verify_equal, prepare
 
 START_TIMEOUT_S = 60.0  # a fresh worker imports sympy and math-verify
+# CPU seconds a worker may spend on one pair: above what equivalence.py's own limits
+# allow a pair (parse the truth, parse the prediction, compare), so that the kill is
+# only the backstop for what they cannot stop (C code that no signal interrupts).
+TIMEOUT_S = 8.0
+# The wall-clock backstop, as a multiple of the CPU-time limit: a worker that hangs
+# without computing is killed after this much wall time.
+WALL_TIMEOUT_FACTOR = 8.0
 
 
 def _serve(conn: multiprocessing.connection.Connection, check: Callable) -> None:
@@ -85,13 +98,23 @@ class Grader:
     (equal, timed_out[, error]). Tests pass one that hangs and one that raises.
     """
 
-    def __init__(self, workers: int = 0, timeout_s: float = 5.0, check: Callable = math_verify_equal):
+    def __init__(
+        self,
+        workers: int = 0,
+        timeout_s: float = TIMEOUT_S,
+        check: Callable = math_verify_equal,
+        wall_timeout_s: float | None = None,
+    ):
         if workers < 0:
             raise ValueError(f"workers must be >= 0, got {workers}")
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        wall_timeout_s = WALL_TIMEOUT_FACTOR * timeout_s if wall_timeout_s is None else wall_timeout_s
+        if wall_timeout_s < timeout_s:
+            raise ValueError(f"wall_timeout_s must be >= timeout_s, got {wall_timeout_s} < {timeout_s}")
         self.workers = workers
-        self.timeout_s = timeout_s
+        self.timeout_s = timeout_s  # CPU seconds per pair in a worker
+        self.wall_timeout_s = wall_timeout_s
         self.check = check
         self.timeouts = 0
         self.errors = 0
@@ -171,7 +194,9 @@ class Grader:
             return results
         with self._lock:
             if self._fallback is None:
-                self._fallback = Grader(workers=1, timeout_s=self.timeout_s, check=self.check)
+                self._fallback = Grader(
+                    workers=1, timeout_s=self.timeout_s, check=self.check, wall_timeout_s=self.wall_timeout_s
+                )
         before = self._fallback.timeouts, self._fallback.errors
         results = self._fallback._check_all(pending)
         self.timeouts += self._fallback.timeouts - before[0]
@@ -196,8 +221,11 @@ class Grader:
 
     def _run_in_pool(self, pending: list[tuple[int, str, str]]) -> dict[int, bool]:
         """Hand pairs to idle workers; collect answers; kill whoever overruns."""
-        # worker -> (index of the pair it grades or None while starting, deadline)
+        # worker -> (index of the pair it grades or None while starting, deadline to
+        # look at it again); and for a pair, (CPU seconds the worker had used, wall
+        # time) when it got the pair.
         busy: dict[_Worker, tuple[int | None, float]] = {}
+        self._started: dict[_Worker, tuple[float, float]] = {}
         try:
             return self._dispatch(deque(pending), busy)
         finally:
@@ -226,7 +254,9 @@ class Grader:
                     queue.appendleft((index, pred, truth))
                     self._after_failure(worker, None, results, busy)
                     continue
-                busy[worker] = (index, time.monotonic() + self.timeout_s)
+                now = time.monotonic()
+                busy[worker] = (index, now + self.timeout_s)
+                self._started[worker] = (cpu_seconds(worker.process.pid) or 0.0, now)
             if not busy:
                 break
             wait_s = max(0.0, min(deadline for _, deadline in busy.values()) - time.monotonic())
@@ -251,12 +281,30 @@ class Grader:
                 idle.append(worker)
             now = time.monotonic()
             for worker in [w for w, (_, deadline) in busy.items() if deadline <= now]:
-                index, _ = busy.pop(worker)
+                index, _ = busy[worker]
                 if index is None:
                     raise RuntimeError(f"a grading worker did not start within {START_TIMEOUT_S:.0f} s")
+                left = self._time_left(worker, now)
+                if left > 0:
+                    busy[worker] = (index, now + left)  # it waited for a core: not its fault
+                    continue
+                busy.pop(worker)
                 self._count(Verdict(False, timed_out=True))
                 self._after_failure(worker, index, results, busy)
         return results
+
+    def _time_left(self, worker: _Worker, now: float) -> float:
+        """Wall seconds before a busy worker could have used up its pair's CPU time
+        (CPU time cannot run faster than the clock), capped by the wall-clock
+        backstop; 0 when it is to be killed."""
+        cpu_at_start, wall_at_start = self._started[worker]
+        used = cpu_seconds(worker.process.pid)
+        if used is None:
+            return 0.0
+        cpu_left = self.timeout_s - (used - cpu_at_start)
+        wall_left = self.wall_timeout_s - (now - wall_at_start)
+        left = min(cpu_left, wall_left)
+        return left if left > 0.01 else 0.0
 
     def _after_failure(self, worker: _Worker, index: int | None, results: dict, busy: dict) -> None:
         """The pair a worker was on counts as wrong; a fresh worker starts in its place."""
