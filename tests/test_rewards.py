@@ -304,7 +304,8 @@ def test_the_time_limits_count_cpu_time_not_waiting():
         with cpu_time_limit(0.2):
             while True:
                 pass
-    assert 0.2 <= time.process_time() - started < 2.0
+    # the profiling timer ticks at the kernel's rate, so it may fire a tick before 0.2 s of process_time
+    assert 0.15 <= time.process_time() - started < 2.0
     assert equivalence.PARSE_CPU_S >= 2 and equivalence.VERIFY_CPU_S >= 2  # several times the slowest right answer
 
 
