@@ -1,0 +1,179 @@
+"""Findings declared in study specs: the format's checks (one line, exit 2, nothing
+written), the measures and testability rules on hand-made runs, and the page's family."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from grpoctl.analysis import findings as F
+from grpoctl.analysis import stats
+from grpoctl.errors import UserError
+from grpoctl.sweep.spec import ablation
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["tiny-lr-sweep", "tiny-baseline-ablation", "tiny-length-normalization", "tiny-std-normalization"]
+TINY += ["tiny-off-policy", "tiny-sft-init"]
+
+SPEC = """baseline: a
+variants:
+  a: {lr: 1.0e-4}
+  b: {lr: 1.0e-3}
+findings:
+"""
+GOOD = (
+    "  - {id: f, claim: c, variant: b, measure: plateau, expect: lower, testable: {rule: length_cv, at_least: 0.15}}\n"
+)
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_every_tiny_study_declares_its_findings():
+    ids = []
+    for study in TINY:
+        name, found = F.read_findings(ROOT / "experiments" / f"{study}.yaml")
+        assert name == study and found, study
+        ids += [f.id for f in found]
+    assert len(ids) == len(set(ids)) == 13
+    std = next(f for study in TINY for f in F.read_findings(ROOT / "experiments" / f"{study}.yaml")[1])
+    assert std.testable.rule in F.RULES
+
+
+@pytest.mark.parametrize(
+    "finding, message",
+    [
+        ("  - {id: f}\n", "finding 1: missing 'claim'"),
+        (GOOD.replace("variant: b", "variant: z"), "finding 'f': variant 'z' is not one of the variants: a, b"),
+        (GOOD.replace("variant: b", "variant: a"), "variant 'a' is the baseline itself"),
+        (GOOD.replace("plateau", "vibes"), "measure 'vibes' is not one of: plateau, collapse, peak_decline"),
+        (GOOD.replace("lower", "better"), "expect 'better' is not one of: higher, lower, same"),
+        (GOOD.replace("expect: lower", "expect: lower, delta: 0.03"), "'delta' is the equivalence margin"),
+        (GOOD.replace("expect: lower", "expect: same, delta: -1"), "delta must be positive"),
+        (GOOD.replace("expect: lower", "expect: lower, after_step: 10"), "'after_step' belongs to measure: collapse"),
+        (GOOD.replace("length_cv", "hunch"), "testable: rule 'hunch' is not one of"),
+        (GOOD.replace("at_least: 0.15", "at_least: 0.15, at_most: 1"), "exactly one threshold"),
+        (GOOD.replace("at_least: 0.15", "at_least: lots"), "at_least must be a finite number, got 'lots'"),
+        (GOOD.replace("id: f,", "id: f, colour: red,"), "unknown key 'colour'"),
+        (GOOD + GOOD, "finding 'f' is declared twice"),
+        ("  - 3\n", "finding 1 must be a mapping"),
+    ],
+)
+def test_bad_findings_are_one_line(tmp_path, finding, message):
+    with pytest.raises(UserError) as err:
+        ablation(write(tmp_path / "abl.yaml", SPEC + finding))
+    assert message in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_findings_need_a_baseline_and_a_list(tmp_path):
+    with pytest.raises(UserError, match="'findings' need a 'baseline:'"):
+        ablation(write(tmp_path / "a.yaml", SPEC.replace("baseline: a\n", "") + GOOD))
+    with pytest.raises(UserError, match="'findings' must be a list"):
+        ablation(write(tmp_path / "b.yaml", SPEC + "  {id: f}\n"))
+    assert len(ablation(write(tmp_path / "c.yaml", SPEC + GOOD)).variants) == 2  # a good one expands
+
+
+def test_a_bad_finding_stops_the_sweep_with_exit_2_and_writes_nothing(tmp_path):
+    spec = write(tmp_path / "abl.yaml", SPEC + GOOD.replace("plateau", "vibes"))
+    db = tmp_path / "r.db"
+    out = subprocess.run(
+        [sys.executable, "-m", "grpoctl", "sweep", str(spec), "--db", str(db)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),  # this checkout's grpoctl, not the venv's
+    )
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "measure 'vibes' is not one of" in out.stderr
+    assert not db.exists() and not (tmp_path / "outputs").exists()
+
+
+# --------------------------------------------------------------------------- measures
+
+EVALS = [(0, 0.40, 512), (10, 0.25, 512), (20, 0.55, 512), (30, 0.60, 512), (40, 0.50, 512)]
+
+
+def test_the_measures_of_one_run():
+    assert F.run_measure("plateau", EVALS, []) == pytest.approx((0.55 + 0.60 + 0.50) / 3)
+    assert F.run_measure("collapse", EVALS, []) == pytest.approx(0.25)  # step 0 never counts
+    assert F.run_measure("collapse", EVALS, [], after_step=20) == pytest.approx(0.50)
+    assert F.run_measure("peak_decline", EVALS, []) == pytest.approx(0.60 - 0.50)
+    assert F.run_measure("grad_norm", [], [(1, 0.2), (2, float("nan")), (3, 0.4)]) == pytest.approx(0.3)
+    assert F.final_eval(EVALS) == 0.50 and F.final_eval([(0, 0.4, 8)]) is None
+    # trapezoids: 10*(.40+.25)/2 + 10*(.25+.55)/2 + 10*(.55+.60)/2 + 10*(.60+.50)/2 = 18.5, over 40 steps
+    assert F.auc(EVALS) == pytest.approx(18.5 / 40)
+
+
+def rd(run_id: int, evals=EVALS, grad=(), length=()):
+    return SimpleNamespace(
+        run=SimpleNamespace(id=run_id),
+        evals=evals,
+        series={"train/grad_norm": list(grad), "train/response_length": list(length)},
+    )
+
+
+def test_testability_rules_measure_the_runs():
+    extra = {1: {"zero_std_at_start": 0.95, "sample_lengths": [30, 30, 31, 29]}, 2: {"zero_std_at_start": 0.30}}
+    variant, base = (
+        F.Arm("v", [rd(1, grad=[(1, 0.1)])], extra),
+        F.Arm("b", [rd(2, grad=[(1, 0.2)], length=[(1, 16)])], extra),
+    )
+    assert F.rule_value("mixed_groups_at_start", variant, base, 32) == pytest.approx(0.05)
+    assert F.rule_value("mixed_groups_at_start", base, variant, 32) == pytest.approx(0.70)
+    # statistics.stdev([30, 30, 31, 29]) / 30
+    assert F.rule_value("length_cv", variant, base, 32) == pytest.approx(0.816496580927726 / 30)
+    assert F.rule_value("length_fill", base, variant, 32) == pytest.approx(0.5)
+    assert F.rule_value("step1_grad_norm_gap", variant, base, 32) == pytest.approx(0.5)
+    finding = F.Finding("f", "c", "s", "v", "plateau", "higher", F.Rule("mixed_groups_at_start", "every_arm", 0.2))
+    result = F.Result(finding, "b")
+    F.decide_testable(result, variant, base, 32)
+    assert not result.testable and result.rule_value == pytest.approx(0.05)  # the worse arm decides
+    result = F.Result(finding, "b")
+    F.decide_testable(result, F.Arm("b2", base.runs, extra), base, 32)
+    assert result.testable
+
+
+def table(study, base_label, arms):
+    """A stand-in CompareTable: rows of runs with evals, the baseline named."""
+    rows = [SimpleNamespace(label=label, runs=runs) for label, runs in arms.items()]
+    return SimpleNamespace(rows=rows, versus=SimpleNamespace(baseline=base_label))
+
+
+def curve(final):
+    return [(0, 0.4, 512), (10, final - 0.02, 512), (20, final + 0.01, 512), (30, final, 512)]
+
+
+def test_one_family_over_the_testable_findings_and_the_verdicts():
+    extra = {i: {"zero_std_at_start": 0.3} for i in range(100)}
+    extra.update({i: {"zero_std_at_start": 0.99} for i in range(90, 100)})  # a start with no signal
+    base = [rd(i, curve(m)) for i, m in enumerate([0.60, 0.62, 0.61])]
+    worse = [rd(10 + i, curve(m)) for i, m in enumerate([0.50, 0.52, 0.51])]
+    same = [rd(20 + i, curve(m)) for i, m in enumerate([0.605, 0.612, 0.611])]
+    dead = [rd(90 + i, curve(m)) for i, m in enumerate([0.01, 0.02, 0.00])]
+    tables = {"s": table("s", "base", {"base": base, "worse": worse, "same": same, "dead": dead})}
+    rule = F.Rule("mixed_groups_at_start", "every_arm", 0.2)
+    declared = [
+        F.Finding("w", "c", "s", "worse", "plateau", "lower", rule),
+        F.Finding("e", "c", "s", "same", "plateau", "same", rule),
+        F.Finding("d", "c", "s", "dead", "plateau", "higher", rule),
+        F.Finding("x", "c", "s", "worse", "plateau", "higher", rule),
+    ]
+    results = {r.finding.id: r for r in F.evaluate(tables, declared, extra, {"s": 32})}
+    assert not results["d"].testable and results["d"].p_family is None and results["d"].verdict == "not testable here"
+    # The family is w, e and x: Holm over their own p's (Welch for w and x, TOST for e).
+    family = [results[k].p for k in ("w", "e", "x")]
+    assert [results[k].p_family for k in ("w", "e", "x")] == pytest.approx(stats.holm(family))
+    assert results["e"].p == pytest.approx(stats.tost([0.605, 0.612, 0.611], [0.60, 0.62, 0.61]).p)
+    assert results["w"].verdict == "reproduced" and results["x"].verdict == "contradicted: lower"
+    assert results["e"].verdict.startswith("reproduced: equivalent")
+    assert results["w"].mde == pytest.approx(stats.mde(stats.pooled_sd([0.50, 0.52, 0.51], [0.60, 0.62, 0.61]), 3, 3))
+    assert results["w"].mde_family > results["w"].mde  # at alpha / 3
+    assert set(results["w"].robustness) == {"last-3", "final", "AUC"}
