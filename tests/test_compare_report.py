@@ -486,6 +486,25 @@ def test_compare_json_sets_each_variant_against_the_spec_baseline(study_db):
     assert better["final_acc"] == pytest.approx(0.70)
 
 
+def test_compare_json_carries_mde_tost_and_the_family(study_db):
+    payload, rows = compare_json(study_db, "study")
+    better, close = rows["better"], rows["close"]
+    # MDE: brentq(lambda d: power(d, sd, 3, 3) - 0.8, ...) with power from the noncentral t
+    # (tests/test_stats.py writes it out) and sd = sqrt((var(better) + var(base)) / 2) = 0.0334165627596057
+    assert better["mde"] == pytest.approx(0.10261866414692998, rel=1e-6)
+    # TOST at 3 points: ttest_ind([.70-.03, .74-.03, .66-.03], [.62, .65, .60], equal_var=False,
+    # alternative="less").pvalue, the larger of the two one-sided p's
+    assert better["tost_p"] == pytest.approx(0.9121896802430752, rel=1e-6) and better["tost_delta"] == 0.03
+    assert (better["tost_ci_low"], better["tost_ci_high"]) == pytest.approx(
+        (0.015223474452396808, 0.13810985888093646), rel=1e-6
+    )
+    assert close["tost_p"] > 0.05  # +1 point, but 3 seeds cannot show it is within 3
+    # no findings declared in this sweep: no family, every comparison exploratory (unadjusted beyond the study)
+    assert payload["baseline"]["family"] is None and better["family_p_holm"] is None
+    assert better["exploratory"] is True and rows["base"]["exploratory"] is None and better["findings"] == []
+    assert rows["lonely"]["mde"] is None and rows["lonely"]["tost_p"] is None
+
+
 def test_last_k_and_another_baseline(study_db):
     payload, rows = compare_json(study_db, "study", "--baseline", "close", "--last-k", "1")
     assert payload["baseline"]["from"] == "--baseline" and payload["baseline"]["measure"] == "final acc"

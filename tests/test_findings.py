@@ -177,3 +177,67 @@ def test_one_family_over_the_testable_findings_and_the_verdicts():
     assert results["w"].mde == pytest.approx(stats.mde(stats.pooled_sd([0.50, 0.52, 0.51], [0.60, 0.62, 0.61]), 3, 3))
     assert results["w"].mde_family > results["w"].mde  # at alpha / 3
     assert set(results["w"].robustness) == {"last-3", "final", "AUC"}
+
+
+# --------------------------------------------------------------------------- on the committed registry
+
+REGISTRY = ROOT / "docs" / "results" / "registry.db"
+PAGE = ROOT / "experiments" / "pages" / "addition.yaml"
+
+
+def compare_json(*args: str) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-m", "grpoctl", "compare", *args, "--db", str(REGISTRY), "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
+    assert out.returncode == 0, out.stderr
+    import json
+
+    return json.loads(out.stdout)
+
+
+def test_compare_json_tests_the_page_family():
+    payload = compare_json("tiny-off-policy", "--findings", str(PAGE))
+    family = payload["baseline"]["family"]
+    assert family["findings"] == 13 and family["tested"] == 6  # 7 are untestable by their rules, or untested
+    rows = {r["variant"]: r for r in payload["rows"]}
+    # The six testable findings' own p-values (Welch's over the per-seed measures; scipy.stats.ttest_ind
+    # (..., equal_var=False).pvalue on the registry's numbers): lr collapse 0.00145058518791014, lr 3x lower
+    # 0.8598312527917586, std 0.16016770979698325, aggressive reuse 0.009866455278541889, mild reuse
+    # 0.004965506797696721 and 0.005410692127050854. Holm by hand: 0.00145 x 6 = 0.008704; 0.004966 x 5 =
+    # 0.024828; 0.005411 x 4 = 0.021643 -> 0.024828; 0.009866 x 3 = 0.029599; 0.16017 x 2; 0.85983 x 1.
+    assert rows["e4_tb64_ga2"]["family_p_holm"] == pytest.approx(0.009866455278541889 * 3, rel=1e-6)
+    assert rows["e2_tb256_ga8"]["family_p_holm"] == pytest.approx(0.004965506797696721 * 5, rel=1e-6)
+    assert rows["e1_tb128_ga4"]["family_p_holm"] == pytest.approx(0.004965506797696721 * 5, rel=1e-6)
+    assert rows["e4_tb128_ga4"]["family_p_holm"] is None and rows["e4_tb128_ga4"]["exploratory"] is True
+    finding = rows["e4_tb64_ga2"]["findings"][0]
+    assert finding["id"] == "aggressive-reuse-collapses" and finding["measure"] == "collapse"
+    assert finding["verdict"] == "reproduced" and finding["diff"] == pytest.approx(-0.146, abs=5e-4)
+    # the study's own family (3 findings) when no page is named: Holm over 3, not 6
+    own = {r["variant"]: r for r in compare_json("tiny-off-policy")["rows"]}
+    # in the study: sorted 0.004966 x 3 = 0.014897, 0.005411 x 2 = 0.010821 -> 0.014897 (kept non-decreasing),
+    # 0.009866 x 1 -> 0.014897
+    for variant in ("e2_tb256_ga8", "e1_tb128_ga4", "e4_tb64_ga2"):
+        assert own[variant]["family_p_holm"] == pytest.approx(0.004965506797696721 * 3, rel=1e-6)
+    # every old key is still there, beside the new ones
+    old = {"diff", "diff_ci_low", "p_value", "p_holm", "verdict", "seeds_needed", "best_diff", "final_acc", "health"}
+    assert old | {"mde", "tost_p", "family_p_holm"} <= set(rows["e2_tb256_ga8"])
+
+
+def test_the_sft_and_length_findings_are_untestable_by_their_rules():
+    from grpoctl.registry import Registry
+
+    with Registry(str(REGISTRY), readonly=True) as registry:
+        declared = [f for spec in F.family_specs(PAGE) for f in F.read_findings(spec)[1]]
+        results = {r.finding.id: r for r in F.family_results(registry, declared)[0]}
+    sft = results["sft-early-checkpoint-beats-final"]
+    # warmstart_100's first step: train/zero_std_group_fraction 0.9375, 1.0, 0.96875 over seeds -> 3.1% mixed
+    assert not sft.testable and sft.rule_value == pytest.approx(1 - 0.96875)
+    length = results["length-norm-constant-same-accuracy"]
+    assert not length.testable and length.rule_value < 0.05  # 29-31-byte completions
+    assert not results["std-off-lower-grad-norm"].testable  # ratio ~0.45 at step 1: the division itself
+    assert results["aggressive-reuse-collapses"].testable

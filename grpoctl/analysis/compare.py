@@ -92,6 +92,8 @@ class CompareTable:
     at_step: int | None = None
     versus: BaselineComparison | None = None  # each variant against the baseline
     baseline_note: str = ""  # why there is no comparison against a baseline
+    findings: list = field(default_factory=list)  # analysis.findings.Result of this study's declared findings
+    family: dict | None = None  # the Holm family they were adjusted in: its size and where it was declared
 
 
 # --------------------------------------------------------------------------- which runs
@@ -319,8 +321,12 @@ def build_compare_table(
     at_step: int | None = None,
     baseline: str | None = None,
     last_k: int = LAST_K,
+    findings: str | None = None,
 ) -> CompareTable:
-    """Everything `grpoctl compare` shows, as data (drawn by cli/compare_view.py)."""
+    """Everything `grpoctl compare` shows, as data (drawn by cli/compare_view.py).
+
+    `findings`: a study spec or a page file whose declared findings form the Holm family
+    (default: this sweep's own declared findings, if it has any)."""
     if last_k < 1:
         raise UserError(f"--last-k must be at least 1, got {last_k}")
     metric = metric or "eval/accuracy"
@@ -376,4 +382,30 @@ def build_compare_table(
     chosen, source, table.baseline_note = _baseline(registry, refs, rows, baseline)
     if chosen is not None and len(rows) > 1:
         table.versus = compare_to_baseline(rows, chosen, source, last_k, at_step)
+    _findings(registry, refs, table, findings, at_step, baseline, last_k)
     return table
+
+
+def _findings(registry: Registry, refs: list[str], table: CompareTable, path: str | None, *asked) -> None:
+    """This study's declared findings, tested within their family: the page's (`path`)
+    or the study's own. Only for the default view: a finding is declared on the spec's
+    baseline and measures, so --at-step, --baseline or --last-k leave it out."""
+    if len(refs) != 1 or table.versus is None or any(a not in (None, LAST_K) for a in asked):
+        return
+    from grpoctl.analysis import findings as F
+
+    if path is not None:
+        declared = [f for spec in F.family_specs(path) for f in F.read_findings(spec)[1]]
+        where = str(path)
+    else:
+        try:
+            spec = json.loads(registry.get_sweep(refs[0]).spec or "{}")
+        except UserError:
+            return
+        declared, where = F.stored_findings(spec), f"the {refs[0]} spec"
+    if not any(f.study == refs[0] for f in declared):
+        return
+    results, _ = F.family_results(registry, declared, {refs[0]: table})
+    size = sum(r.p_family is not None for r in results)
+    table.findings = [r for r in results if r.finding.study == refs[0]]
+    table.family = {"declared_in": where, "findings": len(declared), "tested": size}

@@ -449,3 +449,66 @@ def load_extra(registry, run_ids: list[int]) -> dict[int, dict]:
         lengths = [len(s.response.encode()) for s in registry.samples(run_id, kind="train")]
         out[run_id] = {"zero_std_at_start": first, "sample_lengths": lengths}
     return out
+
+
+# --------------------------------------------------------------------------- families
+
+
+def family_specs(path: str | Path) -> list[Path]:
+    """The study specs whose findings form one family: a page file lists them
+    (`studies: [tiny-lr-sweep.yaml, ...]`, relative to it), a study spec is its own."""
+    from grpoctl.sweep.spec import _read_spec
+
+    path = Path(path)
+    data = _read_spec(path)
+    studies = data.get("studies")
+    if studies is None:
+        return [path]
+    if not isinstance(studies, list) or not studies:
+        raise UserError(f"{path}: 'studies' must list the study specs of the page")
+    out = []
+    for study in studies:
+        candidates = [path.parent / str(study), Path(str(study))]
+        found = next((c for c in candidates if c.is_file()), None)
+        if found is None:
+            raise UserError(f"{path}: study spec {study!r} not found next to it or in the current directory")
+        out.append(found)
+    return out
+
+
+def stored_findings(spec: dict) -> list[Finding]:
+    """A recorded sweep's declared findings: in its stored spec, or (for a sweep recorded
+    before it declared any) in its spec file, when that file is here."""
+    name = str(spec.get("name") or "")
+    variants = [str(v) for v in (spec.get("variants") or {})]
+    baseline = spec.get("baseline")
+    if spec.get("findings") is not None:
+        return parse_findings(spec["findings"], name, variants, baseline, f"sweep {name}")
+    file = spec.get("file")
+    if file and Path(file).is_file():
+        return read_findings(file)[1]
+    return []
+
+
+def family_results(registry, findings: list[Finding], tables: dict | None = None) -> tuple[list[Result], dict]:
+    """Every finding of one family measured on the registry, Holm over the testable
+    ones; `tables` (study -> CompareTable) are reused and completed."""
+    import json
+
+    from grpoctl.analysis.compare import build_compare_table
+
+    tables = dict(tables or {})
+    for study in dict.fromkeys(f.study for f in findings):
+        if study not in tables:
+            try:
+                tables[study] = build_compare_table(registry, [study])
+            except UserError:  # not run: its findings say so
+                continue
+    run_ids = [rd.run.id for t in tables.values() for row in t.rows for rd in row.runs]
+    extra = load_extra(registry, list(dict.fromkeys(run_ids)))
+    max_tokens = {}
+    for study, t in tables.items():
+        runs = [rd for row in t.rows for rd in row.runs]
+        if runs:
+            max_tokens[study] = json.loads(runs[0].run.config).get("rollout", {}).get("max_tokens")
+    return evaluate(tables, findings, extra, max_tokens), tables

@@ -53,6 +53,16 @@ def compare(
     fmt: Annotated[str, typer.Option("--format", "-f", help="table, markdown, csv or json.")] = "table",
     baseline: BaselineOption = None,
     last_k: LastKOption = LAST_K,
+    findings: Annotated[
+        Optional[str],
+        typer.Option(
+            "--findings",
+            metavar="SPEC",
+            help="Test the declared findings in this family: a study spec or a page file listing studies "
+            "(default: the sweep's own spec).",
+            show_default=False,
+        ),
+    ] = None,
     db: DbOption = None,
 ) -> None:
     """Compare runs: the config keys that differ, eval accuracy, speed, health flags, and
@@ -64,7 +74,9 @@ def compare(
     from grpoctl.registry import Registry
 
     with Registry(db, must_exist=True, readonly=True) as registry:
-        table = build_compare_table(registry, refs, metric=metric, at_step=at_step, baseline=baseline, last_k=last_k)
+        table = build_compare_table(
+            registry, refs, metric=metric, at_step=at_step, baseline=baseline, last_k=last_k, findings=findings
+        )
 
     if fmt in ("json", "csv"):
         # Machine formats own stdout; warnings still reach a human, on stderr.
