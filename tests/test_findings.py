@@ -106,7 +106,9 @@ def test_the_measures_of_one_run():
     assert F.run_measure("collapse", EVALS, []) == pytest.approx(0.25)  # step 0 never counts
     assert F.run_measure("collapse", EVALS, [], after_step=20) == pytest.approx(0.50)
     assert F.run_measure("peak_decline", EVALS, []) == pytest.approx(0.60 - 0.50)
-    assert F.run_measure("grad_norm", [], [(1, 0.2), (2, float("nan")), (3, 0.4)]) == pytest.approx(0.3)
+    assert F.run_measure("grad_norm", [], [(1, 0.2), (2, 0.3), (3, 0.4)]) == pytest.approx(0.3)
+    # compare's measure: one non-finite step leaves a run without a mean
+    assert F.run_measure("grad_norm", [], [(1, 0.2), (2, float("nan")), (3, 0.4)]) is None
     assert F.final_eval(EVALS) == 0.50 and F.final_eval([(0, 0.4, 8)]) is None
     # trapezoids: 10*(.40+.25)/2 + 10*(.25+.55)/2 + 10*(.55+.60)/2 + 10*(.60+.50)/2 = 18.5, over 40 steps
     assert F.auc(EVALS) == pytest.approx(18.5 / 40)

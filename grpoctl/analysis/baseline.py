@@ -98,7 +98,9 @@ def arm(row: Row, last_k: int, at_step: int | None) -> Arm:
         out.measure.append(last[0])
         out.sizes.append(last[1])
         if at_step is None:
-            out.best.append(max(acc for _, acc, _ in rd.evals))
+            trained = [acc for step, acc, _ in rd.evals if step > 0]  # step 0 is no one's best
+            if trained:
+                out.best.append(max(trained))
     return out
 
 

@@ -223,9 +223,11 @@ def run_measure(measure: str, evals: list, grad_norm: list, after_step: int = 1)
 
 
 def grad_norm_mean(series: list) -> float | None:
-    """The one gradient-norm measure: a run's mean per-step train/grad_norm (finite steps)."""
-    values = [v for _, v in series if v is not None and math.isfinite(v)]
-    return fmean(values) if values else None
+    """The one gradient-norm measure, compare's (analysis/compare.py); None when not finite."""
+    from grpoctl.analysis.compare import grad_norm_measure
+
+    value = grad_norm_measure(series)
+    return value if value is not None and math.isfinite(value) else None
 
 
 def final_eval(evals: list) -> float | None:
