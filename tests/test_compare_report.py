@@ -346,7 +346,7 @@ def test_report_calls_a_close_race_within_noise(tmp_path, db_url):
         make_run(registry, "b", ["optimizer.lr=1e-4"], group="close", variant="b", reward_top=0.69)
         text = write_report(registry, "close", tmp_path / "rep", baseline="a", last_k=1).read_text()
     # b is within noise of the baseline a: no winner, no ★, though a is ahead by a point
-    assert "**No winner:** no variant differs from a beyond noise" in text and "| ★ |" not in text
+    assert "**No winner:** no variant beats a beyond noise, and b within noise of it" in text and "| ★ |" not in text
     assert "**Ahead by final eval accuracy:** a with 0.700, 1.0 points ahead of b (0.690). Within noise" in text
     assert "- **b** against **a** (final acc, one seed each): 0.690 (Wilson 95% CI " in text
     assert ": **within noise**. With one seed per arm this rests on eval noise alone" in text
@@ -691,7 +691,8 @@ def test_the_star_and_the_winner_follow_the_verdicts(study_db, tmp_path):
     # mean(WIDE8) - mean(BASE8) = 0.6425 - 0.60625; p Holm = Welch p 0.00218 (one comparison)
     assert "**Winner:** wide8 (better than base8 beyond noise: +3.6 points, p 0.002 after Holm). ★ marks it." in text
     assert "| ★ | wide8 |" in text
-    assert "**No winner:** no variant differs from base beyond noise" in study and "| ★ |" not in study
+    assert "**No winner:** no variant beats base beyond noise, and better, close within noise of it" in study
+    assert "| ★ |" not in study
     # every health flag is defined with when it can fire
     for kind in ("entropy collapse", "length blow-up", "grad-norm explosion", "flat reward", "eval accuracy drop"):
         assert f"- **{kind}**: " in study

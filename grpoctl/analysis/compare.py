@@ -415,7 +415,8 @@ def winner(table: CompareTable) -> tuple[str | None, str]:
         return versus.baseline, "every variant tested against it is worse beyond noise"
     if not tested:
         return None, "no variant could be tested against the baseline"
-    return None, f"no variant differs from {versus.baseline} beyond noise, or some are within noise of it"
+    within = [v.label for v in tested if v.verdict == "within noise"]
+    return None, f"no variant beats {versus.baseline} beyond noise, and {', '.join(within)} within noise of it"
 
 
 def _star_by_verdict(table: CompareTable) -> None:

@@ -41,6 +41,9 @@ highest, of them):
 - step1_grad_norm_gap: |variant / baseline - 1| of train/grad_norm at step 1, where both
   arms start from the same weights: a gap there is the loss's arithmetic, not learning.
 
+A finding whose runs all measure the same number in both arms (no run of either "peaks
+then declines", say) needs no test: its verdict says it was not seen.
+
 A spec that breaks the format is refused in one line (exit 2), like its other fields.
 """
 
@@ -68,7 +71,7 @@ RULES = {
     "mixed_groups_at_start": "groups with mixed rewards at step 1",
     "length_cv": "sd/mean of train completion lengths",
     "length_fill": "mean response length / max tokens",
-    "step1_grad_norm_gap": "|grad norm ratio - 1| at step 1",
+    "step1_grad_norm_gap": "grad norm ratio's distance from 1 at step 1",
 }
 ARMS = ("baseline", "variant", "every_arm")
 FINDING_KEYS = {"id", "claim", "variant", "measure", "expect", "seed_effect", "delta", "after_step", "testable"}
@@ -389,6 +392,10 @@ def verdict(result: Result, alpha: float = stats.ALPHA) -> str:
     f = result.finding
     if not result.testable:
         return "not testable here"
+    if result.diff is None and result.variant_values and result.baseline_values:
+        values = set(result.variant_values + result.baseline_values)
+        if len(values) == 1 and len(result.variant_values) > 1 and len(result.baseline_values) > 1:
+            return f"not seen: {values.pop():g} in every run of both arms"
     if result.diff is None or result.p_family is None:
         return "no test"
     d = result.diff
