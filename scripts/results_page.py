@@ -130,11 +130,29 @@ def p_text(r: F.Result) -> str:
     return ""
 
 
+def _signs(r: F.Result) -> dict[str, str]:
+    """Per robustness measure: "+" / "-" where its 95% interval excludes 0, else "0"."""
+    out = {}
+    for name in ("last-3", "final", "AUC"):
+        d = r.robustness.get(name)
+        if d is not None:
+            out[name] = ("+" if d.diff > 0 else "-") if (d.low > 0 or d.high < 0) else "0"
+    return out
+
+
+def robust_text(r: F.Result) -> str:
+    signs = _signs(r)
+    if not signs:
+        return ""
+    text = " / ".join(signs.values())
+    return f"yes ({text})" if len(set(signs.values())) == 1 else f"**no** ({text})"
+
+
 def findings_table(results: list[F.Result]) -> list[str]:
     lines = [
         "| Seed's finding | Study: variant vs baseline | Can this setup show it? | What it measured | 95% CI "
-        "| p (page Holm) | MDE, pts | Seeds needed | Verdict |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| p (page Holm) | MDE, pts | Seeds needed | Robust? (last-3, final, AUC) | Verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         f = r.finding
@@ -142,11 +160,11 @@ def findings_table(results: list[F.Result]) -> list[str]:
         where = f"[{f.study}]({f.study}/report.md): `{f.variant}` vs `{r.baseline}`"
         lines.append(
             f"| {f.claim} | {where} | {rule_text(r)} | {measured_text(r)} | {ci} | {p_text(r)} | {mde_text(r)} "
-            f"| {seeds_text(r)} | **{r.verdict}** |"
+            f"| {seeds_text(r)} | {robust_text(r)} | **{r.verdict}** |"
         )
     lines.append(
         "| The r1_zero prompt beats question-only. | none: not run | no: the tiny model learns its one answer "
-        "format in the warm-start, so a template swap would test the warm-start | | | | | | **not run** |"
+        "format in the warm-start, so a template swap would test the warm-start | | | | | | | **not run** |"
     )
     return lines
 

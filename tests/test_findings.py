@@ -243,3 +243,13 @@ def test_the_sft_and_length_findings_are_untestable_by_their_rules():
     assert not length.testable and length.rule_value < 0.05  # 29-31-byte completions
     assert not results["std-off-lower-grad-norm"].testable  # ratio ~0.45 at step 1: the division itself
     assert results["aggressive-reuse-collapses"].testable
+
+
+def test_a_finding_no_run_shows_is_not_seen():
+    flat = [(0, 0.4, 512), (10, 0.5, 512), (20, 0.6, 512)]  # rising to the end: best minus final is 0
+    extra = {i: {"zero_std_at_start": 0.3} for i in range(10)}
+    tables = {"s": table("s", "b", {"b": [rd(i, flat) for i in range(3)], "v": [rd(5 + i, flat) for i in range(3)]})}
+    rule = F.Rule("mixed_groups_at_start", "every_arm", 0.2)
+    (result,) = F.evaluate(tables, [F.Finding("p", "c", "s", "v", "peak_decline", "higher", rule)], extra, {"s": 32})
+    assert result.testable and result.diff is None and result.p_family is None
+    assert result.verdict == "not seen: 0 in every run of both arms"
