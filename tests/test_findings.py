@@ -253,3 +253,27 @@ def test_a_finding_no_run_shows_is_not_seen():
     (result,) = F.evaluate(tables, [F.Finding("p", "c", "s", "v", "peak_decline", "higher", rule)], extra, {"s": 32})
     assert result.testable and result.diff is None and result.p_family is None
     assert result.verdict == "not seen: 0 in every run of both arms"
+
+
+def test_findings_from_a_file_without_this_studys_findings_warn(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "grpoctl", "compare", "tiny-std-normalization", "--db", str(REGISTRY)]
+        + ["--findings", "experiments/tiny-lr-sweep.yaml", "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
+    assert out.returncode == 0, out.stderr
+    assert "experiments/tiny-lr-sweep.yaml declares no findings of tiny-std-normalization" in out.stderr
+    missing = subprocess.run(
+        [sys.executable, "-m", "grpoctl", "compare", "tiny-std-normalization", "--db", str(REGISTRY)]
+        + ["--findings", str(tmp_path / "nope.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "no ablation spec at" in missing.stderr

@@ -443,6 +443,8 @@ def _findings(registry: Registry, refs: list[str], table: CompareTable, path: st
             return
         declared, where = F.stored_findings(spec), f"the {refs[0]} spec"
     if not any(f.study == refs[0] for f in declared):
+        if path is not None:  # asked for, and nothing to show: say so rather than print nothing
+            table.warnings.append(f"{path} declares no findings of {refs[0]}: no family to test")
         return
     results, _ = F.family_results(registry, declared, {refs[0]: table})
     size = sum(r.p_family is not None for r in results)
