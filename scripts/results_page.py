@@ -427,7 +427,7 @@ def main() -> int:
             from grpoctl.cli.report_view import write_report
 
             for study in tables:
-                write_report(registry, study, out / study)
+                write_report(registry, study, out / study, findings=str(page))  # the page's one family
         card = setup_card(registry, tables, out)
     forest(results, out / "forest.png")
 

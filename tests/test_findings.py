@@ -277,3 +277,16 @@ def test_findings_from_a_file_without_this_studys_findings_warn(tmp_path):
         env=dict(os.environ, PYTHONPATH=str(ROOT)),
     )
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "no ablation spec at" in missing.stderr
+
+
+def test_a_study_report_tests_its_findings_in_the_page_family(tmp_path):
+    from grpoctl.cli.report_view import write_report
+    from grpoctl.registry import Registry
+
+    with Registry(str(REGISTRY), readonly=True) as registry:
+        text = write_report(registry, "tiny-off-policy", tmp_path / "rep", findings=str(PAGE)).read_text()
+    section = text.split("## Declared findings\n\n", 1)[1].split("## Curves", 1)[0]
+    assert f"Declared in {PAGE}" in section and "Holm over the family's 6 testable findings" in section
+    # the page's Holm p for aggressive reuse: 3 x 0.009866455278541889 (test_compare_json_tests_the_page_family)
+    assert "| aggressive-reuse-collapses | e4_tb64_ga2 | minimum eval after warm-up |" in section
+    assert "| 0.030 | reproduced |" in section

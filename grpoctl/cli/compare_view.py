@@ -234,6 +234,51 @@ def versus_rich_table(table: CompareTable):
     return out
 
 
+# --------------------------------------------------------------------------- declared findings
+
+FINDINGS_HEADERS = ["finding", "variant", "measure", "can this setup show it?", "Δ (95% CI)", "p family", "verdict"]
+
+
+def findings_cells(r) -> list[str]:
+    from grpoctl.analysis.findings import MEASURES, RULES
+
+    f = r.finding
+    show = "unknown" if r.rule_value is None else f"{'yes' if r.testable else 'no'}: {RULES[f.testable.rule]} "
+    if r.rule_value is not None:
+        show += f"{r.rule_value:.3g} (needs {f.testable.describe().split(RULES[f.testable.rule], 1)[1].strip()})"
+    diff = f"{r.diff.diff:+.3f} {_interval(r.diff.low, r.diff.high)}" if r.diff else "-"
+    return [f.id, f.variant, MEASURES[f.measure], show, diff, pvalue(r.p_family), r.verdict]
+
+
+def findings_legend(table: CompareTable) -> str:
+    fam = table.family or {}
+    return (
+        f"Declared in {fam.get('declared_in')}: each finding on its own measure, expected direction and rule. "
+        f"p family: Holm over the family's {fam.get('tested')} testable findings (Welch's t for a direction, "
+        "TOST for 'same'); a finding its rule rules out has no p and no verdict. Variants no finding names are "
+        "exploratory: their p above is adjusted within this study only"
+    )
+
+
+def findings_markdown(table: CompareTable) -> str:
+    if not table.findings:
+        return ""
+    lines = [_line(FINDINGS_HEADERS), _line(["---"] * len(FINDINGS_HEADERS))]
+    lines += [_line(findings_cells(r)) for r in table.findings]
+    return "\n".join(lines) + f"\n\n{findings_legend(table)}.\n"
+
+
+def findings_rich_table(table: CompareTable):
+    from rich.table import Table
+
+    out = Table(title="declared findings", title_justify="left", caption=findings_legend(table), caption_justify="left")
+    for i, header in enumerate(FINDINGS_HEADERS):
+        out.add_column(header, justify="right" if header in ("Δ (95% CI)", "p family") else "left")
+    for r in table.findings:
+        out.add_row(*findings_cells(r))
+    return out
+
+
 def _versus_record(table: CompareTable, label: str) -> dict[str, Any]:
     """The comparison fields of one row; the same keys (None) when there is none."""
     comparison = table.versus

@@ -27,10 +27,16 @@ def default_folder(name: str) -> Path:
 
 
 def write_report(
-    registry: Registry, name: str, folder: Path | None = None, baseline: str | None = None, last_k: int = LAST_K
+    registry: Registry,
+    name: str,
+    folder: Path | None = None,
+    baseline: str | None = None,
+    last_k: int = LAST_K,
+    findings: str | None = None,
 ) -> Path:
-    """Write `report.md` and its plots into `folder` (default reports/NAME/); return its path."""
-    table = build_compare_table(registry, [name], baseline=baseline, last_k=last_k)
+    """Write `report.md` and its plots into `folder` (default reports/NAME/); return its path.
+    `findings`: the family its declared findings are tested in (compare's --findings)."""
+    table = build_compare_table(registry, [name], baseline=baseline, last_k=last_k, findings=findings)
     folder = Path(folder) if folder is not None else default_folder(name)
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -93,6 +99,11 @@ def _sections(registry: Registry, name: str, table: CompareTable, plots: list[tu
             if versus.verdict != "baseline":
                 yield f"- {_sentence(table.versus, versus)}"
         yield ""
+
+    if table.findings:
+        yield "## Declared findings"
+        yield ""
+        yield tables.findings_markdown(table)
 
     if plots:
         yield "## Curves"
