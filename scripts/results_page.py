@@ -436,10 +436,13 @@ def main() -> int:
     lines = [
         f"# What the tiny suite can and cannot say about the seed's findings: {spec['name']}",
         "",
-        "Each finding of the seed's GRPO ablations (Qwen2.5-Math-1.5B on MATH) was declared in a tiny study's spec "
-        "in `experiments/` before this page read its numbers: its measure, its expected direction, for "
-        '"does not matter" claims a margin δ, and a rule, with a threshold, for whether this setup can show it '
-        "at all. The tiny model trains on 2-digit addition, 60 GRPO steps, 3 seeds per variant, "
+        "Each finding of the seed's GRPO ablations (Qwen2.5-Math-1.5B on MATH) is declared in a tiny study's spec "
+        'in `experiments/`: its measure, its expected direction, for "does not matter" claims a margin δ, and a '
+        "rule, with a threshold, for whether this setup can show it at all. This page only reads those "
+        "declarations; nothing on it is judged afterwards. For these six studies, though, the declarations were "
+        "written after the runs (from issue 18, which had seen an earlier page's numbers): they are fixed rules, "
+        "not a pre-registration. A study declared before it runs earns the stronger reading. The tiny model "
+        "trains on 2-digit addition, 60 GRPO steps, 3 seeds per variant, "
         f"{len(runs)} distinct runs in `docs/results/registry.db`.",
         "",
         "How to read it:",
