@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -409,8 +410,9 @@ def main() -> int:
     start = time.monotonic()
     page = Path(args.page)
     spec = yaml.safe_load(page.read_text())
-    db = args.db or str((page.parent / spec["registry"]).resolve())
-    out = Path(args.out or (page.parent / spec["out"]).resolve())
+    # paths as the page file names them, relative to here when they can be: the reports print the registry's
+    db = args.db or os.path.relpath((page.parent / spec["registry"]).resolve())
+    out = Path(args.out or os.path.relpath((page.parent / spec["out"]).resolve()))
     out.mkdir(parents=True, exist_ok=True)
     declared = [f for path in F.family_specs(page) for f in F.read_findings(path)[1]]
     studies = list(dict.fromkeys(F.read_findings(p)[0] for p in F.family_specs(page)))
