@@ -185,10 +185,13 @@ def test_one_row_per_variant_with_seeds_folded(registry):
     assert final.k == 2 and final.mean == pytest.approx((0.7 + 0.66) / 2)
     assert final.sd == pytest.approx(math.sqrt(2 * 0.02**2))
     assert good.values["best_step"].mean == 19
-    # A single run carries the eval's binomial standard error.
-    p = hot.values["best_acc"].mean
-    assert p == pytest.approx(0.35) and hot.values["best_step"].mean == 0
-    assert hot.values["best_acc"].se == pytest.approx(math.sqrt(p * (1 - p) / N_EVAL))
+    # A single run carries the eval's binomial standard error. hot collapsed at step 4: its best
+    # eval after training began is 0 at step 5; the untrained step-0 eval (0.35) is no one's best.
+    assert hot.values["best_acc"].mean == 0.0 and hot.values["best_step"].mean == 5
+    p = good.runs[0].evals[-1][1]
+    assert rows["broken"].values["best_step"].mean > 0  # its only trained eval, not step 0
+    assert good.values["best_acc"].k == 2 and good.values["best_acc"].mean == pytest.approx((0.7 + 0.66) / 2)
+    assert p == pytest.approx(0.7)
     assert hot.values["final_acc"].mean == 0.0
     assert hot.status == "diverged" and broken.status == "failed"
     assert {f.split("@")[0] for f in hot.flags} >= {"entropy collapse", "length blow-up", "flat reward", "diverged"}
@@ -223,8 +226,8 @@ def test_markdown_table_matches_the_data(registry):
     assert cells["good"]["best"] == "★" and cells["hot"]["best"] == ""
     # Every ± says what it is: the sd over a row's seeds, or one eval's standard error.
     assert cells["good"]["final acc"] == "0.680 ± 0.028 sd" and cells["good"]["seeds"] == "2"
-    se = math.sqrt(0.35 * 0.65 / N_EVAL)
-    assert cells["hot"]["best acc"] == f"0.350 ± {se:.3f} SE" and cells["hot"]["lr"] == "1e-3"
+    # hot's best after step 0 is a 0 (it collapsed at step 4): the binomial SE of 0 is 0
+    assert cells["hot"]["best acc"] == "0.000 ± 0.000 SE" and cells["hot"]["lr"] == "1e-3"
     assert cells["broken"]["loss_type"] == "no_baseline" and cells["broken"]["status"] == "failed"
     assert "entropy collapse@4" in cells["hot"]["health"]
 
@@ -288,7 +291,8 @@ def test_cli_json_and_csv_parse_and_stay_clear_of_torch(db, tmp_path):
     assert out.returncode == 0, out.stderr
     records = list(csv.DictReader(io.StringIO(out.stdout)))
     assert [r["variant"] for r in records] == ["good", "hot", "broken"]
-    assert float(records[1]["best_acc"]) == 0.35 and records[0]["runs"] == "abl-good-s0;abl-good-s1"
+    # hot: its best eval after step 0 (the untrained 0.35 is no one's best) is a 0
+    assert float(records[1]["best_acc"]) == 0.0 and records[0]["runs"] == "abl-good-s0;abl-good-s1"
 
 
 @pytest.mark.parametrize(
@@ -324,8 +328,12 @@ def test_report_writes_markdown_and_readable_plots(registry, tmp_path):
     assert "- seeds: 0, 1 (folded into mean ± sd per variant)" in text
     assert "## What was shared\n\n- `loop.n_grpo_steps` = 20\n" in text
     assert "| ★ | good |" in text
-    # Who leads, by how much; whether that is noise is for a comparison against a baseline.
-    assert "**Winner by final eval accuracy:** good with 0.680, 29.3 points ahead of broken (0.387)." in text
+    # Who leads, by how much; without a baseline nothing can say it is more than noise, so no "winner".
+    assert (
+        "**Ahead by final eval accuracy:** good with 0.680, 29.3 points ahead of broken (0.387). "
+        "No baseline is named, so nothing says whether this lead is more than noise."
+    ) in text
+    assert "**Winner" not in text
     assert "## Against the baseline\n\nno baseline to compare against: name one with --baseline VARIANT.\n" in text
     assert "**abl-hot-s0** (hot): entropy collapse from step 4" in text
     assert "**abl-broken-s0**: failed at step 2 of 20: `RuntimeError: CUDA out of memory`" in text
@@ -355,7 +363,9 @@ def test_report_calls_a_close_race_within_noise(tmp_path, db_url):
         make_run(registry, "a", ["seed=0"], group="close", variant="a", reward_top=0.70)
         make_run(registry, "b", ["optimizer.lr=1e-4"], group="close", variant="b", reward_top=0.69)
         text = write_report(registry, "close", tmp_path / "rep", baseline="a", last_k=1).read_text()
-    assert "**Winner by final eval accuracy:** a with 0.700, 1.0 points ahead of b (0.690)" in text
+    # b is within noise of the baseline a: no winner, no ★, though a is ahead by a point
+    assert "**No winner:** no variant beats a beyond noise, and b within noise of it" in text and "| ★ |" not in text
+    assert "**Ahead by final eval accuracy:** a with 0.700, 1.0 points ahead of b (0.690). Within noise" in text
     assert "- **b** against **a** (final acc, one seed each): 0.690 (Wilson 95% CI " in text
     assert ": **within noise**. With one seed per arm this rests on eval noise alone" in text
 
@@ -502,6 +512,25 @@ def test_compare_json_sets_each_variant_against_the_spec_baseline(study_db):
         "best",
     } <= set(better)
     assert better["final_acc"] == pytest.approx(0.70)
+
+
+def test_compare_json_carries_mde_tost_and_the_family(study_db):
+    payload, rows = compare_json(study_db, "study")
+    better, close = rows["better"], rows["close"]
+    # MDE: brentq(lambda d: power(d, sd, 3, 3) - 0.8, ...) with power from the noncentral t
+    # (tests/test_stats.py writes it out) and sd = sqrt((var(better) + var(base)) / 2) = 0.0334165627596057
+    assert better["mde"] == pytest.approx(0.10261866414692998, rel=1e-6)
+    # TOST at 3 points: ttest_ind([.70-.03, .74-.03, .66-.03], [.62, .65, .60], equal_var=False,
+    # alternative="less").pvalue, the larger of the two one-sided p's
+    assert better["tost_p"] == pytest.approx(0.9121896802430752, rel=1e-6) and better["tost_delta"] == 0.03
+    assert (better["tost_ci_low"], better["tost_ci_high"]) == pytest.approx(
+        (0.015223474452396808, 0.13810985888093646), rel=1e-6
+    )
+    assert close["tost_p"] > 0.05  # +1 point, but 3 seeds cannot show it is within 3
+    # no findings declared in this sweep: no family, every comparison exploratory (unadjusted beyond the study)
+    assert payload["baseline"]["family"] is None and better["family_p_holm"] is None
+    assert better["exploratory"] is True and rows["base"]["exploratory"] is None and better["findings"] == []
+    assert rows["lonely"]["mde"] is None and rows["lonely"]["tost_p"] is None
 
 
 def test_last_k_and_another_baseline(study_db):
@@ -667,3 +696,24 @@ def test_a_run_shared_by_two_studies_carries_each_studys_label(tmp_path):
     assert table.versus is not None and table.versus.baseline == "mean"
     token = next(v for v in table.versus.rows if v.label == "token")
     assert token.diff is not None and token.diff.diff == pytest.approx(0.0766667, abs=1e-6)
+
+
+def test_the_star_and_the_winner_follow_the_verdicts(study_db, tmp_path):
+    # "better" leads by 7.7 points, but p Holm 0.118: within noise, so no row is starred
+    _, rows = compare_json(study_db, "study")
+    assert not any(r["best"] for r in rows.values())
+    # wide8 is better than base8 beyond noise (p 0.0022): it is the winner and the ★
+    _, rows = compare_json(study_db, "wide")
+    assert rows["wide8"]["best"] and not rows["base8"]["best"]
+    with Registry(str(study_db)) as registry:
+        text = write_report(registry, "wide", tmp_path / "wide").read_text()
+        study = write_report(registry, "study", tmp_path / "study").read_text()
+    # mean(WIDE8) - mean(BASE8) = 0.6425 - 0.60625; p Holm = Welch p 0.00218 (one comparison)
+    assert "**Winner:** wide8 (better than base8 beyond noise: +3.6 points, p 0.002 after Holm). ★ marks it." in text
+    assert "| ★ | wide8 |" in text
+    assert "**No winner:** no variant beats base beyond noise, and better, close within noise of it" in study
+    assert "| ★ |" not in study
+    # every health flag is defined with when it can fire
+    for kind in ("entropy collapse", "length blow-up", "grad-norm explosion", "flat reward", "eval accuracy drop"):
+        assert f"- **{kind}**: " in study
+    assert "Can fire: the 3x route only when 3x the early length fits under max_tokens" in study

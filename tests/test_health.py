@@ -171,3 +171,15 @@ def test_grading_errors_fire_at_the_first_and_count_them_all():
     assert kinds(flags) == {"grading errors": 2} and flags[0].detail == "6 answers scored 0 because grading failed"
     healthy = healthy_run(0) | {"train/grading_errors": series([0] * 59 + [1])}
     assert kinds(run_flags(healthy)) == {"grading errors": 59}  # one is enough: it is never noise
+
+
+def test_every_flag_is_defined_with_when_it_can_fire():
+    import re
+    from pathlib import Path
+
+    from grpoctl.analysis import health
+
+    source = Path(health.__file__).read_text()
+    kinds = set(re.findall(r'Flag\(\s*"([^"]+)"', source))
+    assert kinds == set(health.FLAGS), kinds ^ set(health.FLAGS)
+    assert all(meaning.endswith(".") and when for meaning, when in health.FLAGS.values())

@@ -78,3 +78,78 @@ def test_verdicts():
     assert stats.verdict(0.05, 0.01) == "better"
     assert stats.verdict(-0.05, 0.049) == "worse"
     assert stats.verdict(0.05, 0.05) == "within noise"
+
+
+# The hand computations below use this power function, written out from scipy alone:
+#   def power(d, sd, n1, n2, a=0.05):
+#       df = n1 + n2 - 2; nc = d / (sd * sqrt(1/n1 + 1/n2)); c = scipy.stats.t.ppf(1 - a/2, df)
+#       return scipy.stats.nct.sf(c, df, nc) + scipy.stats.nct.sf(c, df, -nc)
+# (the lower tail by symmetry: scipy.stats.nct.cdf(-c, df, nc) is NaN at nc ~10-12, df 2-4).
+
+
+def test_minimum_detectable_effect():
+    # scipy.optimize.brentq(lambda d: power(d, 0.02, 3, 3) - 0.8, 1e-9, 1, xtol=1e-14)
+    assert stats.mde(0.02, 3, 3) == pytest.approx(0.061417845327273735, rel=1e-7)
+    # the issue's "about 6 points at 3 seeds with a seed sd of 2 points; 8-10+ after Holm":
+    # ... at alpha 0.05 / 13 (Holm's first step over 13 findings)
+    assert stats.mde(0.02, 3, 3, alpha=0.05 / 13) == pytest.approx(0.1233541322227089, rel=1e-7)
+    # unequal arms: brentq(lambda d: power(d, 0.02, 5, 4) - 0.8, ...)
+    assert stats.mde(0.02, 5, 4) == pytest.approx(0.04386843163923231, rel=1e-7)
+    # the worked example's pooled sd 0.0334165627596057
+    assert stats.mde(stats.pooled_sd(VARIANT, BASELINE), 3, 3) == pytest.approx(0.10261866414692998, rel=1e-7)
+    # power at the MDE is what it was solved for, and more seeds resolve less
+    assert stats.mde(0.02, 10, 10) < stats.mde(0.02, 3, 3)
+    assert stats.mde(0.02, 1, 3) is None and stats.mde(0.0, 3, 3) is None
+
+
+def test_seeds_needed_for_a_given_effect():
+    # The seed's own std-normalization effect, 7 points (0.72 vs 0.65), at seed sds of 2 and
+    # 3 points: power(0.07, 0.02, n, n) is 0.477 at 2, 0.886 at 3; power(0.07, 0.03, n, n)
+    # is 0.580 at 3, 0.784 at 4, 0.896 at 5.
+    assert stats.seeds_needed(0.07, 0.02) == (3, False)
+    assert stats.seeds_needed(0.07, 0.03) == (5, False)
+
+
+def test_seeds_needed_where_scipy_gives_nan():
+    # docs/results/registry.db, tiny-sft-init: warmstart_100's last-3 means against
+    # warmstart_final's; tiny-lr-sweep: lr=3e-3 (all zero) against lr=3e-4.
+    warm100 = [0.005859375, 0.005859375, 0.0]
+    final = [0.6184895833333334, 0.578125, 0.6048177083333334]
+    lr3e3 = [0.0, 0.0, 0.0]
+    lr3e4 = [0.578125, 0.6048177083333334, 0.6184895833333334]
+    for variant, base in ((warm100, final), (lr3e3, lr3e4)):
+        d = stats.welch(variant, base).diff
+        # power(d, sd, 2, 2) is 1.0 for both, while nct.cdf(-c, 2, nc) is nan at n = 2 and 3:
+        # the NaN made the old code answer 4 for warmstart_100 and 3 for lr=3e-3
+        assert stats.seeds_needed(d, stats.pooled_sd(variant, base)) == (2, False)
+
+
+def test_tost_equivalence():
+    close = [0.612, 0.605, 0.618, 0.609]
+    base = [0.607, 0.615, 0.603, 0.611]
+    e = stats.tost(close, base)  # delta 3 points by default
+    # scipy.stats.ttest_ind(close + 0.03, base, equal_var=False, alternative="greater").pvalue
+    #   = 7.382618590567851e-05; ... (close - 0.03, ..., alternative="less").pvalue = 0.00015439957450757923
+    assert e.delta == stats.EQUIVALENCE_DELTA == 0.03
+    assert e.p == pytest.approx(0.00015439957450757923, rel=1e-9) and e.equivalent
+    # ttest_ind(close, base, equal_var=False).confidence_interval(0.90)
+    assert (e.low, e.high) == pytest.approx((-0.005318399682991381, 0.009318399682991384), rel=1e-9)
+    w = stats.tost(VARIANT, BASELINE)
+    # the worked example: greater 0.012021481424096252, less 0.9121896802430752
+    assert w.p == pytest.approx(0.9121896802430752, rel=1e-9) and not w.equivalent
+    assert (w.low, w.high) == pytest.approx((0.015223474452396808, 0.13810985888093646), rel=1e-9)
+    # equivalent at 0.05 exactly when the 90% interval lies inside +-delta
+    assert e.equivalent == (-e.delta < e.low and e.high < e.delta)
+    with pytest.raises(ValueError, match="positive"):
+        stats.tost(close, base, delta=0)
+
+
+def test_holm_over_a_page_family():
+    # A page's family across studies, by hand: sorted 0.0003 (x5) 0.0015, 0.0117 (x4) 0.0468,
+    # 0.02 (x3) 0.06, 0.04 (x2) 0.08, 0.6 (x1) 0.6.
+    family = {"lr": 0.0117, "sft": 0.0003, "std": 0.04, "reuse": 0.02, "baseline": 0.6}
+    assert stats.holm_family(family) == pytest.approx(
+        {"lr": 0.0468, "sft": 0.0015, "std": 0.08, "reuse": 0.06, "baseline": 0.6}
+    )
+    # the same p inside a study of 2 would be Holm'd by 2 only: the page's family is wider
+    assert stats.holm([0.0117, 0.02])[0] == pytest.approx(0.0234)

@@ -57,6 +57,8 @@ class Versus:
     verdict: str = "untested"  # better / worse / within noise / baseline / untested
     seeds_needed: int | None = None
     seeds_needed_capped: bool = False  # True: more than seeds_needed
+    mde: float | None = None  # the smallest difference these seeds detect (alpha, power), for their spread
+    tost: stats.Equivalence | None = None  # equivalence within +-stats.EQUIVALENCE_DELTA
     bca: tuple[float, float] | None = None  # with stats.BCA_MIN_SEEDS+ per arm
     best_diff: float | None = None
     best_ci: tuple[float, float] | None = None  # Welch over seeds
@@ -96,7 +98,9 @@ def arm(row: Row, last_k: int, at_step: int | None) -> Arm:
         out.measure.append(last[0])
         out.sizes.append(last[1])
         if at_step is None:
-            out.best.append(max(acc for _, acc, _ in rd.evals))
+            trained = [acc for step, acc, _ in rd.evals if step > 0]  # step 0 is no one's best
+            if trained:
+                out.best.append(max(trained))
     return out
 
 
@@ -124,9 +128,10 @@ def _against(out: Versus, a: Arm, base: Arm) -> None:
             return
         out.diff = stats.welch(a.measure, base.measure)
         out.bca = stats.bca(a.measure, base.measure)
-        out.seeds_needed, out.seeds_needed_capped = stats.seeds_needed(
-            out.diff.diff, stats.pooled_sd(a.measure, base.measure)
-        )
+        sd = stats.pooled_sd(a.measure, base.measure)
+        out.seeds_needed, out.seeds_needed_capped = stats.seeds_needed(out.diff.diff, sd)
+        out.mde = stats.mde(sd, len(a.measure), len(base.measure))
+        out.tost = stats.tost(a.measure, base.measure)
         if a.best and base.best:
             out.best_diff = mean(a.best) - mean(base.best)
             if stats.spread(a.best) or stats.spread(base.best):

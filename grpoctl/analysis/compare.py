@@ -93,6 +93,8 @@ class CompareTable:
     at_step: int | None = None
     versus: BaselineComparison | None = None  # each variant against the baseline
     baseline_note: str = ""  # why there is no comparison against a baseline
+    findings: list = field(default_factory=list)  # analysis.findings.Result of this study's declared findings
+    family: dict | None = None  # the Holm family they were adjusted in: its size and where it was declared
 
 
 # --------------------------------------------------------------------------- which runs
@@ -176,6 +178,19 @@ def _at(points: list, step: int | None):
     return eligible[-1] if eligible else None
 
 
+def grad_norm_measure(series: list, at_step: int | None = None) -> float | None:
+    """The one gradient-norm measure (compare's column, the report, the findings): the
+    mean of a run's per-step train/grad_norm up to `at_step`. One step's value swings
+    with its batch; the mean over steps is what "lower gradient norms" means. NaN when
+    any step's norm is not finite: such a run has no meaningful mean (JSON: null)."""
+    values = [v for s, v in series if at_step is None or s <= at_step]
+    if not values:
+        return None
+    if not all(v is not None and math.isfinite(v) for v in values):
+        return math.nan
+    return math.fsum(values) / len(values)
+
+
 def _binomial_se(p: float, n: int | None) -> float | None:
     return math.sqrt(max(p * (1 - p), 0.0) / n) if n else None
 
@@ -186,18 +201,18 @@ def run_values(rd: RunData, at_step: int | None, metric: str) -> dict[str, tuple
     final = headline_accuracy(rd.evals, at_step)
     if final:
         out["final_acc"] = (final[1], _binomial_se(final[1], final[2]))
-    if rd.evals and at_step is None:
-        step, acc, n = max(rd.evals, key=lambda e: (e[1], -e[0]))
+    trained = [e for e in rd.evals if e[0] > 0]  # the untrained step-0 eval is no one's best
+    if trained and at_step is None:
+        step, acc, n = max(trained, key=lambda e: (e[1], -e[0]))
         out["best_acc"] = (acc, _binomial_se(acc, n))
         out["best_step"] = (step, None)
-    for column, name in (
-        ("length", metrics.RESPONSE_LENGTH),
-        ("entropy", metrics.TOKEN_ENTROPY),
-        ("grad_norm", metrics.GRAD_NORM),
-    ):
+    for column, name in (("length", metrics.RESPONSE_LENGTH), ("entropy", metrics.TOKEN_ENTROPY)):
         point = _at(rd.series.get(name, []), at_step)
         if point:
             out[column] = (point[1], None)
+    grad = grad_norm_measure(rd.series.get(metrics.GRAD_NORM, []), at_step)
+    if grad is not None:
+        out["grad_norm"] = (grad, None)
     if rd.s_per_step is not None:
         out["s_per_step"] = (rd.s_per_step, None)
     if rd.peak_mem is not None:
@@ -320,8 +335,12 @@ def build_compare_table(
     at_step: int | None = None,
     baseline: str | None = None,
     last_k: int = LAST_K,
+    findings: str | None = None,
 ) -> CompareTable:
-    """Everything `grpoctl compare` shows, as data (drawn by cli/compare_view.py)."""
+    """Everything `grpoctl compare` shows, as data (drawn by cli/compare_view.py).
+
+    `findings`: a study spec or a page file whose declared findings form the Holm family
+    (default: this sweep's own declared findings, if it has any)."""
     if last_k < 1:
         raise UserError(f"--last-k must be at least 1, got {last_k}")
     metric = metric or metrics.EVAL_ACCURACY
@@ -368,7 +387,7 @@ def build_compare_table(
     columns += [
         ("length", "length"),
         ("entropy", "entropy"),
-        ("grad_norm", "grad norm"),
+        ("grad_norm", "mean grad norm"),
         ("s_per_step", "s/step"),
         ("peak_mem", "peak mem"),
     ]
@@ -377,4 +396,58 @@ def build_compare_table(
     chosen, source, table.baseline_note = _baseline(registry, refs, rows, baseline)
     if chosen is not None and len(rows) > 1:
         table.versus = compare_to_baseline(rows, chosen, source, last_k, at_step)
+        if metric == metrics.EVAL_ACCURACY:
+            _star_by_verdict(table)
+    _findings(registry, refs, table, findings, at_step, baseline, last_k)
     return table
+
+
+def winner(table: CompareTable) -> tuple[str | None, str]:
+    """(the winning row's label or None, why), read off the verdicts against the baseline:
+    the best of the variants that beat it beyond noise; else the baseline itself when every
+    tested variant is worse; else none, since "ahead" within noise wins nothing."""
+    versus = table.versus
+    tested = [v for v in versus.rows if v.verdict in ("better", "worse", "within noise")]
+    better = [v for v in tested if v.verdict == "better"]
+    if better:
+        top = max(better, key=lambda v: v.measure)
+        return top.label, f"better than {versus.baseline} beyond noise"
+    if tested and all(v.verdict == "worse" for v in tested):
+        return versus.baseline, "every variant tested against it is worse beyond noise"
+    if not tested:
+        return None, "no variant could be tested against the baseline"
+    within = [v.label for v in tested if v.verdict == "within noise"]
+    return None, f"no variant beats {versus.baseline} beyond noise, and {', '.join(within)} within noise of it"
+
+
+def _star_by_verdict(table: CompareTable) -> None:
+    label, _ = winner(table)
+    for row in table.rows:
+        row.best = row.label == label
+
+
+def _findings(registry: Registry, refs: list[str], table: CompareTable, path: str | None, *asked) -> None:
+    """This study's declared findings, tested within their family: the page's (`path`)
+    or the study's own. Only for the default view: a finding is declared on the spec's
+    baseline and measures, so --at-step, --baseline or --last-k leave it out."""
+    if len(refs) != 1 or table.versus is None or any(a not in (None, LAST_K) for a in asked):
+        return
+    from grpoctl.analysis import findings as F
+
+    if path is not None:
+        declared = [f for spec in F.family_specs(path) for f in F.read_findings(spec)[1]]
+        where = str(path)
+    else:
+        try:
+            spec = json.loads(registry.get_sweep(refs[0]).spec or "{}")
+        except UserError:
+            return
+        declared, where = F.stored_findings(spec), f"the {refs[0]} spec"
+    if not any(f.study == refs[0] for f in declared):
+        if path is not None:  # asked for, and nothing to show: say so rather than print nothing
+            table.warnings.append(f"{path} declares no findings of {refs[0]}: no family to test")
+        return
+    results, _ = F.family_results(registry, declared, {refs[0]: table})
+    size = sum(r.p_family is not None for r in results)
+    table.findings = [r for r in results if r.finding.study == refs[0]]
+    table.family = {"declared_in": where, "findings": len(declared), "tested": size}

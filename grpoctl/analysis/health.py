@@ -41,6 +41,43 @@ HEALTH_METRICS = (
 )
 
 
+# Every flag: what it means, and when it can fire at all (a flag that cannot fire says
+# nothing by its absence). Kept beside the checks below, which they describe.
+FLAGS = {
+    "entropy collapse": (
+        "token entropy below 10% of its early level (the median of the first 3 steps, or the first step "
+        "if higher), or below 0.01 nats, for 3 steps running.",
+        "from the 4th logged step; never when the early entropy is already at or below 0.01 nats.",
+    ),
+    "length collapse": (
+        "mean response length below 0.4x its early level for 3 steps running.",
+        "from the 4th logged step; only if responses can get that short (with min_tokens above 0.4x the "
+        "early length it cannot).",
+    ),
+    "length blow-up": (
+        "mean response length above 3x its early level, or more than half the responses cut off at the "
+        "token limit, for 3 steps running.",
+        "the 3x route only when 3x the early length fits under max_tokens; the cut-off route always.",
+    ),
+    "grad-norm explosion": (
+        "a non-finite gradient norm, or one above 10x the median of the earlier steps for 3 steps running.",
+        "a non-finite norm at any step; the 10x route from the 6th logged step (it needs 5 earlier ones).",
+    ),
+    "flat reward": (
+        "the train reward moves less than 0.01 over the last half of the run.",
+        "in runs with at least 11 logged steps (6 in the last half).",
+    ),
+    "grading errors": ("an answer scored 0 because grading failed (a grader error or timeout).", "at any step."),
+    "eval accuracy at 0": ("the last 3 or more evals all scored 0.", "from the 3rd eval."),
+    "eval accuracy drop": (
+        "3 evals running more than 0.1 (absolute) and 20% (relative) below the best eval before them, "
+        "whether or not the run recovers later.",
+        "from the 4th eval (with evals every 10 steps and one at step 0: step 30).",
+    ),
+    "diverged": ("the trainer stopped the run on a non-finite loss or gradient.", "at any step."),
+}
+
+
 @dataclass(frozen=True)
 class Flag:
     kind: str  # "entropy collapse", "length collapse", "length blow-up", ...

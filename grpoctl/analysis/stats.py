@@ -23,8 +23,19 @@ they know nothing of runs, SQL or tables. The tests and intervals are scipy's ow
   with the 1-5 comparisons of a study it loses little power. scipy has no Holm; the
   procedure is the five lines below;
 - seeds needed: the smallest number of seeds per arm at which a two-sided two-sample t
-  test at `ALPHA` detects the observed difference with `POWER`, from the noncentral t
-  (`nct`); capped at `SEEDS_CAP`, since a difference near zero needs more than anyone runs.
+  test at `ALPHA` detects a difference with `POWER`, from the noncentral t (`nct`);
+  capped at `SEEDS_CAP`, since a difference near zero needs more than anyone runs. For
+  the observed difference, or for an effect someone else reported (the seed's own);
+- the minimum detectable effect: the difference that a two-sided two-sample t test over
+  the seeds actually run detects with `POWER` at `ALPHA`, for the seeds' spread (the
+  same noncentral t, solved for the difference with `brentq`). A difference below it
+  "within noise" says little: the runs could not have seen it;
+- equivalence: "does not matter" is a claim of its own, not the failure to reject a
+  difference. TOST (two one-sided Welch t tests against -delta and +delta) rejects
+  "the difference is at least delta" when both one-sided p-values are below `ALPHA`;
+  its p is the larger of the two, and its interval the 90% Welch interval, which lies
+  inside (-delta, +delta) exactly when TOST rejects at 0.05. `EQUIVALENCE_DELTA` is
+  3 accuracy points unless a finding says otherwise.
 
 scipy.stats costs most of a second to import, so it is imported inside the functions
 that need it: `compare` without a baseline never pays for it.
@@ -43,6 +54,8 @@ CONFIDENCE = 0.95
 BCA_MIN_SEEDS = 8  # per arm; below this a bootstrap interval is too narrow to report
 SEEDS_CAP = 100  # "more than 100 seeds" is as useful an answer as any larger number
 BOOTSTRAP_SEED = 0  # resampling is random: a fixed seed keeps a report reproducible
+EQUIVALENCE_DELTA = 0.03  # accuracy: a "does not matter" claim is tested at +-3 points
+TOST_CONFIDENCE = 0.90  # TOST at alpha 0.05 rejects exactly when this interval is inside +-delta
 
 
 @dataclass(frozen=True)
@@ -162,6 +175,26 @@ def pooled_sd(variant: list[float], baseline: list[float]) -> float:
     return math.sqrt((spread(variant) ** 2 + spread(baseline) ** 2) / 2)
 
 
+def _t_power(effect: float, sd: float, n_a, n_b, alpha: float):
+    """Power of a two-sided two-sample t test (equal variances) with n_a and n_b seeds per
+    arm to detect `effect` when seeds spread by `sd`: P(|T| > t_crit) with T noncentral t,
+    df n_a + n_b - 2, noncentrality |effect| / (sd * sqrt(1/n_a + 1/n_b)).
+
+    The lower tail P(T < -t_crit) is taken as `nct.sf(t_crit, df, -noncentrality)`, the
+    same number by symmetry: scipy's `nct.cdf(-t_crit, df, noncentrality)` returns NaN far
+    out in that tail (noncentrality 10 at df 4, 12 at df 2), and a NaN power read as "not
+    enough" made `seeds_needed` skip n = 2 and 3 and answer 4 where 2 suffice.
+    """
+    import numpy as np
+
+    st = _stats()
+    n_a, n_b = np.asarray(n_a, dtype=float), np.asarray(n_b, dtype=float)
+    df = n_a + n_b - 2
+    noncentrality = abs(effect) / sd / np.sqrt(1 / n_a + 1 / n_b)
+    critical = st.t.ppf(1 - alpha / 2, df)
+    return st.nct.sf(critical, df, noncentrality) + st.nct.sf(critical, df, -noncentrality)
+
+
 def seeds_needed(
     diff: float, sd: float, alpha: float = ALPHA, power: float = POWER, cap: int = SEEDS_CAP
 ) -> tuple[int, bool]:
@@ -171,6 +204,7 @@ def seeds_needed(
     P(|T| > t_crit), T ~ noncentral t with 2n - 2 degrees of freedom and noncentrality
     |diff| / sd * sqrt(n / 2); n is the smallest in 2..cap where it reaches `power`.
     (cap, True) when none does: the difference is too close to zero to resolve.
+    `diff` may be the observed difference or an effect reported elsewhere (the seed's).
     """
     if diff == 0 or not math.isfinite(diff):
         return cap, True
@@ -178,11 +212,62 @@ def seeds_needed(
         return 2, False
     import numpy as np
 
-    st = _stats()
     n = np.arange(2, cap + 1)
-    df = 2 * n - 2
-    noncentrality = abs(diff) / sd * np.sqrt(n / 2)
-    critical = st.t.ppf(1 - alpha / 2, df)
-    achieved = st.nct.sf(critical, df, noncentrality) + st.nct.cdf(-critical, df, noncentrality)
+    achieved = _t_power(diff, sd, n, n, alpha)
     enough = np.nonzero(achieved >= power)[0]
     return (int(n[enough[0]]), False) if enough.size else (cap, True)
+
+
+def mde(sd: float, n_variant: int, n_baseline: int, alpha: float = ALPHA, power: float = POWER) -> float | None:
+    """The minimum detectable effect: the smallest |difference| that a two-sided
+    two-sample t test with these seeds per arm detects with `power` at `alpha`, when
+    seeds spread by `sd` (the pooled sd of the two arms). None with fewer than 2 seeds
+    in an arm (no spread to plan from) or no spread at all (any difference is seen)."""
+    if min(n_variant, n_baseline) < 2 or not math.isfinite(sd) or sd <= 0:
+        return None
+    from scipy.optimize import brentq
+
+    def short(effect: float) -> float:
+        return float(_t_power(effect, sd, n_variant, n_baseline, alpha)) - power
+
+    high = sd
+    while short(high) < 0:  # power rises with the effect: bracket the root
+        high *= 2
+    return float(brentq(short, 0.0, high, xtol=1e-12 * max(sd, 1e-12)))
+
+
+@dataclass(frozen=True)
+class Equivalence:
+    """TOST of |variant - baseline| < delta: p (the larger one-sided p) and the 90% interval."""
+
+    delta: float
+    p: float
+    low: float
+    high: float
+
+    @property
+    def equivalent(self) -> bool:
+        return self.p < ALPHA
+
+
+def tost(variant: list[float], baseline: list[float], delta: float = EQUIVALENCE_DELTA) -> Equivalence:
+    """Two one-sided Welch t tests: H0 diff <= -delta (against greater) and H0 diff >= +delta
+    (against less), over seeds. Needs what `welch` needs (2+ seeds per arm, some spread)."""
+    if delta <= 0:
+        raise ValueError("the equivalence margin delta must be positive")
+    welch(variant, baseline)  # the same refusals
+    st = _stats()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        above = st.ttest_ind([x + delta for x in variant], baseline, equal_var=False, alternative="greater")
+        below = st.ttest_ind([x - delta for x in variant], baseline, equal_var=False, alternative="less")
+    interval = welch(variant, baseline, confidence=TOST_CONFIDENCE)
+    return Equivalence(delta, max(float(above.pvalue), float(below.pvalue)), interval.low, interval.high)
+
+
+def holm_family(pvalues: dict) -> dict:
+    """Holm over one family given as {key: p}: {key: adjusted p}. A page's family is its
+    declared findings, all of them at once (not study by study): every verdict on the
+    page is then a false alarm with probability at most ALPHA together."""
+    keys = list(pvalues)
+    return dict(zip(keys, holm([pvalues[k] for k in keys]), strict=True))

@@ -37,6 +37,17 @@ LastKOption = Annotated[
     ),
 ]
 
+FindingsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--findings",
+        metavar="SPEC",
+        help="Test the declared findings in this family: a study spec or a page file listing studies "
+        "(default: the sweep's own spec).",
+        show_default=False,
+    ),
+]
+
 
 def compare(
     refs: Annotated[
@@ -53,6 +64,7 @@ def compare(
     fmt: Annotated[str, typer.Option("--format", "-f", help="table, markdown, csv or json.")] = "table",
     baseline: BaselineOption = None,
     last_k: LastKOption = LAST_K,
+    findings: FindingsOption = None,
     db: DbOption = None,
 ) -> None:
     """Compare runs: the config keys that differ, eval accuracy, speed, health flags, and
@@ -64,7 +76,9 @@ def compare(
     from grpoctl.registry import Registry
 
     with Registry(db, must_exist=True, readonly=True) as registry:
-        table = build_compare_table(registry, refs, metric=metric, at_step=at_step, baseline=baseline, last_k=last_k)
+        table = build_compare_table(
+            registry, refs, metric=metric, at_step=at_step, baseline=baseline, last_k=last_k, findings=findings
+        )
 
     if fmt in ("json", "csv"):
         # Machine formats own stdout; warnings still reach a human, on stderr.
@@ -76,6 +90,8 @@ def compare(
             typer.echo(f"> warning: {warning}\n")
         typer.echo(tables.markdown(table))
         typer.echo(tables.versus_markdown(table), nl=False)
+        if table.findings:
+            typer.echo("\n" + tables.findings_markdown(table), nl=False)
     else:
         from rich.console import Console
 
@@ -87,6 +103,8 @@ def compare(
         console.print(tables.rich_table(table))
         if table.versus is not None:
             console.print(tables.versus_rich_table(table))
+        if table.findings:
+            console.print(tables.findings_rich_table(table))
         elif table.baseline_note:
             console.print(f"[dim]{table.baseline_note}[/]", highlight=False)
 

@@ -133,7 +133,7 @@ def versus_headers(comparison: BaselineComparison) -> list[str]:
     head = ["variant", "seeds", measure_name(comparison), f"Δ vs {comparison.baseline} (95% CI)"]
     if _has_bca(comparison):
         head.append("Δ, BCa 95% CI")
-    return head + ["p", "p Holm", "verdict", "seeds needed", "Δ best acc (95% CI)"]
+    return head + ["p", "p Holm", "verdict", "seeds needed", "Δ best acc (95% CI)", "MDE"]
 
 
 def versus_cells(comparison: BaselineComparison, v: Versus) -> list[str]:
@@ -158,7 +158,8 @@ def versus_cells(comparison: BaselineComparison, v: Versus) -> list[str]:
     if v.best_diff is not None:
         best = f"{v.best_diff:+.3f}" + (f" {_interval(*v.best_ci)}" if v.best_ci else "")
     p, p_holm = ("", "") if base else (pvalue(v.diff.p if v.diff else None), pvalue(v.p_holm))
-    return out + [p, p_holm, v.verdict, needed, best]
+    mde = f"{v.mde:.3f}" if v.mde is not None else ("" if base else "-")
+    return out + [p, p_holm, v.verdict, needed, best, mde]
 
 
 def versus_legend(comparison: BaselineComparison) -> str:
@@ -183,6 +184,10 @@ def versus_legend(comparison: BaselineComparison) -> str:
         parts.append(
             f"Seeds needed: per arm, to detect this Δ at α {stats.ALPHA:g} with power "
             f"{stats.POWER:g} given the seeds' spread (noncentral t)"
+        )
+        parts.append(
+            f"MDE: the smallest Δ these seeds detect at α {stats.ALPHA:g} with power {stats.POWER:g}; "
+            "a Δ below it being within noise says little"
         )
     parts.append("Best acc is biased upward (the best of several noisy evals): shown, not the verdict's basis")
     return ". ".join(parts)
@@ -229,6 +234,51 @@ def versus_rich_table(table: CompareTable):
     return out
 
 
+# --------------------------------------------------------------------------- declared findings
+
+FINDINGS_HEADERS = ["finding", "variant", "measure", "can this setup show it?", "Δ (95% CI)", "p family", "verdict"]
+
+
+def findings_cells(r) -> list[str]:
+    from grpoctl.analysis.findings import MEASURES, RULES
+
+    f = r.finding
+    show = "unknown" if r.rule_value is None else f"{'yes' if r.testable else 'no'}: {RULES[f.testable.rule]} "
+    if r.rule_value is not None:
+        show += f"{r.rule_value:.3g} (needs {f.testable.describe().split(RULES[f.testable.rule], 1)[1].strip()})"
+    diff = f"{r.diff.diff:+.3f} {_interval(r.diff.low, r.diff.high)}" if r.diff else "-"
+    return [f.id, f.variant, MEASURES[f.measure], show, diff, pvalue(r.p_family), r.verdict]
+
+
+def findings_legend(table: CompareTable) -> str:
+    fam = table.family or {}
+    return (
+        f"Declared in {fam.get('declared_in')}: each finding on its own measure, expected direction and rule. "
+        f"p family: Holm over the family's {fam.get('tested')} testable findings (Welch's t for a direction, "
+        "TOST for 'same'); a finding its rule rules out has no p and no verdict. Variants no finding names are "
+        "exploratory: their p above is adjusted within this study only"
+    )
+
+
+def findings_markdown(table: CompareTable) -> str:
+    if not table.findings:
+        return ""
+    lines = [_line(FINDINGS_HEADERS), _line(["---"] * len(FINDINGS_HEADERS))]
+    lines += [_line(findings_cells(r)) for r in table.findings]
+    return "\n".join(lines) + f"\n\n{findings_legend(table)}.\n"
+
+
+def findings_rich_table(table: CompareTable):
+    from rich.table import Table
+
+    out = Table(title="declared findings", title_justify="left", caption=findings_legend(table), caption_justify="left")
+    for header in FINDINGS_HEADERS:
+        out.add_column(header, justify="right" if header in ("Δ (95% CI)", "p family") else "left")
+    for r in table.findings:
+        out.add_row(*findings_cells(r))
+    return out
+
+
 def _versus_record(table: CompareTable, label: str) -> dict[str, Any]:
     """The comparison fields of one row; the same keys (None) when there is none."""
     comparison = table.versus
@@ -255,6 +305,48 @@ def _versus_record(table: CompareTable, label: str) -> dict[str, Any]:
         "best_diff_ci_low": v.best_ci[0] if v and v.best_ci else None,
         "best_diff_ci_high": v.best_ci[1] if v and v.best_ci else None,
         "comparison_note": (v.note or None) if v else None,
+        "mde": v.mde if v else None,
+        "tost_p": v.tost.p if v and v.tost else None,
+        "tost_delta": v.tost.delta if v and v.tost else None,
+        "tost_ci_low": v.tost.low if v and v.tost else None,
+        "tost_ci_high": v.tost.high if v and v.tost else None,
+        **_family_record(table, label),
+    }
+
+
+def _finding_record(r) -> dict[str, Any]:
+    f = r.finding
+    return {
+        "id": f.id,
+        "claim": f.claim,
+        "measure": f.measure,
+        "expect": f.expect,
+        "testable": r.testable,
+        "rule": f.testable.describe(),
+        "rule_value": r.rule_value,
+        "diff": r.diff.diff if r.diff else None,
+        "diff_ci_low": r.diff.low if r.diff else None,
+        "diff_ci_high": r.diff.high if r.diff else None,
+        "p_value": r.p,
+        "family_p_holm": r.p_family,
+        "mde": r.mde,
+        "tost_p": r.equivalence.p if r.equivalence else None,
+        "seed_effect": f.seed_effect,
+        "seeds_for_seed_effect": r.seeds_for_seed_effect[0] if r.seeds_for_seed_effect else None,
+        "verdict": r.verdict,
+    }
+
+
+def _family_record(table: CompareTable, label: str) -> dict[str, Any]:
+    """A row's declared findings (its first one's family-adjusted p as family_p_holm);
+    a variant no finding is declared on is exploratory: its p is unadjusted."""
+    mine = [r for r in table.findings if r.finding.variant == label]
+    first = next((r.p_family for r in mine if r.p_family is not None), None)
+    base = table.versus is not None and label == table.versus.baseline
+    return {
+        "family_p_holm": first,
+        "exploratory": None if table.versus is None or base else not mine,
+        "findings": [_finding_record(r) for r in mine],
     }
 
 
@@ -276,6 +368,10 @@ def comparison_summary(table: CompareTable) -> dict[str, Any] | None:
         "bca_min_seeds": stats.BCA_MIN_SEEDS,
         "seeds_cap": stats.SEEDS_CAP,
         "accuracy_interval": "wilson",
+        "mde": f"the smallest difference a two-sided t test over these seeds detects at alpha {stats.ALPHA:g}, "
+        f"power {stats.POWER:g}",
+        "tost_delta": stats.EQUIVALENCE_DELTA,
+        "family": table.family,
     }
 
 

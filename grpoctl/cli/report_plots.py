@@ -1,7 +1,10 @@
 """The report's PNG plots: one metric against GRPO step, one line per variant.
 
-Seeds of a variant are drawn as their mean with a shaded band of ± one sd, so a
-difference between variants can be read against the spread within one.
+Seeds of a variant are drawn as their mean, with the spread within the variant beside
+it, so a difference between variants can be read against it: up to `THIN_LINES_MAX`
+seeds, each seed's own thin line (a band over 3 seeds would be a sd of 3 numbers
+dressed up as a region); from more, a shaded band from the lowest to the highest seed
+at each step, labelled as such.
 
 matplotlib is imported here and only here, with the Agg backend (files, no display):
 `compare` never pays for it.
@@ -16,6 +19,8 @@ from statistics import mean, stdev
 from grpoctl import metrics
 from grpoctl.analysis.compare import Row, RunData
 from grpoctl.rules import ENDED_BADLY
+
+THIN_LINES_MAX = 5
 
 # (metric, y label, file name): the seed's north star first, then its early warnings.
 PLOTS = (
@@ -46,6 +51,15 @@ def band(runs: list[list[tuple[int, float]]]) -> tuple[list[int], list[float], l
     return steps, means, sds
 
 
+def spread_band(runs: list[list[tuple[int, float]]], steps: list[int]) -> tuple[list[float], list[float]]:
+    """The lowest and highest seed at each of `steps` (where a seed logged it)."""
+    by_step: dict[int, list[float]] = {}
+    for points in runs:
+        for step, value in points:
+            by_step.setdefault(step, []).append(value)
+    return [min(by_step[s]) for s in steps], [max(by_step[s]) for s in steps]
+
+
 def plot_metric(rows: list[Row], metric: str, ylabel: str, path: Path, title: str = "") -> bool:
     """Draw `metric` for every row into `path`; False (and no file) when no run logged it."""
     import matplotlib
@@ -63,7 +77,7 @@ def plot_metric(rows: list[Row], metric: str, ylabel: str, path: Path, title: st
     sparse = metrics.is_eval(metric)  # a handful of evals: show the points themselves
     for i, (row, runs) in enumerate(drawn):
         color = colors[i % len(colors)]
-        steps, means, sds = band([r for r in runs if r])
+        steps, means, _ = band([r for r in runs if r])
         label = row.label + (f" ({len(runs)} seeds)" if len(runs) > 1 else "")
         ax.plot(
             steps,
@@ -75,15 +89,13 @@ def plot_metric(rows: list[Row], metric: str, ylabel: str, path: Path, title: st
             markersize=3.5,
             linestyle="--" if row.status in ENDED_BADLY else "-",
         )
-        if len(runs) > 1:
-            ax.fill_between(
-                steps,
-                [m - s for m, s in zip(means, sds, strict=True)],
-                [m + s for m, s in zip(means, sds, strict=True)],
-                color=color,
-                alpha=0.18,
-                linewidth=0,
-            )
+        seeds = [r for r in runs if r]
+        if 1 < len(seeds) <= THIN_LINES_MAX:
+            for points in seeds:
+                ax.plot([p[0] for p in points], [p[1] for p in points], color=color, linewidth=0.6, alpha=0.45)
+        elif len(seeds) > THIN_LINES_MAX:
+            lows, highs = spread_band(seeds, steps)
+            ax.fill_between(steps, lows, highs, color=color, alpha=0.18, linewidth=0)
     values = [v for _, runs in drawn for r in runs for _, v in r]
     positive = [v for v in values if v > 0]
     if metric == metrics.GRAD_NORM and positive and max(positive) / min(positive) > 100:
@@ -91,8 +103,13 @@ def plot_metric(rows: list[Row], metric: str, ylabel: str, path: Path, title: st
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
     ax.set_xlabel("GRPO step")
     ax.set_ylabel(ylabel)
-    bands = any(len([r for r in runs if r]) > 1 for _, runs in drawn)
-    ax.set_title((title or ylabel) + (" (bands: ± 1 sd over seeds)" if bands else ""), fontsize=11, loc="left")
+    counts = [len([r for r in runs if r]) for _, runs in drawn]
+    note = ""
+    if any(1 < c <= THIN_LINES_MAX for c in counts):
+        note = " (thick: mean over seeds; thin: each seed)"
+    if any(c > THIN_LINES_MAX for c in counts):
+        note = " (line: mean over seeds; band: lowest to highest seed)"
+    ax.set_title((title or ylabel) + note, fontsize=11, loc="left")
     ax.grid(alpha=0.3)
     if len(drawn) <= 5:
         ax.legend(fontsize=8, frameon=False, loc="best")

@@ -27,10 +27,16 @@ def default_folder(name: str) -> Path:
 
 
 def write_report(
-    registry: Registry, name: str, folder: Path | None = None, baseline: str | None = None, last_k: int = LAST_K
+    registry: Registry,
+    name: str,
+    folder: Path | None = None,
+    baseline: str | None = None,
+    last_k: int = LAST_K,
+    findings: str | None = None,
 ) -> Path:
-    """Write `report.md` and its plots into `folder` (default reports/NAME/); return its path."""
-    table = build_compare_table(registry, [name], baseline=baseline, last_k=last_k)
+    """Write `report.md` and its plots into `folder` (default reports/NAME/); return its path.
+    `findings`: the family its declared findings are tested in (compare's --findings)."""
+    table = build_compare_table(registry, [name], baseline=baseline, last_k=last_k, findings=findings)
     folder = Path(folder) if folder is not None else default_folder(name)
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -94,6 +100,11 @@ def _sections(registry: Registry, name: str, table: CompareTable, plots: list[tu
                 yield f"- {_sentence(table.versus, versus)}"
         yield ""
 
+    if table.findings:
+        yield "## Declared findings"
+        yield ""
+        yield tables.findings_markdown(table)
+
     if plots:
         yield "## Curves"
         yield ""
@@ -105,9 +116,16 @@ def _sections(registry: Registry, name: str, table: CompareTable, plots: list[tu
     yield ""
     flagged = [rd for rd in runs if rd.flags]
     if not flagged:
-        yield "No run shows entropy collapse, length collapse or blow-up, a grad-norm explosion or a flat reward."
+        yield "No run raised a health flag."
     for rd in flagged:
         yield f"- **{rd.run.name}** ({rd.run.variant or 'no variant'}): " + "; ".join(map(str, rd.flags))
+    yield ""
+    yield "What each flag means, and when it can fire at all:"
+    yield ""
+    from grpoctl.analysis.health import FLAGS
+
+    for kind, (meaning, when) in FLAGS.items():
+        yield f"- **{kind}**: {meaning} Can fire: {when}"
     yield ""
 
     broken = [rd for rd in runs if rd.status not in ("finished", "running")]
@@ -145,13 +163,33 @@ def _shared(table: CompareTable) -> list[str]:
 
 
 def _winners(table: CompareTable):
-    """Who is ahead, by how much; whether that is more than noise is the baseline section's."""
-    upward = " Best-so-far is biased upward: the best of several noisy evals."
-    for column, what, caveat in (("final_acc", "final", ""), ("best_acc", "best", upward)):
+    """Who won, in the verdicts' words: a winner only where a verdict says so; who is merely
+    ahead is shown as that, with whether a comparison could tell it from noise."""
+    from grpoctl.analysis.compare import winner
+
+    if table.versus is not None:
+        label, why = winner(table)
+        versus = {v.label: v for v in table.versus.rows}
+        if label is not None:
+            v = versus[label]
+            how = ""
+            if v.diff is not None:
+                how = f": {_points(v.diff.diff)} points, p {tables.pvalue(v.p_holm)} after Holm"
+            yield f"**Winner:** {label} ({why}{how}). ★ marks it."
+        else:
+            yield f"**No winner:** {why}; ★ marks no row."
+        yield ""
+    upward = " Best-so-far is biased upward: the best of several noisy evals (step 0, before training, excluded)."
+    noise = (
+        " Within noise unless the comparison against the baseline says otherwise."
+        if table.versus is not None
+        else " No baseline is named, so nothing says whether this lead is more than noise."
+    )
+    for column, what, caveat in (("final_acc", "final", noise), ("best_acc", "best", upward)):
         ranked = sorted((r for r in table.rows if column in r.values), key=lambda r: -r.values[column].mean)
         if not ranked:
             continue
-        yield f"**Winner by {what} eval accuracy:** {_lead(ranked, column)}{caveat}"
+        yield f"**Ahead by {what} eval accuracy:** {_lead(ranked, column)}{caveat}"
         yield ""
 
 

@@ -328,7 +328,7 @@ def param_sweep(
 
 # --------------------------------------------------------------------------- ablation files
 
-SPEC_KEYS = {"name", "base", "baseline", "common", "seeds", "variants", "description"}
+SPEC_KEYS = {"name", "base", "baseline", "common", "seeds", "variants", "description", "findings"}
 
 
 def ablation(
@@ -346,6 +346,7 @@ def ablation(
         steps: 100                       # any config key here joins `common`
         seeds: [0, 1]
         baseline: reinforce_with_baseline  # what compare/report set every variant against
+        findings: [...]                  # the claims it tests (analysis/findings.py)
         variants:
           no_baseline: {loss.loss_type: no_baseline}
           reinforce_with_baseline: {loss: {loss_type: reinforce_with_baseline}}
@@ -376,6 +377,15 @@ def ablation(
     baseline = data.get("baseline")
     if baseline is not None and str(baseline) not in {str(label) for label in variants}:
         raise UserError(f"{path}: baseline {baseline!r} is not one of the variants: " + ", ".join(map(str, variants)))
+    from grpoctl.analysis.findings import parse_findings  # the format and its checks live with the measures
+
+    parse_findings(
+        data.get("findings"),
+        str(data.get("name") or path.stem),
+        [str(label) for label in variants],
+        None if baseline is None else str(baseline),
+        str(path),
+    )
     spec = {"file": str(path), **data, "overrides": list(overrides)}
     if base:
         spec["base"] = base

@@ -1,0 +1,524 @@
+"""Findings declared before the runs, and what the runs say about them.
+
+A study spec in `experiments/` may list the findings it tests (the seed's claims), each
+with the measure that fits its wording, its expected direction, and a rule, with a
+threshold, for whether this setup can show it at all:
+
+    findings:
+      - id: std-accuracy
+        claim: "Dividing by the group's reward std gives higher accuracy (Qwen: 0.72 vs 0.65)."
+        variant: std_off            # set against the spec's baseline
+        measure: plateau            # plateau | collapse | peak_decline | grad_norm
+        expect: lower               # higher | lower | same (the variant's measure against the baseline's)
+        seed_effect: -0.07          # optional: the seed's own difference, in the measure's units
+        delta: 0.03                 # expect: same only: the equivalence margin (default 3 points)
+        after_step: 10              # measure: collapse only: the first eval step counted
+        testable: {rule: mixed_groups_at_start, in: every_arm, at_least: 0.2}
+
+Measures, one number per run (then per seed against the baseline's mean):
+
+- plateau: the mean of its last 3 evals (analysis/baseline.py's measure);
+- collapse: its minimum eval from `after_step` on (default: every eval after step 0),
+  for claims that a run "collapses", a trajectory the last evals can miss;
+- peak_decline: its best eval (after step 0) minus its final eval, for "peaks then
+  declines";
+- grad_norm: the mean of its per-step `train/grad_norm` over its steps (the one
+  gradient-norm measure, also compare's column).
+
+Testability rules (`testable.rule`), each a number measured on the runs, never judged
+afterwards; the finding can be shown when it is `at_least` / `at_most` the threshold in
+the arms named by `in` (baseline | variant | every_arm: the lowest, or for at_most the
+highest, of them):
+
+- mixed_groups_at_start: the share of rollout groups at the first step whose rewards
+  are not all equal (1 - train/zero_std_group_fraction at step 1): with none, GRPO has no
+  signal to learn from, so a start is tested only where it can learn;
+- length_cv: sd / mean of the lengths of the stored train completions; this spread
+  includes the spread between prompts, so it bounds the within-group spread from
+  above: below the threshold, the per-sequence length normalizations cannot differ;
+- length_fill: mean train/response_length over max_tokens: near 1, dividing by the
+  limit (constant) is dividing by each response's length (mean);
+- step1_grad_norm_gap: |variant / baseline - 1| of train/grad_norm at step 1, where both
+  arms start from the same weights: a gap there is the loss's arithmetic, not learning.
+
+A finding whose runs all measure the same number in both arms (no run of either "peaks
+then declines", say) needs no test: its verdict says it was not seen.
+
+A spec that breaks the format is refused in one line (exit 2), like its other fields.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from itertools import pairwise
+from pathlib import Path
+from statistics import fmean
+from typing import Any
+
+from grpoctl import metrics
+from grpoctl.analysis import stats
+from grpoctl.analysis.baseline import LAST_K, last_evals
+from grpoctl.errors import UserError
+
+MEASURES = {
+    "plateau": f"mean of the last {LAST_K} evals",
+    "collapse": "minimum eval after warm-up",
+    "peak_decline": "best eval minus final eval",
+    "grad_norm": "mean train/grad_norm over steps",
+}
+EXPECT = ("higher", "lower", "same")
+RULES = {
+    "mixed_groups_at_start": "groups with mixed rewards at step 1",
+    "length_cv": "sd/mean of train completion lengths",
+    "length_fill": "mean response length / max tokens",
+    "step1_grad_norm_gap": "grad norm ratio's distance from 1 at step 1",
+}
+ARMS = ("baseline", "variant", "every_arm")
+FINDING_KEYS = {"id", "claim", "variant", "measure", "expect", "seed_effect", "delta", "after_step", "testable"}
+RULE_KEYS = {"rule", "in", "at_least", "at_most"}
+
+
+@dataclass(frozen=True)
+class Rule:
+    rule: str
+    arms: str  # baseline | variant | every_arm
+    at_least: float | None = None
+    at_most: float | None = None
+
+    def describe(self) -> str:
+        bound = f">= {self.at_least:g}" if self.at_least is not None else f"<= {self.at_most:g}"
+        where = {"every_arm": "in every arm", "baseline": "in the baseline", "variant": "in the variant"}[self.arms]
+        return f"{RULES[self.rule]} {bound} {where}"
+
+
+@dataclass(frozen=True)
+class Finding:
+    id: str
+    claim: str
+    study: str
+    variant: str
+    measure: str
+    expect: str
+    testable: Rule
+    seed_effect: float | None = None
+    delta: float = stats.EQUIVALENCE_DELTA
+    after_step: int = 1
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise UserError(f"{where} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def parse_findings(raw: Any, study: str, variants: list[str], baseline: str | None, where: str) -> list[Finding]:
+    """The `findings:` list of a spec, checked: one UserError line for the first problem."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise UserError(f"{where}: 'findings' must be a list of findings")
+    if baseline is None:
+        raise UserError(f"{where}: 'findings' need a 'baseline:' to set each variant against")
+    out, seen = [], set()
+    for i, item in enumerate(raw):
+        at = f"{where}: finding {i + 1}"
+        if not isinstance(item, dict):
+            raise UserError(f"{at} must be a mapping")
+        unknown = sorted(set(map(str, item)) - FINDING_KEYS)
+        if unknown:
+            raise UserError(f"{at}: unknown key {unknown[0]!r} (known: {', '.join(sorted(FINDING_KEYS))})")
+        for key in ("id", "claim", "variant", "measure", "expect", "testable"):
+            if key not in item:
+                raise UserError(f"{at}: missing '{key}'")
+        fid = str(item["id"])
+        at = f"{where}: finding '{fid}'"
+        if fid in seen:
+            raise UserError(f"{at} is declared twice")
+        seen.add(fid)
+        variant = str(item["variant"])
+        if variant not in variants:
+            raise UserError(f"{at}: variant {variant!r} is not one of the variants: {', '.join(variants)}")
+        if variant == baseline:
+            raise UserError(f"{at}: variant {variant!r} is the baseline itself")
+        if item["measure"] not in MEASURES:
+            raise UserError(f"{at}: measure {item['measure']!r} is not one of: {', '.join(MEASURES)}")
+        if item["expect"] not in EXPECT:
+            raise UserError(f"{at}: expect {item['expect']!r} is not one of: {', '.join(EXPECT)}")
+        if "delta" in item and item["expect"] != "same":
+            raise UserError(f"{at}: 'delta' is the equivalence margin of an 'expect: same' finding")
+        delta = _number(item.get("delta", stats.EQUIVALENCE_DELTA), f"{at}: delta")
+        if delta <= 0:
+            raise UserError(f"{at}: delta must be positive, got {delta:g}")
+        if "after_step" in item and item["measure"] != "collapse":
+            raise UserError(f"{at}: 'after_step' belongs to measure: collapse")
+        after = item.get("after_step", 1)
+        if isinstance(after, bool) or not isinstance(after, int) or after < 1:
+            raise UserError(f"{at}: after_step must be a whole number of steps >= 1, got {after!r}")
+        seed_effect = item.get("seed_effect")
+        if seed_effect is not None:
+            seed_effect = _number(seed_effect, f"{at}: seed_effect")
+        out.append(
+            Finding(
+                fid,
+                str(item["claim"]),
+                study,
+                variant,
+                item["measure"],
+                item["expect"],
+                _parse_rule(item["testable"], at),
+                seed_effect,
+                delta,
+                after,
+            )
+        )
+    return out
+
+
+def _parse_rule(raw: Any, at: str) -> Rule:
+    if not isinstance(raw, dict):
+        raise UserError(f"{at}: 'testable' must be a mapping with rule, in and at_least or at_most")
+    unknown = sorted(set(map(str, raw)) - RULE_KEYS)
+    if unknown:
+        raise UserError(f"{at}: testable: unknown key {unknown[0]!r} (known: {', '.join(sorted(RULE_KEYS))})")
+    if raw.get("rule") not in RULES:
+        raise UserError(f"{at}: testable: rule {raw.get('rule')!r} is not one of: {', '.join(RULES)}")
+    arms = raw.get("in", "every_arm")
+    if arms not in ARMS:
+        raise UserError(f"{at}: testable: in {arms!r} is not one of: {', '.join(ARMS)}")
+    if ("at_least" in raw) == ("at_most" in raw):
+        raise UserError(f"{at}: testable needs exactly one threshold, at_least or at_most")
+    least = _number(raw["at_least"], f"{at}: testable: at_least") if "at_least" in raw else None
+    most = _number(raw["at_most"], f"{at}: testable: at_most") if "at_most" in raw else None
+    return Rule(raw["rule"], arms, least, most)
+
+
+def read_findings(path: str | Path) -> tuple[str, list[Finding]]:
+    """A study spec's name and its declared findings (checked as `grpoctl sweep` checks them)."""
+    from grpoctl.sweep.spec import _read_spec
+
+    path = Path(path)
+    data = _read_spec(path)
+    name = str(data.get("name") or path.stem)
+    variants = [str(v) for v in (data.get("variants") or {})]
+    baseline = data.get("baseline")
+    return name, parse_findings(
+        data.get("findings"), name, variants, None if baseline is None else str(baseline), str(path)
+    )
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+def run_measure(measure: str, evals: list, grad_norm: list, after_step: int = 1) -> float | None:
+    """One run's number for `measure` (None when it has no data for it)."""
+    trained = [(s, a) for s, a, _ in evals if s > 0]
+    if measure == "plateau":
+        last = last_evals(evals, LAST_K)
+        return None if last is None else last[0]
+    if measure == "collapse":
+        after = [a for s, a in trained if s >= after_step]
+        return min(after) if after else None
+    if measure == "peak_decline":
+        return max(a for _, a in trained) - trained[-1][1] if trained else None
+    if measure == "grad_norm":
+        return grad_norm_mean(grad_norm)
+    raise ValueError(measure)
+
+
+def grad_norm_mean(series: list) -> float | None:
+    """The one gradient-norm measure, compare's (analysis/compare.py); None when not finite."""
+    from grpoctl.analysis.compare import grad_norm_measure
+
+    value = grad_norm_measure(series)
+    return value if value is not None and math.isfinite(value) else None
+
+
+def final_eval(evals: list) -> float | None:
+    trained = [a for s, a, _ in evals if s > 0]
+    return trained[-1] if trained else None
+
+
+def auc(evals: list) -> float | None:
+    """Area under the eval curve from the first eval to the last, over its length in steps:
+    the mean accuracy over training (trapezoids between evals)."""
+    if len(evals) < 2:
+        return None
+    area = sum((s1 - s0) * (a0 + a1) / 2 for (s0, a0, _), (s1, a1, _) in pairwise(evals))
+    return area / (evals[-1][0] - evals[0][0])
+
+
+@dataclass
+class Arm:
+    """One variant's runs, as the numbers the findings read."""
+
+    label: str
+    runs: list[Any]  # analysis.compare.RunData
+    extra: dict[int, dict] = field(default_factory=dict)  # run id -> measurements needing more data
+
+    def per_seed(self, measure: str, after_step: int = 1) -> list[float]:
+        values = [run_measure(measure, rd.evals, rd.series.get(metrics.GRAD_NORM, []), after_step) for rd in self.runs]
+        return [v for v in values if v is not None]
+
+
+@dataclass
+class Result:
+    """A finding against the runs."""
+
+    finding: Finding
+    baseline: str
+    rule_value: float | None = None  # the testability measurement
+    rule_values: dict[str, float] = field(default_factory=dict)  # per arm
+    testable: bool = False
+    variant_values: list[float] = field(default_factory=list)
+    baseline_values: list[float] = field(default_factory=list)
+    diff: stats.Difference | None = None
+    equivalence: stats.Equivalence | None = None
+    p: float | None = None  # the test's p: Welch's for a direction, TOST's for "same"
+    p_family: float | None = None  # Holm over the page's testable findings
+    mde: float | None = None
+    mde_family: float | None = None  # at Holm's strictest alpha (alpha / family size)
+    seeds_for_seed_effect: tuple[int, bool] | None = None
+    robustness: dict[str, stats.Difference | None] = field(default_factory=dict)
+    note: str = ""
+    verdict: str = ""
+
+    @property
+    def seeds(self) -> tuple[int, int]:
+        return len(self.variant_values), len(self.baseline_values)
+
+
+def rule_value(rule: str, arm: Arm, other: Arm | None, max_tokens: int | None) -> float | None:
+    """The testability measurement of one arm (step1_grad_norm_gap: of the pair)."""
+    values = []
+    if rule == "mixed_groups_at_start":
+        for rd in arm.runs:
+            zero = arm.extra.get(rd.run.id, {}).get("zero_std_at_start")
+            if zero is not None:
+                values.append(1 - zero)
+        return min(values) if values else None
+    if rule == "length_cv":
+        lengths = [n for rd in arm.runs for n in arm.extra.get(rd.run.id, {}).get("sample_lengths", [])]
+        if len(lengths) < 2 or fmean(lengths) == 0:
+            return None
+        return stats.spread(lengths) / fmean(lengths)
+    if rule == "length_fill":
+        means = [m for rd in arm.runs if (m := _series_mean(rd.series.get(metrics.RESPONSE_LENGTH, []))) is not None]
+        return fmean(means) / max_tokens if means and max_tokens else None
+    if rule == "step1_grad_norm_gap":
+        if other is None:
+            return None
+        mine, theirs = _step1(arm), _step1(other)
+        return abs(mine / theirs - 1) if mine and theirs else None
+    raise ValueError(rule)
+
+
+def _series_mean(series: list) -> float | None:
+    values = [v for _, v in series if v is not None and math.isfinite(v)]
+    return fmean(values) if values else None
+
+
+def _step1(arm: Arm) -> float | None:
+    values = [v for rd in arm.runs for s, v in rd.series.get(metrics.GRAD_NORM, []) if s == 1 and math.isfinite(v)]
+    return fmean(values) if values else None
+
+
+def decide_testable(result: Result, variant: Arm, base: Arm, max_tokens: int | None) -> None:
+    rule = result.finding.testable
+    arms = {"baseline": [base], "variant": [variant], "every_arm": [variant, base]}[rule.arms]
+    for a in arms:
+        other = base if a is variant else variant
+        value = rule_value(rule.rule, a, other, max_tokens)
+        if value is not None:
+            result.rule_values[a.label] = value
+    if len(result.rule_values) < len(arms):
+        result.note = f"not measurable: {RULES[rule.rule]} is missing from the runs"
+        return
+    values = list(result.rule_values.values())
+    if rule.at_least is not None:
+        result.rule_value = min(values)
+        result.testable = result.rule_value >= rule.at_least
+    else:
+        result.rule_value = max(values)
+        result.testable = result.rule_value <= rule.at_most
+
+
+def measure_against(result: Result, variant: Arm, base: Arm) -> None:
+    f = result.finding
+    result.variant_values = variant.per_seed(f.measure, f.after_step)
+    result.baseline_values = base.per_seed(f.measure, f.after_step)
+    v, b = result.variant_values, result.baseline_values
+    if len(v) < 2 or len(b) < 2:
+        result.note = result.note or f"{len(v)} against {len(b)} seeds: a test over seeds needs 2+ in each arm"
+        return
+    if stats.spread(v) == 0 and stats.spread(b) == 0:
+        result.note = result.note or "every seed of both arms scored the same: nothing to test against"
+        return
+    result.diff = stats.welch(v, b)
+    sd = stats.pooled_sd(v, b)
+    result.mde = stats.mde(sd, len(v), len(b))
+    if f.expect == "same":
+        result.equivalence = stats.tost(v, b, f.delta)
+        result.p = result.equivalence.p
+    else:
+        result.p = result.diff.p
+    if f.seed_effect is not None:
+        result.seeds_for_seed_effect = stats.seeds_needed(f.seed_effect, sd)
+    if f.measure != "grad_norm":
+        for name, pick in ROBUSTNESS.items():
+            vv = [x for rd in variant.runs if (x := pick(rd.evals)) is not None]
+            bb = [x for rd in base.runs if (x := pick(rd.evals)) is not None]
+            try:
+                result.robustness[name] = stats.welch(vv, bb)
+            except ValueError:  # too few seeds, or no spread: no interval to show
+                result.robustness[name] = None
+
+
+def _last_k(evals: list) -> float | None:
+    last = last_evals(evals, LAST_K)
+    return None if last is None else last[0]
+
+
+# The same comparison under other measures: a verdict that flips between them rests on
+# where the curves happen to be at the end, not on a difference in how runs learn.
+ROBUSTNESS = {
+    "last-3": lambda evals: _last_k(evals),
+    "final": lambda evals: final_eval(evals),
+    "AUC": lambda evals: auc(evals),
+}
+
+
+def verdict(result: Result, alpha: float = stats.ALPHA) -> str:
+    """The verdict's words, from the family-adjusted p and the expected direction."""
+    f = result.finding
+    if not result.testable:
+        return "not testable here"
+    if result.diff is None and result.variant_values and result.baseline_values:
+        values = set(result.variant_values + result.baseline_values)
+        if len(values) == 1 and len(result.variant_values) > 1 and len(result.baseline_values) > 1:
+            return f"not seen: {values.pop():g} in every run of both arms"
+    if result.diff is None or result.p_family is None:
+        return "no test"
+    d = result.diff
+    if f.expect == "same":
+        if result.p_family < alpha:
+            return f"reproduced: equivalent within ±{100 * f.delta:g} pts"
+        if d.p < alpha and not (-f.delta < d.low and d.high < f.delta):
+            return "contradicted: it differs"
+        return f"inconclusive: neither equivalence within ±{100 * f.delta:g} nor a difference is shown"
+    if result.p_family < alpha:
+        seen = "higher" if d.diff > 0 else "lower"
+        return "reproduced" if seen == f.expect else f"contradicted: {seen}"
+    return "inconclusive: not resolved at these seeds"
+
+
+def evaluate(tables: dict, findings: list[Finding], extra: dict[int, dict], max_tokens: dict[str, int]) -> list[Result]:
+    """Every finding against its study's table (analysis.compare.CompareTable by study),
+    with one Holm family over the testable ones. `extra`: per run id, the numbers the
+    testability rules need beyond the table (zero_std_at_start, sample_lengths)."""
+    results = []
+    for f in findings:
+        table = tables.get(f.study)
+        if table is None or table.versus is None:
+            results.append(Result(f, "", note="not run"))
+            continue
+        rows = {r.label: r for r in table.rows}
+        baseline = table.versus.baseline
+        result = Result(f, baseline)
+        if f.variant not in rows:
+            result.note = "not run"
+            results.append(result)
+            continue
+        variant = Arm(f.variant, rows[f.variant].runs, extra)
+        base = Arm(baseline, rows[baseline].runs, extra)
+        decide_testable(result, variant, base, max_tokens.get(f.study))
+        measure_against(result, variant, base)
+        results.append(result)
+    family = {i: r.p for i, r in enumerate(results) if r.testable and r.p is not None}
+    adjusted = stats.holm_family(family)
+    m = len(family)
+    for i, r in enumerate(results):
+        r.p_family = adjusted.get(i)
+        if r.diff is not None and m:
+            sd = stats.pooled_sd(r.variant_values, r.baseline_values)
+            r.mde_family = stats.mde(sd, *r.seeds, alpha=stats.ALPHA / m)
+        r.verdict = verdict(r)
+    return results
+
+
+def load_extra(registry, run_ids: list[int]) -> dict[int, dict]:
+    """Per run, what the testability rules read beyond compare's table: the share of
+    zero-variance groups at step 1, and the lengths (bytes; one token per byte on the tiny
+    model) of its stored train completions."""
+    out = {}
+    for run_id in run_ids:
+        zero = registry.metric_series(run_id, [metrics.ZERO_STD_GROUP_FRACTION]).get(
+            metrics.ZERO_STD_GROUP_FRACTION, []
+        )
+        first = next((v for s, v in zero if s == 1 and math.isfinite(v)), None)
+        lengths = [len(s.response.encode()) for s in registry.samples(run_id, kind="train")]
+        out[run_id] = {"zero_std_at_start": first, "sample_lengths": lengths}
+    return out
+
+
+# --------------------------------------------------------------------------- families
+
+
+def family_specs(path: str | Path) -> list[Path]:
+    """The study specs whose findings form one family: a page file lists them
+    (`studies: [tiny-lr-sweep.yaml, ...]`, relative to it), a study spec is its own."""
+    from grpoctl.sweep.spec import _read_spec
+
+    path = Path(path)
+    data = _read_spec(path)
+    studies = data.get("studies")
+    if studies is None:
+        return [path]
+    if not isinstance(studies, list) or not studies:
+        raise UserError(f"{path}: 'studies' must list the study specs of the page")
+    out = []
+    for study in studies:
+        candidates = [path.parent / str(study), Path(str(study))]
+        found = next((c for c in candidates if c.is_file()), None)
+        if found is None:
+            raise UserError(f"{path}: study spec {study!r} not found next to it or in the current directory")
+        out.append(found)
+    return out
+
+
+def stored_findings(spec: dict) -> list[Finding]:
+    """A recorded sweep's declared findings: in its stored spec, or (for a sweep recorded
+    before it declared any) in its spec file, when that file is here."""
+    name = str(spec.get("name") or "")
+    variants = [str(v) for v in (spec.get("variants") or {})]
+    baseline = spec.get("baseline")
+    if spec.get("findings") is not None:
+        return parse_findings(spec["findings"], name, variants, baseline, f"sweep {name}")
+    file = spec.get("file")
+    if file and Path(file).is_file():
+        return read_findings(file)[1]
+    return []
+
+
+def family_results(registry, findings: list[Finding], tables: dict | None = None) -> tuple[list[Result], dict]:
+    """Every finding of one family measured on the registry, Holm over the testable
+    ones; `tables` (study -> CompareTable) are reused and completed."""
+    import json
+
+    from grpoctl.analysis.compare import build_compare_table
+
+    tables = dict(tables or {})
+    for study in dict.fromkeys(f.study for f in findings):
+        if study not in tables:
+            try:
+                tables[study] = build_compare_table(registry, [study])
+            except UserError:  # not run: its findings say so
+                continue
+    run_ids = [rd.run.id for t in tables.values() for row in t.rows for rd in row.runs]
+    extra = load_extra(registry, list(dict.fromkeys(run_ids)))
+    max_tokens = {}
+    for study, t in tables.items():
+        runs = [rd for row in t.rows for rd in row.runs]
+        if runs:
+            max_tokens[study] = json.loads(runs[0].run.config).get("rollout", {}).get("max_tokens")
+    return evaluate(tables, findings, extra, max_tokens), tables

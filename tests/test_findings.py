@@ -1,0 +1,292 @@
+"""Findings declared in study specs: the format's checks (one line, exit 2, nothing
+written), the measures and testability rules on hand-made runs, and the page's family."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from grpoctl.analysis import findings as F
+from grpoctl.analysis import stats
+from grpoctl.errors import UserError
+from grpoctl.sweep.spec import ablation
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["tiny-lr-sweep", "tiny-baseline-ablation", "tiny-length-normalization", "tiny-std-normalization"]
+TINY += ["tiny-off-policy", "tiny-sft-init"]
+
+SPEC = """baseline: a
+variants:
+  a: {lr: 1.0e-4}
+  b: {lr: 1.0e-3}
+findings:
+"""
+GOOD = (
+    "  - {id: f, claim: c, variant: b, measure: plateau, expect: lower, testable: {rule: length_cv, at_least: 0.15}}\n"
+)
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_every_tiny_study_declares_its_findings():
+    ids = []
+    for study in TINY:
+        name, found = F.read_findings(ROOT / "experiments" / f"{study}.yaml")
+        assert name == study and found, study
+        ids += [f.id for f in found]
+    assert len(ids) == len(set(ids)) == 13
+    std = next(f for study in TINY for f in F.read_findings(ROOT / "experiments" / f"{study}.yaml")[1])
+    assert std.testable.rule in F.RULES
+
+
+@pytest.mark.parametrize(
+    "finding, message",
+    [
+        ("  - {id: f}\n", "finding 1: missing 'claim'"),
+        (GOOD.replace("variant: b", "variant: z"), "finding 'f': variant 'z' is not one of the variants: a, b"),
+        (GOOD.replace("variant: b", "variant: a"), "variant 'a' is the baseline itself"),
+        (GOOD.replace("plateau", "vibes"), "measure 'vibes' is not one of: plateau, collapse, peak_decline"),
+        (GOOD.replace("lower", "better"), "expect 'better' is not one of: higher, lower, same"),
+        (GOOD.replace("expect: lower", "expect: lower, delta: 0.03"), "'delta' is the equivalence margin"),
+        (GOOD.replace("expect: lower", "expect: same, delta: -1"), "delta must be positive"),
+        (GOOD.replace("expect: lower", "expect: lower, after_step: 10"), "'after_step' belongs to measure: collapse"),
+        (GOOD.replace("length_cv", "hunch"), "testable: rule 'hunch' is not one of"),
+        (GOOD.replace("at_least: 0.15", "at_least: 0.15, at_most: 1"), "exactly one threshold"),
+        (GOOD.replace("at_least: 0.15", "at_least: lots"), "at_least must be a finite number, got 'lots'"),
+        (GOOD.replace("id: f,", "id: f, colour: red,"), "unknown key 'colour'"),
+        (GOOD + GOOD, "finding 'f' is declared twice"),
+        ("  - 3\n", "finding 1 must be a mapping"),
+    ],
+)
+def test_bad_findings_are_one_line(tmp_path, finding, message):
+    with pytest.raises(UserError) as err:
+        ablation(write(tmp_path / "abl.yaml", SPEC + finding))
+    assert message in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_findings_need_a_baseline_and_a_list(tmp_path):
+    with pytest.raises(UserError, match="'findings' need a 'baseline:'"):
+        ablation(write(tmp_path / "a.yaml", SPEC.replace("baseline: a\n", "") + GOOD))
+    with pytest.raises(UserError, match="'findings' must be a list"):
+        ablation(write(tmp_path / "b.yaml", SPEC + "  {id: f}\n"))
+    assert len(ablation(write(tmp_path / "c.yaml", SPEC + GOOD)).variants) == 2  # a good one expands
+
+
+def test_a_bad_finding_stops_the_sweep_with_exit_2_and_writes_nothing(tmp_path):
+    spec = write(tmp_path / "abl.yaml", SPEC + GOOD.replace("plateau", "vibes"))
+    db = tmp_path / "r.db"
+    out = subprocess.run(
+        [sys.executable, "-m", "grpoctl", "sweep", str(spec), "--db", str(db)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),  # this checkout's grpoctl, not the venv's
+    )
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "measure 'vibes' is not one of" in out.stderr
+    assert not db.exists() and not (tmp_path / "outputs").exists()
+
+
+# --------------------------------------------------------------------------- measures
+
+EVALS = [(0, 0.40, 512), (10, 0.25, 512), (20, 0.55, 512), (30, 0.60, 512), (40, 0.50, 512)]
+
+
+def test_the_measures_of_one_run():
+    assert F.run_measure("plateau", EVALS, []) == pytest.approx((0.55 + 0.60 + 0.50) / 3)
+    assert F.run_measure("collapse", EVALS, []) == pytest.approx(0.25)  # step 0 never counts
+    assert F.run_measure("collapse", EVALS, [], after_step=20) == pytest.approx(0.50)
+    assert F.run_measure("peak_decline", EVALS, []) == pytest.approx(0.60 - 0.50)
+    assert F.run_measure("grad_norm", [], [(1, 0.2), (2, 0.3), (3, 0.4)]) == pytest.approx(0.3)
+    # compare's measure: one non-finite step leaves a run without a mean
+    assert F.run_measure("grad_norm", [], [(1, 0.2), (2, float("nan")), (3, 0.4)]) is None
+    assert F.final_eval(EVALS) == 0.50 and F.final_eval([(0, 0.4, 8)]) is None
+    # trapezoids: 10*(.40+.25)/2 + 10*(.25+.55)/2 + 10*(.55+.60)/2 + 10*(.60+.50)/2 = 18.5, over 40 steps
+    assert F.auc(EVALS) == pytest.approx(18.5 / 40)
+
+
+def rd(run_id: int, evals=EVALS, grad=(), length=()):
+    return SimpleNamespace(
+        run=SimpleNamespace(id=run_id),
+        evals=evals,
+        series={"train/grad_norm": list(grad), "train/response_length": list(length)},
+    )
+
+
+def test_testability_rules_measure_the_runs():
+    extra = {1: {"zero_std_at_start": 0.95, "sample_lengths": [30, 30, 31, 29]}, 2: {"zero_std_at_start": 0.30}}
+    variant, base = (
+        F.Arm("v", [rd(1, grad=[(1, 0.1)])], extra),
+        F.Arm("b", [rd(2, grad=[(1, 0.2)], length=[(1, 16)])], extra),
+    )
+    assert F.rule_value("mixed_groups_at_start", variant, base, 32) == pytest.approx(0.05)
+    assert F.rule_value("mixed_groups_at_start", base, variant, 32) == pytest.approx(0.70)
+    # statistics.stdev([30, 30, 31, 29]) / 30
+    assert F.rule_value("length_cv", variant, base, 32) == pytest.approx(0.816496580927726 / 30)
+    assert F.rule_value("length_fill", base, variant, 32) == pytest.approx(0.5)
+    assert F.rule_value("step1_grad_norm_gap", variant, base, 32) == pytest.approx(0.5)
+    finding = F.Finding("f", "c", "s", "v", "plateau", "higher", F.Rule("mixed_groups_at_start", "every_arm", 0.2))
+    result = F.Result(finding, "b")
+    F.decide_testable(result, variant, base, 32)
+    assert not result.testable and result.rule_value == pytest.approx(0.05)  # the worse arm decides
+    result = F.Result(finding, "b")
+    F.decide_testable(result, F.Arm("b2", base.runs, extra), base, 32)
+    assert result.testable
+
+
+def table(study, base_label, arms):
+    """A stand-in CompareTable: rows of runs with evals, the baseline named."""
+    rows = [SimpleNamespace(label=label, runs=runs) for label, runs in arms.items()]
+    return SimpleNamespace(rows=rows, versus=SimpleNamespace(baseline=base_label))
+
+
+def curve(final):
+    return [(0, 0.4, 512), (10, final - 0.02, 512), (20, final + 0.01, 512), (30, final, 512)]
+
+
+def test_one_family_over_the_testable_findings_and_the_verdicts():
+    extra = {i: {"zero_std_at_start": 0.3} for i in range(100)}
+    extra.update({i: {"zero_std_at_start": 0.99} for i in range(90, 100)})  # a start with no signal
+    base = [rd(i, curve(m)) for i, m in enumerate([0.60, 0.62, 0.61])]
+    worse = [rd(10 + i, curve(m)) for i, m in enumerate([0.50, 0.52, 0.51])]
+    same = [rd(20 + i, curve(m)) for i, m in enumerate([0.605, 0.612, 0.611])]
+    dead = [rd(90 + i, curve(m)) for i, m in enumerate([0.01, 0.02, 0.00])]
+    tables = {"s": table("s", "base", {"base": base, "worse": worse, "same": same, "dead": dead})}
+    rule = F.Rule("mixed_groups_at_start", "every_arm", 0.2)
+    declared = [
+        F.Finding("w", "c", "s", "worse", "plateau", "lower", rule),
+        F.Finding("e", "c", "s", "same", "plateau", "same", rule),
+        F.Finding("d", "c", "s", "dead", "plateau", "higher", rule),
+        F.Finding("x", "c", "s", "worse", "plateau", "higher", rule),
+    ]
+    results = {r.finding.id: r for r in F.evaluate(tables, declared, extra, {"s": 32})}
+    assert not results["d"].testable and results["d"].p_family is None and results["d"].verdict == "not testable here"
+    # The family is w, e and x: Holm over their own p's (Welch for w and x, TOST for e).
+    family = [results[k].p for k in ("w", "e", "x")]
+    assert [results[k].p_family for k in ("w", "e", "x")] == pytest.approx(stats.holm(family))
+    assert results["e"].p == pytest.approx(stats.tost([0.605, 0.612, 0.611], [0.60, 0.62, 0.61]).p)
+    assert results["w"].verdict == "reproduced" and results["x"].verdict == "contradicted: lower"
+    assert results["e"].verdict.startswith("reproduced: equivalent")
+    assert results["w"].mde == pytest.approx(stats.mde(stats.pooled_sd([0.50, 0.52, 0.51], [0.60, 0.62, 0.61]), 3, 3))
+    assert results["w"].mde_family > results["w"].mde  # at alpha / 3
+    assert set(results["w"].robustness) == {"last-3", "final", "AUC"}
+
+
+# --------------------------------------------------------------------------- on the committed registry
+
+REGISTRY = ROOT / "docs" / "results" / "registry.db"
+PAGE = ROOT / "experiments" / "pages" / "addition.yaml"
+
+
+def compare_json(*args: str) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-m", "grpoctl", "compare", *args, "--db", str(REGISTRY), "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
+    assert out.returncode == 0, out.stderr
+    import json
+
+    return json.loads(out.stdout)
+
+
+def test_compare_json_tests_the_page_family():
+    payload = compare_json("tiny-off-policy", "--findings", str(PAGE))
+    family = payload["baseline"]["family"]
+    assert family["findings"] == 13 and family["tested"] == 6  # 7 are untestable by their rules, or untested
+    rows = {r["variant"]: r for r in payload["rows"]}
+    # The six testable findings' own p-values (Welch's over the per-seed measures; scipy.stats.ttest_ind
+    # (..., equal_var=False).pvalue on the registry's numbers): lr collapse 0.00145058518791014, lr 3x lower
+    # 0.8598312527917586, std 0.16016770979698325, aggressive reuse 0.009866455278541889, mild reuse
+    # 0.004965506797696721 and 0.005410692127050854. Holm by hand: 0.00145 x 6 = 0.008704; 0.004966 x 5 =
+    # 0.024828; 0.005411 x 4 = 0.021643 -> 0.024828; 0.009866 x 3 = 0.029599; 0.16017 x 2; 0.85983 x 1.
+    assert rows["e4_tb64_ga2"]["family_p_holm"] == pytest.approx(0.009866455278541889 * 3, rel=1e-6)
+    assert rows["e2_tb256_ga8"]["family_p_holm"] == pytest.approx(0.004965506797696721 * 5, rel=1e-6)
+    assert rows["e1_tb128_ga4"]["family_p_holm"] == pytest.approx(0.004965506797696721 * 5, rel=1e-6)
+    assert rows["e4_tb128_ga4"]["family_p_holm"] is None and rows["e4_tb128_ga4"]["exploratory"] is True
+    finding = rows["e4_tb64_ga2"]["findings"][0]
+    assert finding["id"] == "aggressive-reuse-collapses" and finding["measure"] == "collapse"
+    assert finding["verdict"] == "reproduced" and finding["diff"] == pytest.approx(-0.146, abs=5e-4)
+    # the study's own family (3 findings) when no page is named: Holm over 3, not 6
+    own = {r["variant"]: r for r in compare_json("tiny-off-policy")["rows"]}
+    # in the study: sorted 0.004966 x 3 = 0.014897, 0.005411 x 2 = 0.010821 -> 0.014897 (kept non-decreasing),
+    # 0.009866 x 1 -> 0.014897
+    for variant in ("e2_tb256_ga8", "e1_tb128_ga4", "e4_tb64_ga2"):
+        assert own[variant]["family_p_holm"] == pytest.approx(0.004965506797696721 * 3, rel=1e-6)
+    # every old key is still there, beside the new ones
+    old = {"diff", "diff_ci_low", "p_value", "p_holm", "verdict", "seeds_needed", "best_diff", "final_acc", "health"}
+    assert old | {"mde", "tost_p", "family_p_holm"} <= set(rows["e2_tb256_ga8"])
+
+
+def test_the_sft_and_length_findings_are_untestable_by_their_rules():
+    from grpoctl.registry import Registry
+
+    with Registry(str(REGISTRY), readonly=True) as registry:
+        declared = [f for spec in F.family_specs(PAGE) for f in F.read_findings(spec)[1]]
+        results = {r.finding.id: r for r in F.family_results(registry, declared)[0]}
+    sft = results["sft-early-checkpoint-beats-final"]
+    # warmstart_100's first step: train/zero_std_group_fraction 0.9375, 1.0, 0.96875 over seeds -> 3.1% mixed
+    assert not sft.testable and sft.rule_value == pytest.approx(1 - 0.96875)
+    length = results["length-norm-constant-same-accuracy"]
+    assert not length.testable and length.rule_value < 0.05  # 29-31-byte completions
+    assert not results["std-off-lower-grad-norm"].testable  # ratio ~0.45 at step 1: the division itself
+    assert results["aggressive-reuse-collapses"].testable
+
+
+def test_a_finding_no_run_shows_is_not_seen():
+    flat = [(0, 0.4, 512), (10, 0.5, 512), (20, 0.6, 512)]  # rising to the end: best minus final is 0
+    extra = {i: {"zero_std_at_start": 0.3} for i in range(10)}
+    tables = {"s": table("s", "b", {"b": [rd(i, flat) for i in range(3)], "v": [rd(5 + i, flat) for i in range(3)]})}
+    rule = F.Rule("mixed_groups_at_start", "every_arm", 0.2)
+    (result,) = F.evaluate(tables, [F.Finding("p", "c", "s", "v", "peak_decline", "higher", rule)], extra, {"s": 32})
+    assert result.testable and result.diff is None and result.p_family is None
+    assert result.verdict == "not seen: 0 in every run of both arms"
+
+
+def test_findings_from_a_file_without_this_studys_findings_warn(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "grpoctl", "compare", "tiny-std-normalization", "--db", str(REGISTRY)]
+        + ["--findings", "experiments/tiny-lr-sweep.yaml", "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
+    assert out.returncode == 0, out.stderr
+    assert "experiments/tiny-lr-sweep.yaml declares no findings of tiny-std-normalization" in out.stderr
+    missing = subprocess.run(
+        [sys.executable, "-m", "grpoctl", "compare", "tiny-std-normalization", "--db", str(REGISTRY)]
+        + ["--findings", str(tmp_path / "nope.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "no ablation spec at" in missing.stderr
+
+
+def test_a_study_report_tests_its_findings_in_the_page_family(tmp_path):
+    from grpoctl.cli.report_view import write_report
+    from grpoctl.registry import Registry
+
+    with Registry(str(REGISTRY), readonly=True) as registry:
+        text = write_report(registry, "tiny-off-policy", tmp_path / "rep", findings=str(PAGE)).read_text()
+    section = text.split("## Declared findings\n\n", 1)[1].split("## Curves", 1)[0]
+    assert f"Declared in {PAGE}" in section and "Holm over the family's 6 testable findings" in section
+    # the page's Holm p for aggressive reuse: 3 x 0.009866455278541889 (test_compare_json_tests_the_page_family)
+    assert "| aggressive-reuse-collapses | e4_tb64_ga2 | minimum eval after warm-up |" in section
+    assert "| 0.030 | reproduced |" in section
