@@ -214,8 +214,23 @@ def test_an_old_registry_upgrades_and_shows_the_same_runs_and_values(old_registr
     compared = grpoctl("compare", "lr-sweep", "--format", "json", "--db", db, cwd=elsewhere)
     assert compared.returncode == 0, compared.stderr
     # The sweep still finds all its members, with every key compare printed then (later
-    # versions only add keys: the comparison against the baseline).
-    assert_keeps(json.loads(compared.stdout), BEFORE["compare"])
+    # versions only add keys: the comparison against the baseline). Two columns mean
+    # something else since issue 18: grad_norm was the last step's norm and is the mean
+    # per-step norm (one gradient-norm measure everywhere), null where a step's is NaN;
+    # best_acc no longer counts the untrained step-0 eval.
+    from grpoctl.analysis.compare import grad_norm_measure
+
+    expected = json.loads(json.dumps(BEFORE["compare"]))
+    for row in expected["rows"]:
+        (run_name,) = row["runs"]
+        series = [(s, math.nan if v is None else v) for s, v in BEFORE["show"][run_name]["metrics"]["train/grad_norm"]]
+        mean = grad_norm_measure(series)
+        row["grad_norm"] = None if mean is None or math.isnan(mean) else mean
+        trained = [e for e in BEFORE["show"][run_name]["evals"] if e["step"] > 0]
+        best = max(trained, key=lambda e: (e["accuracy"], -e["step"]))
+        row["best_acc"], row["best_step"] = best["accuracy"], best["step"]
+        row["best_acc_se"] = math.sqrt(best["accuracy"] * (1 - best["accuracy"]) / best["n"])
+    assert_keeps(json.loads(compared.stdout), expected)
     for name in RUNS:
         shown = json.loads(grpoctl("runs", "show", name, "--format", "json", "--db", db, cwd=elsewhere).stdout)
         before = BEFORE["show"][name]
