@@ -144,7 +144,10 @@ class OptimizerConfig:
     lr: float = 3e-4
     betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
     weight_decay: float = 0.0
-    warmup_steps: int = 10  # linear warm-up, in optimizer steps
+    warmup_steps: int = 10  # linear warm-up, in warmup_unit steps
+    # What warmup_steps and the cosine horizon count: optimizer_step (one per update) or
+    # grpo_step (one per rollout batch, as the seed counted them).
+    warmup_unit: str = "optimizer_step"
     lr_schedule: str = "cosine"  # constant (the seed's GPU runs) | cosine (decay to min_lr_ratio)
     min_lr_ratio: float = 0.1
     max_grad_norm: float = 1.0

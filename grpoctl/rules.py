@@ -41,6 +41,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "prompt.reward": REWARDS,
     "optimizer.name": ("adamw", "adamw8bit"),
     "optimizer.lr_schedule": ("constant", "cosine"),
+    "optimizer.warmup_unit": ("optimizer_step", "grpo_step"),
     "model.dtype": DTYPES,
     "runtime.device": DEVICES,
     "data.source": DATA_SOURCES,
@@ -159,6 +160,7 @@ NEUTRAL_DEFAULTS: dict[str, Any] = {
     "data.eval_source": None,  # evaluate in data.source's format, as every run did
     "data.eval_question_field": None,  # ... with data.question_field
     "data.eval_answer_field": None,  # ... and data.answer_field
+    "optimizer.warmup_unit": "optimizer_step",  # the schedule counted updates, as every run did
 }
 
 

@@ -33,3 +33,34 @@ def test_scheduler_steps_the_optimizer_lr():
         sched.step()
     assert seen[0] == pytest.approx(5e-4) and seen[1] == pytest.approx(1e-3)
     assert seen[-1] == pytest.approx(1e-3 * lr_multiplier(9, 2, 10, "cosine", 0.1))
+
+
+def test_warmup_in_grpo_steps_holds_the_lr_for_every_update_of_a_step():
+    # 4 updates per GRPO step, 2 GRPO steps of warm-up, 5 GRPO steps in all.
+    cfg = load_config(None, ["optimizer.warmup_steps=2", "optimizer.lr=1e-3", "optimizer.warmup_unit=grpo_step"])
+    opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=cfg.optimizer.lr)
+    sched = build_scheduler(opt, cfg.optimizer, total_steps=20, updates_per_grpo_step=4)
+    seen = []
+    for _ in range(20):
+        seen.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    by_grpo_step = [seen[i : i + 4] for i in range(0, 20, 4)]
+    assert all(len(set(updates)) == 1 for updates in by_grpo_step)  # one lr per GRPO step
+    assert [u[0] for u in by_grpo_step] == pytest.approx(
+        [1e-3 * lr_multiplier(g, 2, 5, "cosine", 0.1) for g in range(5)]
+    )
+    assert by_grpo_step[0][0] == pytest.approx(5e-4) and by_grpo_step[1][0] == pytest.approx(1e-3)
+
+
+def test_the_default_unit_is_the_optimizer_step_and_leaves_the_hash_alone():
+    from grpoctl.rules import config_hash
+
+    default = load_config(None, [])
+    assert default.optimizer.warmup_unit == "optimizer_step"
+    assert config_hash(default) == config_hash(load_config(None, ["optimizer.warmup_unit=optimizer_step"]))
+    assert config_hash(default) != config_hash(load_config(None, ["optimizer.warmup_unit=grpo_step"]))
+    opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=1e-3)
+    # optimizer_step: warm-up counts updates, whatever a GRPO step holds
+    sched = build_scheduler(opt, load_config(None, ["optimizer.warmup_steps=2"]).optimizer, 20, 4)
+    assert sched.lr_lambdas[0](1) == pytest.approx(1.0) and sched.lr_lambdas[0](0) == pytest.approx(0.5)

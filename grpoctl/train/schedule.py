@@ -1,7 +1,10 @@
 """Learning-rate schedule: linear warm-up, then constant (the seed's runs) or cosine decay.
 
-Counted in optimizer steps, not GRPO steps: with off-policy reuse one GRPO step takes
-several optimizer steps. The cosine decays to `min_lr_ratio` of the peak, so the last
+Counted in optimizer steps by default (`optimizer.warmup_unit=optimizer_step`): with
+off-policy reuse one GRPO step takes several optimizer steps, and each moves the weights.
+`warmup_unit=grpo_step` counts rollout batches instead, as the seed's recipe did, so a
+10-step warm-up means 10 GRPO steps however many updates each takes; the lr then holds
+for every update of one GRPO step. The cosine decays to `min_lr_ratio` of the peak, so the last
 steps make small moves and the final eval measures a settled policy rather than one
 caught mid-oscillation.
 """
@@ -23,9 +26,13 @@ def lr_multiplier(i: int, warmup: int, total: int, schedule: str, min_ratio: flo
     return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def build_scheduler(optimizer, optimizer_cfg, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+def build_scheduler(
+    optimizer, optimizer_cfg, total_steps: int, updates_per_grpo_step: int = 1
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """The scheduler, stepped once per optimizer step; `total_steps` counts optimizer steps."""
     warmup = max(int(optimizer_cfg.warmup_steps), 0)
     schedule, min_ratio = optimizer_cfg.lr_schedule, float(optimizer_cfg.min_lr_ratio)
+    per = updates_per_grpo_step if optimizer_cfg.get("warmup_unit", "optimizer_step") == "grpo_step" else 1
     return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda i: lr_multiplier(i, warmup, total_steps, schedule, min_ratio)
+        optimizer, lambda i: lr_multiplier(i // per, warmup, total_steps // per, schedule, min_ratio)
     )

@@ -115,8 +115,9 @@ def prepare(cfg, registry, say, model_dir: str | None = None, data=None) -> RunC
         ref_model, _ = load_policy(initial_dir, device, pick_dtype(cfg, device), False)
         ref_model.eval().requires_grad_(False)
     optimizer = build_optimizer(model.parameters(), cfg.optimizer)
-    total_opt_steps = cfg.loop.n_grpo_steps * derived_sizes(cfg).optimizer_steps_per_grpo_step
-    scheduler = build_scheduler(optimizer, cfg.optimizer, total_opt_steps)
+    updates_per_grpo_step = derived_sizes(cfg).optimizer_steps_per_grpo_step
+    total_opt_steps = cfg.loop.n_grpo_steps * updates_per_grpo_step
+    scheduler = build_scheduler(optimizer, cfg.optimizer, total_opt_steps, updates_per_grpo_step)
     backend = make_backend(cfg, model, tokenizer, model_dir, say=say)
     return RunContext(
         cfg=cfg,
