@@ -3,13 +3,11 @@ written), the measures and testability rules on hand-made runs, and the page's f
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from cli import invoke
 
 from grpoctl.analysis import findings as F
 from grpoctl.analysis import stats
@@ -83,14 +81,7 @@ def test_findings_need_a_baseline_and_a_list(tmp_path):
 def test_a_bad_finding_stops_the_sweep_with_exit_2_and_writes_nothing(tmp_path):
     spec = write(tmp_path / "abl.yaml", SPEC + GOOD.replace("plateau", "vibes"))
     db = tmp_path / "r.db"
-    out = subprocess.run(
-        [sys.executable, "-m", "grpoctl", "sweep", str(spec), "--db", str(db)],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=60,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),  # this checkout's grpoctl, not the venv's
-    )
+    out = invoke("sweep", str(spec), "--db", str(db), cwd=tmp_path)
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
     assert "measure 'vibes' is not one of" in out.stderr
     assert not db.exists() and not (tmp_path / "outputs").exists()
@@ -153,6 +144,7 @@ def curve(final):
     return [(0, 0.4, 512), (10, final - 0.02, 512), (20, final + 0.01, 512), (30, final, 512)]
 
 
+@pytest.mark.slow
 def test_one_family_over_the_testable_findings_and_the_verdicts():
     extra = {i: {"zero_std_at_start": 0.3} for i in range(100)}
     extra.update({i: {"zero_std_at_start": 0.99} for i in range(90, 100)})  # a start with no signal
@@ -188,20 +180,14 @@ PAGE = ROOT / "experiments" / "pages" / "addition.yaml"
 
 
 def compare_json(*args: str) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-m", "grpoctl", "compare", *args, "--db", str(REGISTRY), "--format", "json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
-    )
+    out = invoke("compare", *args, "--db", str(REGISTRY), "--format", "json", cwd=ROOT)
     assert out.returncode == 0, out.stderr
     import json
 
     return json.loads(out.stdout)
 
 
+@pytest.mark.slow
 def test_compare_json_tests_the_page_family():
     payload = compare_json("tiny-off-policy", "--findings", str(PAGE))
     family = payload["baseline"]["family"]
@@ -230,6 +216,7 @@ def test_compare_json_tests_the_page_family():
     assert old | {"mde", "tost_p", "family_p_holm"} <= set(rows["e2_tb256_ga8"])
 
 
+@pytest.mark.slow
 def test_the_sft_and_length_findings_are_untestable_by_their_rules():
     from grpoctl.registry import Registry
 
@@ -256,29 +243,26 @@ def test_a_finding_no_run_shows_is_not_seen():
 
 
 def test_findings_from_a_file_without_this_studys_findings_warn(tmp_path):
-    out = subprocess.run(
-        [sys.executable, "-m", "grpoctl", "compare", "tiny-std-normalization", "--db", str(REGISTRY)]
-        + ["--findings", "experiments/tiny-lr-sweep.yaml", "--format", "json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    out = invoke(
+        "compare",
+        "tiny-std-normalization",
+        "--db",
+        str(REGISTRY),
+        "--findings",
+        "experiments/tiny-lr-sweep.yaml",
+        "--format",
+        "json",
         cwd=ROOT,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
     )
     assert out.returncode == 0, out.stderr
     assert "experiments/tiny-lr-sweep.yaml declares no findings of tiny-std-normalization" in out.stderr
-    missing = subprocess.run(
-        [sys.executable, "-m", "grpoctl", "compare", "tiny-std-normalization", "--db", str(REGISTRY)]
-        + ["--findings", str(tmp_path / "nope.yaml")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    missing = invoke(
+        "compare", "tiny-std-normalization", "--db", str(REGISTRY), "--findings", str(tmp_path / "nope.yaml"), cwd=ROOT
     )
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "no ablation spec at" in missing.stderr
 
 
+@pytest.mark.slow
 def test_a_study_report_tests_its_findings_in_the_page_family(tmp_path):
     from grpoctl.cli.report_view import write_report
     from grpoctl.registry import Registry

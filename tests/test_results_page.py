@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "results" / "addition"
 
@@ -19,6 +21,7 @@ def table(text: str) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_the_committed_page_is_what_the_script_computes(tmp_path):
     out = subprocess.run(
         [
