@@ -177,6 +177,7 @@ def test_help_and_no_arguments_exit_0(tmp_path):
     assert bare.returncode == 0 and "list" in bare.stdout and "Traceback" not in bare.stderr
 
 
+@pytest.mark.slow
 def test_reading_commands_do_not_import_torch(tmp_path):
     code = "import sys, grpoctl.registry, grpoctl.cli.runs; sys.exit('torch' in sys.modules)"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -628,6 +628,7 @@ def test_bad_comparison_options_are_one_line(study_db, args, message, tmp_path):
     assert not (tmp_path / "rep").exists()
 
 
+@pytest.mark.slow
 def test_report_has_the_comparison_table_and_a_sentence_per_variant(study_db, tmp_path):
     with Registry(str(study_db)) as registry:
         text = write_report(registry, "study", tmp_path / "rep").read_text()

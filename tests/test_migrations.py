@@ -170,6 +170,7 @@ def without_duplicate_keys(points: list) -> list:
     return out
 
 
+@pytest.mark.slow
 def test_an_old_registry_upgrades_and_shows_the_same_runs_and_values(old_registry, tmp_path):
     db, project = old_registry
     elsewhere = tmp_path / "elsewhere"

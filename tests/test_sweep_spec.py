@@ -147,6 +147,7 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_ablation_applies_minimal_diffs_on_the_base(tmp_path):
     write(tmp_path / "base.yaml", "optimizer:\n  lr: 3.0e-5\nloop:\n  n_grpo_steps: 50\n")
     spec = write(

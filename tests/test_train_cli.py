@@ -55,6 +55,7 @@ def test_default_eval_set_is_held_out_from_training_and_warm_start():
         assert [ex.id for ex in again.eval] == [ex.id for ex in data.eval]  # deterministic subset
 
 
+@pytest.mark.slow
 def test_dry_run_of_from_and_resume_shows_the_runs_config(tmp_path):
     from conftest import registry_rows
 
