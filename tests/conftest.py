@@ -81,12 +81,19 @@ E2E_MODULES = {
 }
 
 
+# Modules whose session fixture is costly to build and cannot be shared between workers
+# (the bad-input corpus makes immutable files and undoes that at the end): one worker each.
+ONE_WORKER_MODULES = {"test_bad_inputs"}
+
+
 def pytest_collection_modifyitems(config, items):
     kept, dropped = [], []
     for item in items:
         module = item.module.__name__
         if module in SERIAL_MODULES:
             item.add_marker(pytest.mark.xdist_group("serial"))
+        elif module in ONE_WORKER_MODULES:
+            item.add_marker(pytest.mark.xdist_group(module))
         params = item.callspec.params if hasattr(item, "callspec") else {}
         backend = params.get("db_url")
         on_postgres = "postgresql" in params.values() or "pg_admin_url" in item.fixturenames
