@@ -32,21 +32,16 @@ os.environ.setdefault("COLUMNS", "200")
 # --------------------------------------------------------------------------- tiers and workers
 #
 # The suite runs on both cores with pytest-xdist (`-n 2`, `--dist loadgroup`). Tests whose
-# outcome depends on timing or on having the machine to themselves share one xdist group,
-# so they run one at a time on one worker: registry races and concurrency (several
-# processes against one database), claims and leases, Ray clusters (each takes every
-# core it is given), the launcher's parallel children, and vLLM's engine (its memory and
-# threads). Later browser and cluster tests join them.
+# outcome depends on timing share one xdist group, so they run one at a time on one
+# worker: registry races and concurrency (several processes racing against one database)
+# and Ray clusters (each takes every core it is given, and their fault tests hold
+# trainers at fault points). Later browser and cluster tests join them.
 SERIAL_MODULES = {
     "test_registry_races",
     "test_registry_concurrency",
-    "test_registry_claims",
-    "test_registry_resume",
     "test_ray_setup",
     "test_ray_sweep",
     "test_ray_faults",
-    "test_sweep_launcher",
-    "test_vllm_backend",
 }
 
 
@@ -81,9 +76,10 @@ E2E_MODULES = {
 }
 
 
-# Modules whose session fixture is costly to build and cannot be shared between workers
-# (the bad-input corpus makes immutable files and undoes that at the end): one worker each.
-ONE_WORKER_MODULES = {"test_bad_inputs"}
+# Modules whose fixture is costly to build and cannot be shared between workers, so each
+# runs on one worker (beside others): the bad-input corpus (it makes immutable files and
+# undoes that at the end) and vLLM's engine (a 30 s start, one per module).
+ONE_WORKER_MODULES = {"test_bad_inputs", "test_vllm_backend"}
 
 
 def pytest_collection_modifyitems(config, items):
