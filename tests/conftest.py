@@ -82,14 +82,20 @@ E2E_MODULES = {
 ONE_WORKER_MODULES = {"test_bad_inputs", "test_vllm_backend"}
 
 
+def pytest_itemcollected(item):
+    # Marked as each test is collected, so the mark is there before xdist's own
+    # pytest_collection_modifyitems turns xdist_group marks into groups.
+    module = item.module.__name__
+    if module in SERIAL_MODULES:
+        item.add_marker(pytest.mark.xdist_group("serial"))
+    elif module in ONE_WORKER_MODULES:
+        item.add_marker(pytest.mark.xdist_group(module))
+
+
 def pytest_collection_modifyitems(config, items):
     kept, dropped = [], []
     for item in items:
         module = item.module.__name__
-        if module in SERIAL_MODULES:
-            item.add_marker(pytest.mark.xdist_group("serial"))
-        elif module in ONE_WORKER_MODULES:
-            item.add_marker(pytest.mark.xdist_group(module))
         params = item.callspec.params if hasattr(item, "callspec") else {}
         backend = params.get("db_url")
         on_postgres = "postgresql" in params.values() or "pg_admin_url" in item.fixturenames

@@ -238,7 +238,8 @@ def test_a_password_never_shows_in_argv_logs_plans_or_messages(fake, tmp_path, m
     deadline = time.monotonic() + 60
     while parent.poll() is None and time.monotonic() < deadline:
         ps = subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True, text=True, timeout=10).stdout
-        children = [line for line in ps.splitlines() if "fake_train.py" in line]
+        # this sweep's own children: other tests may run sweeps of their own meanwhile
+        children = [line for line in ps.splitlines() if "fake_train.py" in line and str(tmp_path) in line]
         seen += children
         time.sleep(0.05)
     out, _ = parent.communicate(timeout=60)
