@@ -56,13 +56,14 @@ def _perturb(rng, x):
     return y if y >= 0 and y != x else x + 1
 
 
-def working_lines(vals, ops_, rng=None, wrong=False):
-    """The partial results; if wrong, one of them is off and the chain continues from it."""
+def working_lines(vals, ops_, rng=None, wrong=False, p_slip=0.0):
+    """The partial results; if wrong, one of them is off and the chain continues from it.
+    Round 2: with p_slip > 0 each line is instead off independently with probability p_slip."""
     bad = rng.randrange(len(ops_)) if wrong else -1
     acc, lines = vals[0], []
     for i, (o, v) in enumerate(zip(ops_, vals[1:])):
         res = acc + v if o == "+" else acc - v
-        if i == bad:
+        if i == bad or (p_slip and rng.random() < p_slip):
             res = _perturb(rng, res)
         lines.append(f"{acc}{o}{v}={res}")
         acc = res
@@ -88,7 +89,11 @@ def sft_example(rng: random.Random, mix: dict, split: str = "train"):
     work = rng.random() < pw
     wrong = rng.random() < mix["p_wrong"]
     if work:
-        lines, final = working_lines(vals, ops_, rng, wrong)
+        if mix.get("p_slip"):  # round 2: per-line slips in working traces; p_wrong then applies to direct traces only
+            lines, final = working_lines(vals, ops_, rng, False, mix["p_slip"])
+            wrong = final != ans
+        else:
+            lines, final = working_lines(vals, ops_, rng, wrong)
     else:
         lines, final = [], (_perturb(rng, ans) if wrong else ans)
     tmpl = "r1" if rng.random() < mix["p_r1"] else "qo"

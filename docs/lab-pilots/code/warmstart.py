@@ -16,7 +16,12 @@ from pathlib import Path
 import torch
 
 from grpoctl.grpo import collate_prompt_and_output_ids, get_response_log_probs, sft_microbatch_train_step
-from grpoctl.tiny.model import build_model, build_tokenizer, save_model_dir
+from grpoctl.tiny.model import build_model, save_model_dir
+import os
+if os.environ.get("LAB_TOK", "tags") == "tags":  # round 2: one token per format tag (lab_tok.py)
+    from lab_tok import build_tokenizer
+else:  # round 1: grpoctl's one-byte-per-token tokenizer
+    from grpoctl.tiny.model import build_tokenizer
 
 from lab_task import sft_example
 
@@ -27,6 +32,16 @@ MIXES = {
     # phase 1 of the curriculum: working only, all correct, both templates
     "W": dict(p_r1=0.5, p_work=1.0, p_wrong=0.0, p_cross=0.0),
     "B": dict(p_r1=0.5, p_work=0.5, p_wrong=0.25, p_cross=0.10),
+    # round 2 phase 1: correct only, working on every level except half the L1 and L2 traces, which are direct
+    # round 2 phase 2 variant: mixture A with the easy levels drawn more often (more direct-answer practice on L1/L2)
+    "E": dict(p_r1=0.5, p_work=0.5, p_wrong=0.10, p_cross=0.05, level_weights=[3, 2, 1, 1, 1]),
+    # round 2 phase 2 variant: mixture A with more working on the easy levels, where working is reliably right
+    "F": dict(p_r1=0.5, p_work=[0.9, 0.8, 0.6, 0.5, 0.5], p_wrong=0.10, p_cross=0.05),
+    # round 2: A with per-line slips (each working line off with p_slip, the chain continues from it) instead of
+    # one wrong line in 10% of working traces; direct traces still wrong with p_wrong
+    "S5": dict(p_r1=0.5, p_work=0.5, p_wrong=0.10, p_slip=0.05, p_cross=0.05),
+    "S8": dict(p_r1=0.5, p_work=0.5, p_wrong=0.10, p_slip=0.08, p_cross=0.05),
+    "W1": dict(p_r1=0.5, p_work=[0.5, 0.5, 1.0, 1.0, 1.0], p_wrong=0.0, p_cross=0.0),
 }
 SIZES = {
     2: dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, intermediate_size=512),
@@ -91,7 +106,7 @@ def main():
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        if step % 250 == 0:
+        if step % 250 == 0 or step == 20:
             print(f"step {step} loss/token {st['loss']:.4f} lr {lr:.2e} cpu {time.process_time() - cpu0:.0f}s", flush=True)
         if step in save:
             save_model_dir(model, tok, out / f"step-{step}")

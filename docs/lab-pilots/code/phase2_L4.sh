@@ -1,0 +1,10 @@
+#!/bin/bash
+cd /work/pilots
+export PYTHONPATH=/work/pilots OMP_NUM_THREADS=1 LAB_TASK=v2 LAB_TOK=tags
+while [ ! -f runs/r2_W1_L4/warmstart.json ]; do sleep 5; done
+P=/work/main/.venv/bin/python
+taskset -c 1 $P warmstart.py runs/r2c_A_L4 --init runs/r2_W1_L4/final --mix A --layers 4 --steps 300 --batch 32 --lr 3e-4 --warmup 30 --min_lr_ratio 0.2 > logs/r2c_A_L4.log 2>&1 &
+taskset -c 1 $P warmstart.py runs/r2c_B_L4 --init runs/r2_W1_L4/final --mix B --layers 4 --steps 300 --batch 32 --lr 3e-4 --warmup 30 --min_lr_ratio 0.2 > logs/r2c_B_L4.log 2>&1 &
+taskset -c 1 $P p0_measure.py runs/r2_W1_L4/final --json r2/results_p0r2.jsonl > logs/r2_m_W1_L4.log 2>&1
+wait
+taskset -c 1 $P p0_measure.py runs/r2c_A_L4/final runs/r2c_B_L4/final --json r2/results_p0r2.jsonl > logs/r2_m_c_L4.log 2>&1
