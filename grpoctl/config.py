@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -83,7 +83,7 @@ def resolve_key(key: str) -> str:
     """Map a short alias (`lr`) to its dotted path (`optimizer.lr`); check the path exists."""
     path = ALIASES.get(key, key)
     node: Any = _key_tree()
-    seen = []
+    seen: list[str] = []
     for part in path.split("."):
         if not isinstance(node, dict) or part not in node:
             where = ".".join(seen) or "the top level"
@@ -152,7 +152,7 @@ def apply_overrides(cfg: DictConfig, overrides: list[str] | tuple[str, ...]) -> 
 def from_dict(data: dict) -> DictConfig:
     """Rebuild a validated config from a stored resolved config (for --resume and --from)."""
     try:
-        cfg = OmegaConf.merge(OmegaConf.structured(Config), data)
+        cfg = cast(DictConfig, OmegaConf.merge(OmegaConf.structured(Config), data))
         OmegaConf.resolve(cfg)
     except OmegaConfBaseException as exc:
         raise UserError(_one_line(exc)) from None
@@ -245,7 +245,9 @@ class DerivedSizes:
     off_policy: bool
 
 
-def derived_sizes(cfg: DictConfig) -> DerivedSizes:
+def derived_sizes(cfg: Config) -> DerivedSizes:
+    """The sizes that follow from a config. `cfg` is typed as the tree it was built from
+    (a DictConfig of it reads the same), so the type gate checks every key read here."""
     r, loop = cfg.rollout, cfg.loop
     return DerivedSizes(
         prompts_per_rollout_batch=r.rollout_batch_size // r.group_size,
