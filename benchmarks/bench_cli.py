@@ -51,7 +51,9 @@ def median_seconds(command: list[str], repeat: int, envs: list[dict[str, str]]) 
         for i, env in enumerate(envs):
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             start = time.perf_counter()
-            out = subprocess.run(command, capture_output=True, text=True, env=env)
+            # Run from a neutral directory: `python -m` and `-c` put the working directory
+            # first on sys.path, ahead of PYTHONPATH, so the repository root would shadow --before.
+            out = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tempfile.gettempdir())
             walls[i].append(time.perf_counter() - start)
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             cpus[i].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
