@@ -1,12 +1,9 @@
 """The whole configuration of a run: structured defaults + a yaml diff + dotted overrides.
 
-Every key has a typed default here, so a yaml file only says what differs (the seed's
-lesson: an ablation variant is a minimal diff, easy to read and to reproduce). Key names
-follow the seed and CS336 (rollout_batch_size, group_size, loss_type, ...).
-
-The defaults are the embedded default: a tiny model on synthetic arithmetic that learns on
-a laptop CPU in minutes. `experiments/rtx4090.yaml` and `experiments/h100.yaml` hold the
-seed's GPU configurations for Qwen2.5-Math-1.5B on MATH.
+The tree of keys, with each key's default and help, is config_schema.py. This module
+loads a run's config from it: defaults, then a yaml diff, then `key=value` overrides
+(dotted paths or short ALIASES), validated (config_checks.py); and the sizes derived
+from a config.
 
 This module imports no torch: the sweep launcher and `--dry-run` resolve configs cheaply.
 """
@@ -14,212 +11,36 @@ This module imports no torch: the sweep launcher and `--dry-run` resolve configs
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from grpoctl.config_checks import validate
+
+# The tree (every key's type, default and help) is config_schema.py; re-exported here.
+from grpoctl.config_schema import (  # noqa: F401
+    CheckpointConfig,
+    Config,
+    DataConfig,
+    EvalConfig,
+    LoggingConfig,
+    LoopConfig,
+    LossConfig,
+    ModelConfig,
+    OptimizerConfig,
+    PromptConfig,
+    RolloutConfig,
+    RuntimeConfig,
+    SyntheticConfig,
+    TinyModelConfig,
+    VLLMConfig,
+    WarmStartConfig,
+)
 from grpoctl.errors import UserError
 from grpoctl.rules import is_off_policy
-
-# --------------------------------------------------------------------------- the tree
-
-
-@dataclass
-class TinyModelConfig:
-    """The embedded default model: a Qwen2-architecture net with a character tokenizer.
-
-    head_dim = hidden_size / num_attention_heads = 64, which vLLM's CPU kernels accept.
-    """
-
-    hidden_size: int = 128
-    num_hidden_layers: int = 2
-    num_attention_heads: int = 2
-    num_key_value_heads: int = 1
-    intermediate_size: int = 512
-
-
-@dataclass
-class WarmStartConfig:
-    """Supervised warm-start of the tiny model on synthetic worked solutions (built once, cached)."""
-
-    steps: int = 1500  # at most: it stops at target_accuracy, usually after 500-900 steps
-    batch_size: int = 32
-    lr: float = 1e-3
-    # Stop early once greedy accuracy on a held-out probe reaches this: GRPO needs a base
-    # that is right sometimes (too weak: no reward signal; too strong: nothing to learn).
-    target_accuracy: float = 0.36
-    check_every: int = 25
-    save_steps: list[int] = field(default_factory=lambda: [100, 200])  # extra checkpoints for sft-init
-
-
-@dataclass
-class ModelConfig:
-    # "tiny" = the embedded default (built and warm-started by grpoctl itself); anything
-    # else is a Hugging Face model directory or hub id, e.g. Qwen/Qwen2.5-Math-1.5B.
-    path: str = "tiny"
-    dtype: str = "auto"  # auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16
-    gradient_checkpointing: bool = False
-    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
-    warmstart: WarmStartConfig = field(default_factory=WarmStartConfig)
-
-
-@dataclass
-class SyntheticConfig:
-    min_digits: int = 2
-    max_digits: int = 2
-    ops: list[str] = field(default_factory=lambda: ["+"])
-    num_operands: int = 2
-
-
-@dataclass
-class DataConfig:
-    # synthetic | math | gsm8k | jsonl | hub
-    source: str = "synthetic"
-    train_path: str | None = None  # jsonl file, or hub dataset name for source=hub
-    eval_path: str | None = None
-    train_split: str = "train"
-    eval_split: str = "test"
-    question_field: str = "problem"
-    answer_field: str = "answer"
-    train_size: int | None = None  # cap on training examples (synthetic: how many to draw)
-    # The eval data's own format, for training on one dataset and evaluating on another
-    # (GSM8K, then MATH500); null: the same as source, question_field and answer_field.
-    eval_source: str | None = None
-    eval_question_field: str | None = None
-    eval_answer_field: str | None = None
-    synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
-
-
-@dataclass
-class PromptConfig:
-    # A packaged template (r1_zero, question_only, r1_zero_compact) or a path to a file.
-    template: str = "r1_zero_compact"
-    reward: str = "r1_zero"  # r1_zero | question_only: must match the template's answer format
-
-
-@dataclass
-class VLLMConfig:
-    gpu_memory_utilization: float = 0.3
-    enable_prefix_caching: bool = True
-    sleep_mode: bool = True  # CUDA only; refused on CPU, so off there with one logged line
-    sleep_level: int = 1
-    max_model_len: int = 2048
-    cpu_kvcache_space_gb: float = 1.0
-
-
-@dataclass
-class RolloutConfig:
-    backend: str = "hf"  # auto | vllm | hf
-    rollout_batch_size: int = 256  # completions per GRPO step
-    group_size: int = 8
-    temperature: float = 1.0
-    top_p: float = 1.0
-    min_tokens: int = 4
-    max_tokens: int = 32
-    stop: list[str] = field(default_factory=lambda: ["</answer>"])
-    # transformers backend: sequences per generate call (bounds its KV cache on a GPU)
-    generation_batch_size: int = 256
-    vllm: VLLMConfig = field(default_factory=VLLMConfig)
-
-
-@dataclass
-class LossConfig:
-    loss_type: str = "grpo_clip"  # no_baseline | reinforce_with_baseline | grpo_clip | grpo_no_clip
-    length_normalization: str = "mean"  # mean | constant | microbatch | token (grpo/train_step.py)
-    use_std_normalization: bool = True
-    advantage_eps: float = 1e-6
-    cliprange: float = 0.2
-    cliprange_high: float | None = None  # clip-higher (DAPO); None = symmetric
-    importance_level: str = "token"  # token | sequence (GSPO)
-    kl_beta: float = 0.0  # k3 KL penalty to the initial policy; 0 = off (no reference model kept)
-
-
-@dataclass
-class OptimizerConfig:
-    name: str = "adamw"  # adamw | adamw8bit (bitsandbytes, GPU)
-    lr: float = 3e-4
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
-    weight_decay: float = 0.0
-    warmup_steps: int = 10  # linear warm-up, in warmup_unit steps
-    # What warmup_steps and the cosine horizon count: optimizer_step (one per update) or
-    # grpo_step (one per rollout batch, as the seed counted them).
-    warmup_unit: str = "optimizer_step"
-    lr_schedule: str = "cosine"  # constant (the seed's GPU runs) | cosine (decay to min_lr_ratio)
-    min_lr_ratio: float = 0.1
-    max_grad_norm: float = 1.0
-
-
-@dataclass
-class LoopConfig:
-    n_grpo_steps: int = 100
-    epochs_per_rollout_batch: int = 1
-    train_batch_size: int = 256  # rollouts per optimizer step
-    gradient_accumulation_steps: int = 8  # microbatch = train_batch_size / this
-
-
-@dataclass
-class EvalConfig:
-    every: int = 10  # GRPO steps between evals; 0 = only at start and end
-    subset: int = 512
-    subset_seed: int = 0
-    batch_size: int = 256
-    greedy: bool = True  # the tiny default evaluates greedily; the GPU presets sample
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_tokens: int = 32
-    at_start: bool = True
-
-
-@dataclass
-class CheckpointConfig:
-    every: int = 50  # GRPO steps; the last step is always saved
-    keep_last: int = 1
-    keep_best: int = 1  # by eval accuracy
-    dir: str = "outputs/runs"
-
-
-@dataclass
-class LoggingConfig:
-    samples_per_step: int = 4  # completions stored in the registry per GRPO step
-    live: bool = True  # the rich live view; off for sweeps' child processes and CI logs
-
-
-@dataclass
-class RuntimeConfig:
-    device: str = "auto"  # auto | cpu | cuda
-    # torch threads on CPU; 0 = grpoctl's rule (grpoctl/train/threads.py): 1 for a model
-    # under 50M parameters, else one per core, capped by $GRPOCTL_THREADS. Not part of a
-    # run's identity: it changes how fast a run goes, not what it computes.
-    threads: int = 0
-    cache_dir: str = "outputs/cache"  # the tiny warm-start lives here
-    # What the first SIGINT/SIGTERM does: finish_step (finish the step in flight, then
-    # checkpoint) | checkpoint_now (abandon a step that has not updated the weights yet,
-    # checkpoint the last completed one). The grace period must cover what is left.
-    on_signal: str = "finish_step"
-
-
-@dataclass
-class Config:
-    name: str | None = None  # run name; generated when unset
-    group: str | None = None  # sweep / ablation the run belongs to
-    variant: str | None = None
-    seed: int = 0
-    model: ModelConfig = field(default_factory=ModelConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    prompt: PromptConfig = field(default_factory=PromptConfig)
-    rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    loss: LossConfig = field(default_factory=LossConfig)
-    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
-    loop: LoopConfig = field(default_factory=LoopConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    logging: LoggingConfig = field(default_factory=LoggingConfig)
-    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
-
 
 # Short names accepted by `sweep` and on the command line (`lr=1e-5`).
 ALIASES = {
@@ -262,7 +83,7 @@ def resolve_key(key: str) -> str:
     """Map a short alias (`lr`) to its dotted path (`optimizer.lr`); check the path exists."""
     path = ALIASES.get(key, key)
     node: Any = _key_tree()
-    seen = []
+    seen: list[str] = []
     for part in path.split("."):
         if not isinstance(node, dict) or part not in node:
             where = ".".join(seen) or "the top level"
@@ -331,7 +152,7 @@ def apply_overrides(cfg: DictConfig, overrides: list[str] | tuple[str, ...]) -> 
 def from_dict(data: dict) -> DictConfig:
     """Rebuild a validated config from a stored resolved config (for --resume and --from)."""
     try:
-        cfg = OmegaConf.merge(OmegaConf.structured(Config), data)
+        cfg = cast(DictConfig, OmegaConf.merge(OmegaConf.structured(Config), data))
         OmegaConf.resolve(cfg)
     except OmegaConfBaseException as exc:
         raise UserError(_one_line(exc)) from None
@@ -424,7 +245,9 @@ class DerivedSizes:
     off_policy: bool
 
 
-def derived_sizes(cfg: DictConfig) -> DerivedSizes:
+def derived_sizes(cfg: Config) -> DerivedSizes:
+    """The sizes that follow from a config. `cfg` is typed as the tree it was built from
+    (a DictConfig of it reads the same), so the type gate checks every key read here."""
     r, loop = cfg.rollout, cfg.loop
     return DerivedSizes(
         prompts_per_rollout_batch=r.rollout_batch_size // r.group_size,

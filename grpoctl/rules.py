@@ -1,9 +1,10 @@
 """The project's rules and vocabularies, each written once, for every module to import.
 
-What a config key may be set to, which keys make a run what it is (and its hash), how a
-nested config flattens, what "auto" means for the device, dtype and rollout backend,
-which reward goes with which template, when a run is off-policy, which eval is a run's
-headline accuracy, the colour of each status, and how numbers are written in tables.
+What a config key may be set to, what "auto" means for the device, dtype and rollout
+backend, which reward goes with which template, when a run is off-policy, and which
+eval is a run's headline accuracy. A run's identity (which keys it is hashed by) is
+grpoctl/run_identity.py; how numbers and values are written is grpoctl/formatting.py.
+Both are re-exported here, so `from grpoctl.rules import config_hash` keeps working.
 
 No torch, no omegaconf, nothing heavy: `runs`, `compare` and the sweep planner import
 this at start-up.
@@ -11,12 +12,27 @@ this at start-up.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
-import json
-import math
-from collections.abc import Mapping
-from typing import Any
+
+# Re-exported for the modules and scripts that import them from here (their homes are these).
+from grpoctl.formatting import (  # noqa: F401
+    STATUS_STYLES,
+    GiB,
+    MiB,
+    format_bytes,
+    format_config_value,
+    format_count,
+    format_number,
+)
+from grpoctl.run_identity import (  # noqa: F401
+    HASH_EXCLUDED,
+    NEUTRAL_DEFAULTS,
+    config_hash,
+    flatten,
+    hashed_items,
+    variant_hash,
+    variant_items,
+)
 
 # --------------------------------------------------------------------------- vocabularies
 
@@ -56,15 +72,6 @@ NULL_MEANS = {"data.eval_source": "the same as data.source"}
 RUN_STATUSES = ("running", "finished", "failed", "diverged", "interrupted")
 SHOWN_STATUSES = (*RUN_STATUSES, "stale")
 ENDED_BADLY = ("failed", "diverged")  # a sweep retries these on request; plots draw them dashed
-STATUS_STYLES = {
-    "running": "cyan",
-    "finished": "green",
-    "failed": "red",
-    "diverged": "magenta",
-    "interrupted": "yellow",
-    "stale": "yellow",
-}
-
 # --------------------------------------------------------------------------- what goes with what
 
 
@@ -121,98 +128,6 @@ def resolve_backend(backend: str, vllm_is_installed: bool) -> str:
     return backend
 
 
-# --------------------------------------------------------------------------- run identity
-
-
-def flatten(tree: Mapping, prefix: str = "") -> dict[str, Any]:
-    """{'loss': {'loss_type': 'x'}} -> {'loss.loss_type': 'x'}. An empty section has no keys."""
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            out.update(flatten(value, path + "."))
-        else:
-            out[path] = value
-    return out
-
-
-# Keys that do not change what a run computes: they name it (name, group, variant), say
-# where its files go or how it is shown (checkpoint.*, runtime.cache_dir, logging.*), or
-# change only its speed (runtime.threads, eval.batch_size). A key ending in "." covers
-# its whole section.
-HASH_EXCLUDED = (
-    "name",
-    "group",
-    "variant",
-    "checkpoint.",
-    "runtime.threads",
-    "runtime.cache_dir",
-    "logging.",
-    "eval.batch_size",
-)
-# Config keys added AFTER this definition of the hash (identity v2), each with the value
-# that keeps the behaviour runs had before the key existed. At that value the key is left
-# out of the hash, so adding it changes no existing run's identity and sweeps keep finding
-# their members; at any other value it is part of the hash. Adding a key to the config
-# means adding it here (tests/test_run_identity.py checks that every key is accounted for).
-NEUTRAL_DEFAULTS: dict[str, Any] = {
-    "runtime.on_signal": "finish_step",  # how a stop request is met; finish_step is what runs did
-    "data.eval_source": None,  # evaluate in data.source's format, as every run did
-    "data.eval_question_field": None,  # ... with data.question_field
-    "data.eval_answer_field": None,  # ... and data.answer_field
-    "optimizer.warmup_unit": "optimizer_step",  # the schedule counted updates, as every run did
-}
-
-
-def _plain(config: Any) -> dict:
-    """A plain dict of `config` (an OmegaConf DictConfig is converted; omegaconf is then loaded already)."""
-    if isinstance(config, dict):
-        return config
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_container(config, resolve=True)  # type: ignore[return-value]
-
-
-def hashed_items(config: Any) -> dict[str, Any]:
-    """The flattened keys and values that define a run: what `config_hash` hashes."""
-    excluded_sections = tuple(k for k in HASH_EXCLUDED if k.endswith("."))
-    items = {}
-    for key, value in flatten(_plain(config)).items():
-        if key in HASH_EXCLUDED or key.startswith(excluded_sections):
-            continue
-        if key in NEUTRAL_DEFAULTS and value == NEUTRAL_DEFAULTS[key]:
-            continue
-        items[key] = value
-    return items
-
-
-def _digest(items: dict[str, Any]) -> str:
-    blob = json.dumps(items, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def config_hash(config: Any) -> str:
-    """The identity of a run: a hash of the keys that change what it computes.
-
-    A pure function of the resolved config (a DictConfig or its plain dict). Excluded
-    are the keys in HASH_EXCLUDED; keys added to the config later are dropped while at
-    their neutral default (NEUTRAL_DEFAULTS), so a new option never renames old runs.
-    The registry's migration 0002 holds a frozen copy of this definition, to rewrite
-    the hashes that the earlier definition stored; changing it again needs a migration.
-    """
-    return _digest(hashed_items(config))
-
-
-def variant_items(config: Any) -> dict[str, Any]:
-    """What makes runs the same variant: the hashed keys but the seed."""
-    return {k: v for k, v in hashed_items(config).items() if k != "seed"}
-
-
-def variant_hash(config: Any) -> str:
-    """Runs that differ only by their seed share it: `compare` folds them into one row."""
-    return _digest(variant_items(config))
-
-
 # --------------------------------------------------------------------------- headline accuracy
 
 # (step, accuracy, problems evaluated; None when not recorded)
@@ -236,45 +151,3 @@ def headline_accuracy(curve: list[EvalPoint], at_step: int | None = None) -> Eva
     """A run's accuracy: the last point of its eval curve (at or before `at_step`)."""
     eligible = [point for point in curve if at_step is None or point[0] <= at_step]
     return eligible[-1] if eligible else None
-
-
-# --------------------------------------------------------------------------- how numbers are written
-
-MiB, GiB = 2**20, 2**30
-
-
-def format_number(value: float | None, digits: int = 3) -> str:
-    """A figure in a table: `digits` decimals from 0.001 up to a million (so a column of
-    accuracies lines up), `digits` significant digits with an exponent beyond (learning
-    rates, byte counts); "-" for none, and nan or inf as such."""
-    if value is None:
-        return "-"
-    if not math.isfinite(value):
-        return str(value)
-    if value != 0 and not 1e-3 <= abs(value) < 1e6:
-        return f"{value:.{digits}g}"
-    return f"{value:.{digits}f}"
-
-
-def format_config_value(value: Any) -> str:
-    """A config value as a person writes it: 3e-5 (not 3e-05 or 0.00003), 0.2, true, grpo_clip, -."""
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        if value != 0 and abs(value) < 0.01:
-            mantissa, exponent = f"{value:.6e}".split("e")
-            return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
-        return f"{value:g}"
-    return str(value)
-
-
-def format_bytes(n: float) -> str:
-    """A memory size: 2 decimals in GiB from 1 GiB, else 1 decimal in MiB."""
-    return f"{n / GiB:.2f} GiB" if n >= GiB else f"{n / MiB:.1f} MiB"
-
-
-def format_count(n: int) -> str:
-    """A parameter count: 1.54B, 0.432M."""
-    return f"{n / 1e9:.3g}B" if n >= 1e9 else f"{n / 1e6:.3g}M"

@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 
 from grpoctl.analysis import findings as F  # noqa: E402
 from grpoctl.analysis import stats  # noqa: E402
-from grpoctl.analysis.compare import build_compare_table  # noqa: E402
+from grpoctl.analysis.compare import build_compare_table, family_results  # noqa: E402
 from grpoctl.errors import UserError  # noqa: E402
 from grpoctl.registry import Registry  # noqa: E402
 
@@ -424,7 +424,7 @@ def main() -> int:
                 tables[study] = build_compare_table(registry, [study])
             except UserError as exc:
                 print(f"warning: {study}: {exc}", file=sys.stderr)
-        results, tables = F.family_results(registry, declared, tables)
+        results, tables = family_results(registry, declared, tables)
         if not args.no_reports:
             from grpoctl.cli.report_view import write_report
 

@@ -218,11 +218,12 @@ def test_compare_json_tests_the_page_family():
 
 @pytest.mark.slow
 def test_the_sft_and_length_findings_are_untestable_by_their_rules():
+    from grpoctl.analysis.compare import family_results
     from grpoctl.registry import Registry
 
     with Registry(str(REGISTRY), readonly=True) as registry:
         declared = [f for spec in F.family_specs(PAGE) for f in F.read_findings(spec)[1]]
-        results = {r.finding.id: r for r in F.family_results(registry, declared)[0]}
+        results = {r.finding.id: r for r in family_results(registry, declared)[0]}
     sft = results["sft-early-checkpoint-beats-final"]
     # warmstart_100's first step: train/zero_std_group_fraction 0.9375, 1.0, 0.96875 over seeds -> 3.1% mixed
     assert not sft.testable and sft.rule_value == pytest.approx(1 - 0.96875)

@@ -16,7 +16,7 @@ import yaml
 from grpoctl.config import load_config
 from grpoctl.errors import UserError
 from grpoctl.rules import config_hash
-from grpoctl.sweep.spec import ablation, format_value, override_text, param_sweep, parse_seeds, parse_values
+from grpoctl.sweep.spec import ablation, label_value, override_text, param_sweep, parse_seeds, parse_values
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments"
@@ -93,8 +93,8 @@ def test_a_sweep_over_null_plans_a_run_per_value():
 
 
 def test_values_read_well_and_round_trip_through_overrides():
-    assert [format_value(v) for v in parse_values("1e-6..1e-4")] == ["1e-6", "3e-6", "1e-5", "3e-5", "1e-4"]
-    assert format_value(0.2) == "0.2" and format_value(True) == "true"
+    assert [label_value(v) for v in parse_values("1e-6..1e-4")] == ["1e-6", "3e-6", "1e-5", "3e-5", "1e-4"]
+    assert label_value(0.2) == "0.2" and label_value(True) == "true"
     for value in ("grpo_clip", "true", "null", "a: b", "lr=3e-5"):  # strings stay strings
         assert load_config(None, [f"variant={override_text(value)}"]).variant == value
     assert load_config(None, [f"optimizer.lr={override_text(3e-5)}"]).optimizer.lr == 3e-5

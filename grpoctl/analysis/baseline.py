@@ -23,12 +23,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from statistics import mean
-from typing import TYPE_CHECKING
 
 from grpoctl.analysis import stats
+from grpoctl.rules import EvalPoint
 
-if TYPE_CHECKING:
-    from grpoctl.analysis.compare import Row
+Curve = list[EvalPoint]  # one run's evals, in step order
 
 LAST_K = 3
 ONE_SEED = "one seed per arm: this rests on eval noise alone, not on how much seeds differ"
@@ -74,9 +73,7 @@ class BaselineComparison:
     tested: int  # comparisons in the Holm family
 
 
-def last_evals(
-    evals: list[tuple[int, float, int | None]], k: int, at_step: int | None = None
-) -> tuple[float, int | None] | None:
+def last_evals(evals: Curve, k: int, at_step: int | None = None) -> tuple[float, int | None] | None:
     """(mean accuracy of the last k evals at or before at_step, problems in the last one).
     The eval before any training (step 0) joins the mean only when it is the only one:
     a run evaluated at its start and end has one trained eval, not two."""
@@ -89,16 +86,17 @@ def last_evals(
     return mean(acc for _, acc, _ in tail), tail[-1][2]
 
 
-def arm(row: Row, last_k: int, at_step: int | None) -> Arm:
+def arm(curves: list[Curve], last_k: int, at_step: int | None) -> Arm:
+    """One variant's numbers from the eval curves of its runs (one per seed)."""
     out = Arm()
-    for rd in row.runs:
-        last = last_evals(rd.evals, last_k, at_step)
+    for evals in curves:
+        last = last_evals(evals, last_k, at_step)
         if last is None:
             continue
         out.measure.append(last[0])
         out.sizes.append(last[1])
         if at_step is None:
-            trained = [acc for step, acc, _ in rd.evals if step > 0]  # step 0 is no one's best
+            trained = [acc for step, acc, _ in evals if step > 0]  # step 0 is no one's best
             if trained:
                 out.best.append(max(trained))
     return out
@@ -155,18 +153,21 @@ def _against(out: Versus, a: Arm, base: Arm) -> None:
 
 
 def compare_to_baseline(
-    rows: list[Row], baseline: str, source: str, last_k: int = LAST_K, at_step: int | None = None
+    curves: dict[str, list[Curve]], baseline: str, source: str, last_k: int = LAST_K, at_step: int | None = None
 ) -> BaselineComparison:
-    """Every row against the row labelled `baseline`, Holm-corrected across the study."""
-    arms = {row.label: arm(row, last_k, at_step) for row in rows}
+    """Every variant against the one labelled `baseline`, Holm-corrected across the study.
+
+    curves: variant label -> the eval curves of its runs, in the table's order.
+    """
+    arms = {label: arm(runs, last_k, at_step) for label, runs in curves.items()}
     base = arms[baseline]
     out = []
-    for row in rows:
-        versus = _describe(row.label, arms[row.label])
-        if row.label == baseline:
+    for label in curves:
+        versus = _describe(label, arms[label])
+        if label == baseline:
             versus.verdict = "baseline"
         else:
-            _against(versus, arms[row.label], base)
+            _against(versus, arms[label], base)
         out.append(versus)
     tested = [v for v in out if v.diff is not None]
     for versus, p in zip(tested, stats.holm([v.diff.p for v in tested]), strict=True):

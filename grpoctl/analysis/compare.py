@@ -27,10 +27,11 @@ from typing import Any
 
 from grpoctl import metrics
 from grpoctl.analysis.baseline import LAST_K, BaselineComparison, compare_to_baseline
-from grpoctl.analysis.health import HEALTH_METRICS, Flag, Series, run_flags
+from grpoctl.analysis.health import HEALTH_METRICS, Flag, Series, grad_norm_measure, run_flags
 from grpoctl.errors import UserError
 from grpoctl.registry import Registry, Run, effective_status
-from grpoctl.rules import EvalPoint, headline_accuracy, variant_hash, variant_items
+from grpoctl.rules import EvalPoint, headline_accuracy
+from grpoctl.run_identity import variant_hash, variant_items
 
 # The only metrics fetched whole (everything else is aggregated in SQL).
 SERIES_METRICS = HEALTH_METRICS
@@ -46,7 +47,7 @@ EVAL_FIELDS = {
 
 
 @dataclass
-class RunData:
+class ComparedRun:
     """One run with what compare needs of it."""
 
     run: Run
@@ -74,7 +75,7 @@ class Stat:
 @dataclass
 class Row:
     label: str
-    runs: list[RunData]
+    runs: list[ComparedRun]
     config: dict[str, Any]  # short key -> value, only the keys that differ
     values: dict[str, Stat]  # column key -> stat
     status: str
@@ -140,14 +141,14 @@ def resolve_runs(registry: Registry, refs: list[str]) -> tuple[str, list[Run], l
 # --------------------------------------------------------------------------- loading
 
 
-def load_run_data(registry: Registry, runs: list[Run], extra_metric: str | None = None) -> list[RunData]:
+def load_compared_runs(registry: Registry, runs: list[Run], extra_metric: str | None = None) -> list[ComparedRun]:
     """Configs, the health series, evals, s/step and peak memory of `runs`."""
     names = list(SERIES_METRICS) + ([extra_metric] if extra_metric not in (None, *SERIES_METRICS) else [])
     summaries = registry.run_summaries([r.id for r in runs], names)
     data = []
     for run in runs:
         config, summary = json.loads(run.config), summaries[run.id]
-        rd = RunData(
+        rd = ComparedRun(
             run,
             effective_status(run),
             variant_items(config),
@@ -178,24 +179,11 @@ def _at(points: list, step: int | None):
     return eligible[-1] if eligible else None
 
 
-def grad_norm_measure(series: list, at_step: int | None = None) -> float | None:
-    """The one gradient-norm measure (compare's column, the report, the findings): the
-    mean of a run's per-step train/grad_norm up to `at_step`. One step's value swings
-    with its batch; the mean over steps is what "lower gradient norms" means. NaN when
-    any step's norm is not finite: such a run has no meaningful mean (JSON: null)."""
-    values = [v for s, v in series if at_step is None or s <= at_step]
-    if not values:
-        return None
-    if not all(v is not None and math.isfinite(v) for v in values):
-        return math.nan
-    return math.fsum(values) / len(values)
-
-
 def _binomial_se(p: float, n: int | None) -> float | None:
     return math.sqrt(max(p * (1 - p), 0.0) / n) if n else None
 
 
-def run_values(rd: RunData, at_step: int | None, metric: str) -> dict[str, tuple[float, float | None]]:
+def run_values(rd: ComparedRun, at_step: int | None, metric: str) -> dict[str, tuple[float, float | None]]:
     """{column: (value, standard error or None)} for one run."""
     out: dict[str, tuple[float, float | None]] = {}
     final = headline_accuracy(rd.evals, at_step)
@@ -241,7 +229,7 @@ def _fold(values: list[tuple[float, float | None]]) -> Stat:
     return Stat(mean(xs), sd=sd, se=max(sd / math.sqrt(len(xs)), floor), k=len(xs))
 
 
-def _status(runs: list[RunData]) -> str:
+def _status(runs: list[ComparedRun]) -> str:
     counts: dict[str, int] = defaultdict(int)
     for rd in runs:
         counts[rd.status] += 1
@@ -250,7 +238,7 @@ def _status(runs: list[RunData]) -> str:
     return ", ".join(f"{n} {s}" for s, n in counts.items())
 
 
-def _row_flags(members: list[RunData]) -> list[str]:
+def _row_flags(members: list[ComparedRun]) -> list[str]:
     """`entropy collapse@12` for one run; `entropy collapse@12 (2/3 seeds)` for a fold,
     with the earliest step among the seeds that show it."""
     if len(members) == 1:
@@ -281,7 +269,7 @@ def _short_names(keys: list[str]) -> dict[str, str]:
     return out
 
 
-def _eval_warnings(runs: list[RunData], differing: list[str]) -> list[str]:
+def _eval_warnings(runs: list[ComparedRun], differing: list[str]) -> list[str]:
     """One line per eval setting that is not the same for every run."""
     lines = []
     for name, config_prefix in EVAL_FIELDS.items():
@@ -347,7 +335,7 @@ def build_compare_table(
     title, runs, notes, member_labels = resolve_runs(registry, refs)
     if not runs:
         raise UserError(f"'{title}' has no runs yet")
-    data = load_run_data(registry, runs, metric)
+    data = load_compared_runs(registry, runs, metric)
 
     differing = sorted(
         k
@@ -356,7 +344,7 @@ def build_compare_table(
     )
     short = _short_names(differing)
 
-    folds: dict[str, list[RunData]] = {}
+    folds: dict[str, list[ComparedRun]] = {}
     for rd in data:
         folds.setdefault(rd.fold, []).append(rd)
     rows = []
@@ -395,7 +383,8 @@ def build_compare_table(
     table = CompareTable(title, rows, short, columns, rank_by, warnings, at_step)
     chosen, source, table.baseline_note = _baseline(registry, refs, rows, baseline)
     if chosen is not None and len(rows) > 1:
-        table.versus = compare_to_baseline(rows, chosen, source, last_k, at_step)
+        curves = {row.label: [rd.evals for rd in row.runs] for row in rows}
+        table.versus = compare_to_baseline(curves, chosen, source, last_k, at_step)
         if metric == metrics.EVAL_ACCURACY:
             _star_by_verdict(table)
     _findings(registry, refs, table, findings, at_step, baseline, last_k)
@@ -447,7 +436,22 @@ def _findings(registry: Registry, refs: list[str], table: CompareTable, path: st
         if path is not None:  # asked for, and nothing to show: say so rather than print nothing
             table.warnings.append(f"{path} declares no findings of {refs[0]}: no family to test")
         return
-    results, _ = F.family_results(registry, declared, {refs[0]: table})
+    results, _ = family_results(registry, declared, {refs[0]: table})
     size = sum(r.p_family is not None for r in results)
     table.findings = [r for r in results if r.finding.study == refs[0]]
     table.family = {"declared_in": where, "findings": len(declared), "tested": size}
+
+
+def family_results(registry: Registry, findings: list, tables: dict | None = None) -> tuple[list, dict]:
+    """Every finding of one family (analysis.findings.Finding) measured on the registry,
+    Holm over the testable ones; `tables` (study -> CompareTable) are reused and completed."""
+    from grpoctl.analysis.findings import measure_family
+
+    tables = dict(tables or {})
+    for study in dict.fromkeys(f.study for f in findings):
+        if study not in tables:
+            try:
+                tables[study] = build_compare_table(registry, [study])
+            except UserError:  # not run: its findings say so
+                continue
+    return measure_family(registry, findings, tables), tables

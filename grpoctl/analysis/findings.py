@@ -59,7 +59,9 @@ from typing import Any
 from grpoctl import metrics
 from grpoctl.analysis import stats
 from grpoctl.analysis.baseline import LAST_K, last_evals
+from grpoctl.analysis.health import grad_norm_measure
 from grpoctl.errors import UserError
+from grpoctl.sweep.spec_file import read_spec
 
 MEASURES = {
     "plateau": f"mean of the last {LAST_K} evals",
@@ -195,10 +197,8 @@ def _parse_rule(raw: Any, at: str) -> Rule:
 
 def read_findings(path: str | Path) -> tuple[str, list[Finding]]:
     """A study spec's name and its declared findings (checked as `grpoctl sweep` checks them)."""
-    from grpoctl.sweep.spec import _read_spec
-
     path = Path(path)
-    data = _read_spec(path)
+    data = read_spec(path)
     name = str(data.get("name") or path.stem)
     variants = [str(v) for v in (data.get("variants") or {})]
     baseline = data.get("baseline")
@@ -227,9 +227,7 @@ def run_measure(measure: str, evals: list, grad_norm: list, after_step: int = 1)
 
 
 def grad_norm_mean(series: list) -> float | None:
-    """The one gradient-norm measure, compare's (analysis/compare.py); None when not finite."""
-    from grpoctl.analysis.compare import grad_norm_measure
-
+    """The one gradient-norm measure, compare's (analysis/health.py); None when not finite."""
     value = grad_norm_measure(series)
     return value if value is not None and math.isfinite(value) else None
 
@@ -253,7 +251,7 @@ class Arm:
     """One variant's runs, as the numbers the findings read."""
 
     label: str
-    runs: list[Any]  # analysis.compare.RunData
+    runs: list[Any]  # analysis.compare.ComparedRun
     extra: dict[int, dict] = field(default_factory=dict)  # run id -> measurements needing more data
 
     def per_seed(self, measure: str, after_step: int = 1) -> list[float]:
@@ -467,10 +465,8 @@ def load_extra(registry, run_ids: list[int]) -> dict[int, dict]:
 def family_specs(path: str | Path) -> list[Path]:
     """The study specs whose findings form one family: a page file lists them
     (`studies: [tiny-lr-sweep.yaml, ...]`, relative to it), a study spec is its own."""
-    from grpoctl.sweep.spec import _read_spec
-
     path = Path(path)
-    data = _read_spec(path)
+    data = read_spec(path)
     studies = data.get("studies")
     if studies is None:
         return [path]
@@ -500,20 +496,15 @@ def stored_findings(spec: dict) -> list[Finding]:
     return []
 
 
-def family_results(registry, findings: list[Finding], tables: dict | None = None) -> tuple[list[Result], dict]:
-    """Every finding of one family measured on the registry, Holm over the testable
-    ones; `tables` (study -> CompareTable) are reused and completed."""
+def measure_family(registry, findings: list[Finding], tables: dict) -> list[Result]:
+    """Every finding of one family measured on the registry, Holm over the testable ones.
+
+    tables: study -> its CompareTable, one for each study that has runs (a study missing
+    from it has not been run, and its findings say so); analysis.compare.family_results
+    builds them.
+    """
     import json
 
-    from grpoctl.analysis.compare import build_compare_table
-
-    tables = dict(tables or {})
-    for study in dict.fromkeys(f.study for f in findings):
-        if study not in tables:
-            try:
-                tables[study] = build_compare_table(registry, [study])
-            except UserError:  # not run: its findings say so
-                continue
     run_ids = [rd.run.id for t in tables.values() for row in t.rows for rd in row.runs]
     extra = load_extra(registry, list(dict.fromkeys(run_ids)))
     max_tokens = {}
@@ -521,4 +512,4 @@ def family_results(registry, findings: list[Finding], tables: dict | None = None
         runs = [rd for row in t.rows for rd in row.runs]
         if runs:
             max_tokens[study] = json.loads(runs[0].run.config).get("rollout", {}).get("max_tokens")
-    return evaluate(tables, findings, extra, max_tokens), tables
+    return evaluate(tables, findings, extra, max_tokens)

@@ -271,3 +271,16 @@ def run_flags(
     if status == "diverged":
         flags.append(Flag("diverged", max(last_step or 0, 0), error or "the trainer stopped it"))
     return sorted(flags, key=lambda f: f.step)
+
+
+def grad_norm_measure(series: list, at_step: int | None = None) -> float | None:
+    """The one gradient-norm measure (compare's column, the report, the findings): the
+    mean of a run's per-step train/grad_norm up to `at_step`. One step's value swings
+    with its batch; the mean over steps is what "lower gradient norms" means. NaN when
+    any step's norm is not finite: such a run has no meaningful mean (JSON: null)."""
+    values = [v for s, v in series if at_step is None or s <= at_step]
+    if not values:
+        return None
+    if not all(v is not None and math.isfinite(v) for v in values):
+        return math.nan
+    return math.fsum(values) / len(values)

@@ -1,8 +1,10 @@
 """The `grpoctl` command line: thin wrappers that parse flags and call the library.
 
-Each command module registers itself on `app`. Heavy imports (torch, transformers,
-matplotlib) happen inside the commands that need them, so `grpoctl runs` and
-`grpoctl compare` start fast.
+Each command module registers its commands on the app (`register(app)`), and is
+imported only when its command runs (cli/lazy.py), so `grpoctl --help` and
+`--version` import no registry, torch, scipy or matplotlib. Heavy imports (torch,
+transformers, matplotlib) happen inside the commands that need them, so `grpoctl runs`
+and `grpoctl compare` start fast too.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Annotated
 import typer
 
 import grpoctl
+from grpoctl.cli.lazy import LazyGroup
 from grpoctl.errors import UserError
 
 try:  # typer >= 0.29 carries its own copy of click (and no longer needs click itself)
@@ -22,8 +25,34 @@ except ImportError:  # older typer raises click's own exceptions
 # Raised (in non-standalone mode) when a group is called with no subcommand.
 NoArgsIsHelpError = getattr(click_errors, "NoArgsIsHelpError", ())
 
+# Every command, in --help's order: the module that registers it, and its one-line help
+# (the first paragraph of its own; tests/test_cli_startup.py checks that they agree).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "train": (
+        "grpoctl.cli.train",
+        "Run GRPO. CONFIG is a yaml diff from the defaults; key=value overrides follow (dotted paths or short "
+        "aliases: lr, loss, group_size, steps, ...). With no arguments: the embedded default (tiny model, "
+        "synthetic arithmetic, CPU).",
+    ),
+    "eval": ("grpoctl.cli.train", "Evaluate a checkpoint directory on a deterministic subset and record the result."),
+    "sweep": ("grpoctl.cli.sweep", "Run a sweep or an ablation: every variant a run in the registry, grouped by name."),
+    "compare": (
+        "grpoctl.cli.compare",
+        "Compare runs: the config keys that differ, eval accuracy, speed, health flags, and each variant against "
+        "the baseline (difference, 95% CI, p-value, verdict, seeds needed).",
+    ),
+    "report": (
+        "grpoctl.cli.report",
+        "Write a markdown report of a sweep: what varied, results, each variant against the baseline, curves, health.",
+    ),
+    "runs": ("grpoctl.cli.runs", "List, show and inspect the runs in the registry."),
+    "db": ("grpoctl.cli.db", "The registry's schema: status and upgrade."),
+}
+LazyGroup.lazy_commands = COMMANDS
+
 app = typer.Typer(
     name="grpoctl",
+    cls=LazyGroup,
     help="GRPO for small math LLMs, with every run in an experiment registry.",
     no_args_is_help=True,
     add_completion=False,
@@ -46,21 +75,6 @@ def _options(
     """GRPO for small math LLMs, with every run in an experiment registry."""
 
 
-_registered = False
-
-
-def _register_commands() -> None:
-    # Once per process: in-process callers (the tests) call main() many times.
-    global _registered
-    if _registered:
-        return
-    from grpoctl.cli import compare, db, report, runs, sweep, train
-
-    for module in (train, runs, sweep, compare, report, db):
-        module.register(app)
-    _registered = True
-
-
 def fail(message: str) -> None:
     """Print one line and exit 2: the convention for bad input everywhere in the CLI."""
     typer.echo(f"error: {message}", err=True)
@@ -68,7 +82,6 @@ def fail(message: str) -> None:
 
 
 def main() -> None:
-    _register_commands()
     try:
         # standalone_mode=False: exceptions reach us instead of click printing them its
         # way, and an exit code (typer.Exit, --help) comes back as the return value.

@@ -16,7 +16,7 @@ from typing import Any
 from grpoctl.analysis import stats
 from grpoctl.analysis.baseline import BaselineComparison, Versus
 from grpoctl.analysis.compare import CompareTable, Row, Stat
-from grpoctl.rules import STATUS_STYLES, MiB, format_bytes, format_config_value, format_number
+from grpoctl.formatting import STATUS_STYLES, MiB, format_bytes, format_config_value, format_number
 
 ACCURACY_COLUMNS = ("final_acc", "best_acc")
 STEP_COLUMNS = ("best_step", "metric_step")

@@ -17,7 +17,7 @@ from pathlib import Path
 from statistics import mean, stdev
 
 from grpoctl import metrics
-from grpoctl.analysis.compare import Row, RunData
+from grpoctl.analysis.compare import ComparedRun, Row
 from grpoctl.rules import ENDED_BADLY
 
 THIN_LINES_MAX = 5
@@ -32,7 +32,7 @@ PLOTS = (
 )
 
 
-def run_series(rd: RunData, metric: str) -> list[tuple[int, float]]:
+def run_series(rd: ComparedRun, metric: str) -> list[tuple[int, float]]:
     """A run's points for `metric`; eval accuracy from its eval results when it has them."""
     if metric == metrics.EVAL_ACCURACY and rd.evals:
         return [(step, acc) for step, acc, _ in rd.evals]

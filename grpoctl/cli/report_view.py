@@ -18,8 +18,9 @@ from grpoctl.analysis.baseline import LAST_K, BaselineComparison, Versus
 from grpoctl.analysis.compare import CompareTable, Row, build_compare_table
 from grpoctl.cli import compare_view as tables
 from grpoctl.errors import UserError
+from grpoctl.formatting import format_config_value
 from grpoctl.registry import Registry
-from grpoctl.rules import format_config_value, variant_items
+from grpoctl.run_identity import variant_items
 
 
 def default_folder(name: str) -> Path:

@@ -15,8 +15,7 @@ from typing import Annotated
 
 import typer
 
-from grpoctl.cli.options import DbOption
-from grpoctl.cli.runs import RunArgument, _open
+from grpoctl.cli.options import DbOption, RunArgument, open_registry
 from grpoctl.errors import UserError
 from grpoctl.registry import effective_status
 
@@ -37,7 +36,7 @@ def logs(
     db: DbOption = None,
 ) -> None:
     """Show what a sweep member's trainer printed (stored in the registry, wherever it ran)."""
-    registry = _open(db)
+    registry = open_registry(db)
     try:
         name = registry.get_run(run_ref).name
     except UserError:
@@ -81,7 +80,7 @@ def _print(chunks: list[tuple[int, str, str]]) -> int:
 
 def stop(run_ref: RunArgument, db: DbOption = None) -> None:
     """Ask a running run to stop: it finishes its step, checkpoints and ends `interrupted`."""
-    registry = _open(db, write=True)
+    registry = open_registry(db, write=True)
     run = registry.get_run(run_ref)
     status = effective_status(run)
     if status == "stale":

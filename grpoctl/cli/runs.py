@@ -23,16 +23,16 @@ from rich.table import Table
 from rich.text import Text
 
 from grpoctl import metrics
-from grpoctl.cli.options import DbOption
+from grpoctl.cli.options import DbOption, RunArgument, open_registry
 from grpoctl.errors import UserError
+from grpoctl.formatting import STATUS_STYLES, format_number
 from grpoctl.registry import Registry, Run, effective_status
 from grpoctl.registry.models import utcnow
-from grpoctl.rules import SHOWN_STATUSES, STATUS_STYLES, flatten, format_number, headline_accuracy
+from grpoctl.rules import SHOWN_STATUSES, headline_accuracy
+from grpoctl.run_identity import flatten
 
 runs_app = typer.Typer(help="List, show and inspect the runs in the registry.", no_args_is_help=True)
 console = Console()
-
-RunArgument = Annotated[str, typer.Argument(metavar="RUN", help="Run id, name, or a unique prefix of its name.")]
 
 REWARD_METRIC = metrics.REWARD  # the mean reward over a step's rollouts, as the trainer names it
 
@@ -42,12 +42,6 @@ def register(app: typer.Typer) -> None:
 
     run_control.add_commands(runs_app)
     app.add_typer(runs_app, name="runs")
-
-
-def _open(db: str | None, write: bool = False) -> Registry:
-    # Reading must not create an empty registry.db as a side effect of a typo'd --db, and
-    # opens read-only (so it works on a registry the user may only read).
-    return Registry(db, must_exist=True, readonly=not write)
 
 
 # ---- formatting ---------------------------------------------------------------------
@@ -125,7 +119,7 @@ def list_runs(
         raise UserError(f"unknown status '{status}' (expected one of {', '.join(SHOWN_STATUSES)})")
     if limit is not None and limit < 1:
         raise UserError("--limit must be at least 1")
-    registry = _open(db)
+    registry = open_registry(db)
     runs = registry.list_runs(group=group, status=status, tag=tag, limit=limit)
     if not runs:
         filtered = any(x is not None for x in (group, status, tag))
@@ -175,7 +169,7 @@ def show(
     """Show one run: its settings, config diff, last metrics, evals and checkpoints."""
     if format not in ("text", "json"):
         raise UserError(f"--format must be 'text' or 'json', not '{format}'")
-    registry = _open(db)
+    registry = open_registry(db)
     run = registry.get_run(run_ref)
     if format == "json":
         _show_json(registry, run)
@@ -286,7 +280,7 @@ def samples(
         raise UserError(f"--kind must be 'train' or 'eval', not '{kind}'")
     if limit < 1:
         raise UserError("--limit must be at least 1")
-    registry = _open(db)
+    registry = open_registry(db)
     run = registry.get_run(run_ref)
     if step is None:  # the latest step that stored any (of this kind)
         latest = registry.samples(run.id, kind=kind, limit=1)
@@ -321,7 +315,7 @@ def tag(
     db: DbOption = None,
 ) -> None:
     """Tag a run (or untag it with --remove); `runs list --tag` filters on tags."""
-    registry = _open(db, write=True)
+    registry = open_registry(db, write=True)
     run = registry.get_run(run_ref)
     if remove:
         registry.remove_tag(run.id, tag_name)
@@ -345,7 +339,7 @@ def remove(
     db: DbOption = None,
 ) -> None:
     """Delete a run from the registry, with its checkpoints and output directory on disk."""
-    registry = _open(db, write=True)
+    registry = open_registry(db, write=True)
     run = registry.get_run(run_ref)
     paths = [c.path for c in registry.checkpoints(run.id, include_deleted=True)]
     paths += [run.output_dir] if run.output_dir else []

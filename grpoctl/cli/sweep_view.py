@@ -15,8 +15,8 @@ from rich.live import Live
 from rich.table import Table
 
 from grpoctl import metrics
+from grpoctl.formatting import format_number
 from grpoctl.registry import Registry, effective_status
-from grpoctl.rules import format_number
 from grpoctl.sweep.launcher import Watcher
 from grpoctl.sweep.planning import Job, SweepResult, existing_runs
 from grpoctl.sweep.spec import SweepPlan

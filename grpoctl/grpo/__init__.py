@@ -1,7 +1,8 @@
 """The GRPO engine: pure tensor functions, named and shaped as in Stanford CS336 (2025) assignment 5.
 
-Read in this order: tokenization (sequences -> shifted ids and a response mask),
-logprobs (model -> per-token log p and entropy), advantages (rewards -> group-relative
+Start with reference.py: the default step in one function of plain torch. Then, for
+the engine's version with every ablation, read in this order: tokenization (sequences
+-> shifted ids and a response mask), logprobs (model -> per-token log p and entropy), advantages (rewards -> group-relative
 advantages), masked (reductions over the response only), losses (per-token
 policy-gradient losses), train_step (per-token loss -> scalar -> backward).
 """

@@ -36,7 +36,7 @@ def compute_entropy(logits: torch.Tensor) -> torch.Tensor:
 
 
 def get_response_log_probs(
-    model,
+    model: torch.nn.Module,
     input_ids: torch.Tensor,
     labels: torch.Tensor,
     return_token_entropy: bool = False,
@@ -80,7 +80,7 @@ def _entropy_rows(logits: torch.Tensor) -> torch.Tensor:
         )
 
 
-def _checkpointing(model) -> bool:
+def _checkpointing(model: torch.nn.Module) -> bool:
     """Gradient checkpointing is on (transformers then drops a cache passed to the layers)."""
     for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):  # new name first: the old one warns
         if hasattr(type(model), name):
@@ -88,16 +88,18 @@ def _checkpointing(model) -> bool:
     return False
 
 
-def _forward_takes(model, name: str) -> bool:
+def _forward_takes(model: torch.nn.Module, name: str) -> bool:
     return name in inspect.signature(model.forward).parameters
 
 
-def _cache_kwarg(model) -> str:
+def _cache_kwarg(model: torch.nn.Module) -> str:
     """transformers 5.x calls the forward's cache `cache`; older releases `past_key_values`."""
     return "cache" if _forward_takes(model, "cache") else "past_key_values"
 
 
-def _prompt_groups(input_ids: torch.Tensor, response_mask: torch.Tensor):
+def _prompt_groups(
+    input_ids: torch.Tensor, response_mask: torch.Tensor
+) -> tuple[list[int], torch.Tensor, list[int], list[tuple[int, ...]]] | None:
     """Each row's prompt length, response length and distinct-prompt index; None if a row has no response.
 
     Row b's response labels are response_mask[b] (one contiguous run, as
@@ -115,7 +117,7 @@ def _prompt_groups(input_ids: torch.Tensor, response_mask: torch.Tensor):
 
 
 def get_response_log_probs_shared_prompts(
-    model,
+    model: torch.nn.Module,
     input_ids: torch.Tensor,
     labels: torch.Tensor,
     response_mask: torch.Tensor,

@@ -133,7 +133,7 @@ def compute_grpo_no_clip_loss(
     return -ratio * adv, {"clipped": torch.zeros_like(ratio, dtype=torch.bool), "ratio": ratio.detach()}
 
 
-def _require(loss_type: str, **inputs) -> None:
+def _require(loss_type: str, **inputs: object) -> None:
     missing = [name for name, value in inputs.items() if value is None]
     if missing:
         raise ValueError(f"loss_type {loss_type!r} needs {', '.join(inputs)}; missing: {', '.join(missing)}")
@@ -168,6 +168,7 @@ def compute_policy_gradient_loss(
     if importance_level == "sequence" and loss_type in RATIO_FREE_LOSSES:
         raise ValueError(f"importance_level='sequence' needs a ratio: use grpo_clip or grpo_no_clip, not {loss_type!r}")
 
+    metadata: dict[str, torch.Tensor]
     if loss_type == "no_baseline":
         _require(loss_type, raw_rewards=raw_rewards)
         loss, metadata = compute_naive_policy_gradient_loss(raw_rewards, policy_log_probs), {}
@@ -176,6 +177,7 @@ def compute_policy_gradient_loss(
         loss, metadata = compute_naive_policy_gradient_loss(advantages, policy_log_probs), {}
     elif loss_type == "grpo_clip":
         _require(loss_type, advantages=advantages, old_log_probs=old_log_probs, cliprange=cliprange)
+        assert cliprange is not None  # for the type checker: _require refused None
         loss, metadata = compute_grpo_clip_loss(
             advantages,
             policy_log_probs,

@@ -7,6 +7,8 @@ actually sampled. So the core is `collate_prompt_and_output_ids` on ids, and the
 text version is a thin wrapper over it.
 """
 
+from typing import Any
+
 import torch
 
 
@@ -44,7 +46,9 @@ def collate_prompt_and_output_ids(
     }
 
 
-def tokenize_prompt_and_output(prompt_strs: list[str], output_strs: list[str], tokenizer) -> dict[str, torch.Tensor]:
+def tokenize_prompt_and_output(
+    prompt_strs: list[str], output_strs: list[str], tokenizer: Any
+) -> dict[str, torch.Tensor]:
     """Tokenize prompts and outputs separately (no special tokens) and collate them.
 
     Padding uses the tokenizer's pad token, else its eos token.

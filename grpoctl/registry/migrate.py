@@ -7,7 +7,13 @@ import os
 from grpoctl.errors import UserError
 from grpoctl.registry import schema
 from grpoctl.registry.engine import make_engine, resolve_url, sqlite_path
-from grpoctl.registry.open import _inspect, _where, check_sqlite_location, describe_error, open_registry
+from grpoctl.registry.open import (
+    check_sqlite_location,
+    describe_error,
+    inspect_schema,
+    open_registry,
+    printable_location,
+)
 
 
 def describe_status(db: str | None) -> str:
@@ -16,8 +22,8 @@ def describe_status(db: str | None) -> str:
     path = sqlite_path(url)
     if path is not None:
         check_sqlite_location(path, write=False, must_exist=True)
-    state = _inspect(url, path)
-    where = _where(url)
+    state = inspect_schema(url, path)
+    where = printable_location(url)
     if state == schema.HEAD:
         return f"registry {where}: schema revision {state}, up to date with this grpoctl"
     if state == schema.EMPTY:
@@ -58,7 +64,7 @@ def upgrade_registry(db: str | None, paths_root: str | None = None) -> str:
     except Exception as exc:  # a migration's own failure: name it, keep it one line
         raise UserError(describe_error(exc, url)) from None
     engine.dispose()
-    where = _where(url)
+    where = printable_location(url)
     found = report.get("from")
     if report.get("created"):
         found = schema.EMPTY

@@ -158,14 +158,17 @@ def as_user_error(exc: BaseException) -> UserError | None:
 # --------------------------------------------------------------------------- open
 
 
-def _where(url: URL) -> str:
+def printable_location(url: URL) -> str:
+    """Where the registry is, fit to print: the SQLite path, or the URL without its password."""
     path = sqlite_path(url)
     return str(path) if path is not None else public_url(url)
 
 
 def _db_hint(url: URL) -> str:
     return (
-        "" if url.get_backend_name() == "sqlite" and str(sqlite_path(url)) == "registry.db" else f" --db {_where(url)}"
+        ""
+        if url.get_backend_name() == "sqlite" and str(sqlite_path(url)) == "registry.db"
+        else f" --db {printable_location(url)}"
     )
 
 
@@ -184,10 +187,12 @@ def _check_can_write(engine: Engine, url: URL) -> None:
         allowed = conn.execute(text("SELECT has_table_privilege('run', 'INSERT, UPDATE, DELETE')")).scalar()
     if not allowed:
         user = url.username or "(default user)"
-        raise UserError(f"user '{user}' may only read the registry {_where(url)}, and this command writes to it")
+        raise UserError(
+            f"user '{user}' may only read the registry {printable_location(url)}, and this command writes to it"
+        )
 
 
-def _inspect(url: URL, path: Path | None) -> str:
+def inspect_schema(url: URL, path: Path | None) -> str:
     """The registry's schema state, seen through a read-only connection for a SQLite file,
     so that a file we end up refusing is not touched (not even by the WAL pragma)."""
     engine = make_engine(url, read_only=True, probe=True)
@@ -202,7 +207,7 @@ def _inspect(url: URL, path: Path | None) -> str:
 
 def _refusal(state: str, engine: Engine, url: URL) -> None:
     """Raise for states no command may touch: foreign, newer, or a SQLite file with no tables."""
-    where = _where(url)
+    where = printable_location(url)
     if state == schema.FOREIGN:
         with engine.connect() as conn:
             why = schema.describe_foreign(conn)
@@ -222,7 +227,7 @@ def _fixable(state: str, url: URL, write: bool, upgrade: bool) -> None:
     """Raise unless this open may bring `state` (empty or older) to HEAD itself."""
     if state == schema.HEAD:
         return
-    where = _where(url)
+    where = printable_location(url)
     if state == schema.EMPTY:
         if not write:
             raise NoRegistry(
@@ -252,7 +257,7 @@ def check_registry(url: URL, write: bool, must_exist: bool = False) -> None:
         check_sqlite_location(path, write, must_exist)
         if not path.exists():
             return
-    state = _inspect(url, path)
+    state = inspect_schema(url, path)
     _fixable(state, url, write, upgrade=False)
     if write and state == schema.HEAD:
         engine = make_engine(url, read_only=True)
@@ -289,7 +294,7 @@ def open_registry(
                 raise UserError(describe_error(exc, url)) from None
             if report is not None:
                 report["created"] = created
-    state = _inspect(url, path) if path is not None else None
+    state = inspect_schema(url, path) if path is not None else None
     engine = make_engine(url, read_only=not write)
     try:
         if state is None:
@@ -309,7 +314,7 @@ def open_registry(
                 report["backup"] = backup
             elif found != schema.HEAD:  # upgraded by opening it, not by `db upgrade`: say so
                 log.warning(
-                    f"note: upgraded registry {_where(url)} from schema revision {found} to "
+                    f"note: upgraded registry {printable_location(url)} from schema revision {found} to "
                     f"{schema.HEAD} (the registry before: {backup})"
                 )
             state = found
@@ -339,7 +344,7 @@ def _migrate(engine: Engine, url: URL, paths_root: str | None) -> tuple[str, str
         if state == schema.HEAD:
             return state, None
         if state not in schema.REVISIONS and state != schema.EMPTY:
-            raise UserError(schema.newer_message(_where(url), state))
+            raise UserError(schema.newer_message(printable_location(url), state))
         if path is not None and state != schema.EMPTY:
             backup = schema.backup_sqlite(path, state)
         root = paths_root or (str(path.absolute().parent) if path is not None else None)

@@ -27,10 +27,10 @@ from grpoctl.rewards.stats import grading_stats, reset_grading_stats
 
 RewardFn = Callable[[str, str], dict[str, float]]
 
-# The compact r1_zero template changes the prompt, not the response format.
+# One reward per answer format (rules.REWARDS, which prompt.reward is checked against);
+# a template names its format's reward (rules.reward_for_template), not a reward of its own.
 REWARD_FNS: dict[str, RewardFn] = {
     "r1_zero": r1_zero_reward,
-    "r1_zero_compact": r1_zero_reward,
     "question_only": question_only_reward,
 }
 

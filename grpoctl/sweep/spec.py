@@ -26,12 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from omegaconf import OmegaConf
 
 from grpoctl.config import load_config, parse_value, resolve_key, to_dict
 from grpoctl.errors import UserError
-from grpoctl.rules import config_hash
+from grpoctl.formatting import format_config_value
+from grpoctl.run_identity import config_hash, flatten
+from grpoctl.sweep.spec_file import read_spec
 
 # --------------------------------------------------------------------------- value specs
 
@@ -145,19 +146,9 @@ def _round(value: float, digits: int = 6) -> float:
     return float(f"{value:.{digits}g}")
 
 
-def format_value(value: Any) -> str:
-    """How a value reads in a label or a run name: 3e-5, 0.2, true, grpo_clip."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "null"
-    if isinstance(value, float):
-        if value != 0 and abs(value) < 0.01:
-            mantissa, exponent = f"{value:.6e}".split("e")
-            mantissa = mantissa.rstrip("0").rstrip(".")
-            return f"{mantissa}e{int(exponent)}"
-        return f"{value:g}"
-    return str(value)
+def label_value(value: Any) -> str:
+    """How a value reads in a sweep's label or run name: 3e-5, 0.2, true, null."""
+    return format_config_value(value, none="null")
 
 
 def override_text(value: Any) -> str:
@@ -166,19 +157,16 @@ def override_text(value: Any) -> str:
         return "true" if value else "false"
     if value is None:
         return "null"
-    if isinstance(value, float) and float(format_value(value)) == value:
-        return format_value(value)  # 3e-5 reads better on a command line than 3e-05
+    if isinstance(value, float) and float(label_value(value)) == value:
+        return label_value(value)  # 3e-5 reads better on a command line than 3e-05
     if isinstance(value, (int, float)):
         return repr(value)
     if isinstance(value, (list, dict)):
         return json.dumps(value)
     text = str(value)
-    # "true", "null", "1e-5" or "a: b" would read back as something else: quote them.
-    try:
-        same = yaml.safe_load(text) == text
-    except yaml.YAMLError:
-        same = False
-    return text if same else json.dumps(text)
+    # "true", "null", "1e-5" or "a: b" would read back as something else: quote them. The
+    # test is the one value parser itself, so what is left bare is what reads back.
+    return text if parse_value(text) == text else json.dumps(text)
 
 
 def safe_name(text: str) -> str:
@@ -314,7 +302,7 @@ def param_sweep(
     short = path.rsplit(".", 1)[-1] if param == path else param
     name = name or f"{short}-sweep"
     parsed = parse_values(values)
-    labelled = [(f"{short}={format_value(v)}", list(overrides) + [f"{path}={override_text(v)}"]) for v in parsed]
+    labelled = [(f"{short}={label_value(v)}", list(overrides) + [f"{path}={override_text(v)}"]) for v in parsed]
     spec = {
         "param": path,
         "values": values,
@@ -356,7 +344,7 @@ def ablation(
     `baseline:` it is the variant that changes nothing (`plain: {}`), if there is one.
     """
     path = Path(path)
-    data = _read_spec(path)
+    data = read_spec(path)
     variants = data.get("variants")
     if not isinstance(variants, dict) or not variants:
         raise UserError(f"{path}: 'variants' must map each label to its config diff")
@@ -401,18 +389,6 @@ def ablation(
     )
 
 
-def _read_spec(path: Path) -> dict:
-    if not path.is_file():
-        raise UserError(f"no ablation spec at {path}")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise UserError(f"{path}: invalid yaml ({str(exc).splitlines()[0]})") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: expected a mapping with 'base' and 'variants'")
-    return data
-
-
 def _base(value: Any, spec_path: Path, replacement: str | None) -> tuple[str | None, list[str]]:
     """The base config file to pass to every run, or overrides for an inline base."""
     if replacement is not None:
@@ -430,7 +406,7 @@ def _base(value: Any, spec_path: Path, replacement: str | None) -> tuple[str | N
 def _diff_overrides(diff: dict, where: str) -> list[str]:
     """{'loss': {'loss_type': 'x'}, 'lr': 1e-5} -> ['loss.loss_type=x', 'optimizer.lr=1e-05']."""
     out: dict[str, str] = {}
-    for key, value in _leaves(diff):
+    for key, value in flatten(diff).items():
         try:
             path = resolve_key(key)
         except UserError as exc:
@@ -439,12 +415,3 @@ def _diff_overrides(diff: dict, where: str) -> list[str]:
             raise UserError(f"{where}: {path} is set twice")
         out[path] = f"{path}={override_text(value)}"
     return list(out.values())
-
-
-def _leaves(diff: dict, prefix: str = ""):
-    for key, value in diff.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            yield from _leaves(value, path + ".")
-        else:
-            yield path, value

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from grpoctl import metrics
-from grpoctl.rules import MiB
+from grpoctl.formatting import MiB
 
 
 class MemoryTracker:

@@ -14,16 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grpoctl.errors import UserError
-from grpoctl.rules import (  # noqa: F401  (MiB, GiB: memory's units, imported from here too)
-    GiB,
-    MiB,
-    format_bytes,
-    format_count,
-    resolve_backend,
-    resolve_device,
-    resolve_dtype,
-    vllm_installed,
-)
+from grpoctl.formatting import GiB, format_bytes, format_count
+from grpoctl.rules import resolve_backend, resolve_device, resolve_dtype, vllm_installed
 
 # ============================================================================ architecture
 

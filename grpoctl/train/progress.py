@@ -11,7 +11,7 @@ from rich.live import Live
 from rich.table import Table
 
 from grpoctl import metrics
-from grpoctl.rules import format_number
+from grpoctl.formatting import format_number
 
 
 def eta_seconds(recent_step_seconds: list[float], step: int, total: int) -> tuple[float, float]:

@@ -28,7 +28,7 @@ from grpoctl.data.run_data import load_run_data
 from grpoctl.grpo import PolicyGradientLoss
 from grpoctl.registry.claims import ClaimLost
 from grpoctl.rollout import make_backend
-from grpoctl.rules import config_hash
+from grpoctl.run_identity import config_hash
 from grpoctl.train.checkpoint import (
     CheckpointWriteError,
     capture_rng,

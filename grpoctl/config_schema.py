@@ -1,0 +1,278 @@
+"""The configuration tree: every key with its type, its default and its help, once.
+
+Every key has a typed default here, so a yaml file only says what differs (the seed's
+lesson: an ablation variant is a minimal diff, easy to read and to reproduce). Key names
+follow the seed and CS336 (rollout_batch_size, group_size, loss_type, ...).
+
+The defaults are the embedded default: a tiny model on synthetic arithmetic that learns on
+a laptop CPU in minutes. `experiments/rtx4090.yaml` and `experiments/h100.yaml` hold the
+seed's GPU configurations for Qwen2.5-Math-1.5B on MATH.
+
+Each key's help is its `help` metadata, and the README's configuration table is made
+from it (`python scripts/config_table.py --write`; tests/test_config_table.py fails when
+the two drift). Comments here say why a default is what it is. Changing a default
+changes the hash of every run that did not set the key: see run_identity.py.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from typing import Any
+
+
+def key(default: Any, help: str) -> Any:
+    """A config key's default and its one-line help (the README table's row)."""
+    if isinstance(default, list | dict):
+        return field(default_factory=lambda: copy.deepcopy(default), metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
+def section(cls: type) -> Any:
+    """A nested section; its help is its class docstring's first line."""
+    return field(default_factory=cls)
+
+
+@dataclass
+class TinyModelConfig:
+    """The embedded default model: a Qwen2-architecture net with a character tokenizer.
+
+    head_dim = hidden_size / num_attention_heads = 64, which vLLM's CPU kernels accept.
+    """
+
+    hidden_size: int = key(128, "tiny model width")
+    num_hidden_layers: int = key(2, "tiny model depth")
+    num_attention_heads: int = key(2, "attention heads (head_dim = hidden_size / heads)")
+    num_key_value_heads: int = key(1, "key/value heads (grouped-query attention)")
+    intermediate_size: int = key(512, "MLP width")
+
+
+@dataclass
+class WarmStartConfig:
+    """Supervised warm-start of the tiny model on synthetic worked solutions (built once, cached)."""
+
+    # At most: it stops at target_accuracy, usually after 500-900 steps.
+    steps: int = key(1500, "at most this many supervised steps")
+    batch_size: int = key(32, "warm-start batch size")
+    lr: float = key(1e-3, "warm-start learning rate")
+    # GRPO needs a base that is right sometimes (too weak: no reward signal; too strong:
+    # nothing to learn).
+    target_accuracy: float = key(0.36, "stop once greedy accuracy on a held-out probe reaches this")
+    check_every: int = key(25, "steps between probe checks")
+    save_steps: list[int] = key([100, 200], "extra checkpoints kept (`tiny@N` starts from step N: sft-init)")
+
+
+@dataclass
+class ModelConfig:
+    """The policy."""
+
+    path: str = key(
+        "tiny",
+        "`tiny` = the embedded default (built and warm-started by grpoctl); `tiny@N` = its warm-start at "
+        "step N; else a Hugging Face directory or hub id, e.g. Qwen/Qwen2.5-Math-1.5B",
+    )
+    dtype: str = key("auto", "auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16")
+    gradient_checkpointing: bool = key(False, "recompute activations in the backward pass (the 24 GB preset)")
+    tiny: TinyModelConfig = section(TinyModelConfig)
+    warmstart: WarmStartConfig = section(WarmStartConfig)
+
+
+@dataclass
+class SyntheticConfig:
+    """The synthetic arithmetic task."""
+
+    min_digits: int = key(2, "fewest digits per operand")
+    max_digits: int = key(2, "most digits per operand")
+    ops: list[str] = key(["+"], "operators drawn from")
+    num_operands: int = key(2, "operands per problem")
+
+
+@dataclass
+class DataConfig:
+    """Training and eval problems."""
+
+    source: str = key("synthetic", "synthetic | math | gsm8k | jsonl | hub")
+    train_path: str | None = key(None, "jsonl file, or hub dataset name for source=hub")
+    eval_path: str | None = key(None, "jsonl file, or hub dataset name for source=hub")
+    train_split: str = key("train", "the hub dataset's split to train on (source=hub)")
+    eval_split: str = key("test", "the hub dataset's split to evaluate on (source=hub)")
+    question_field: str = key("problem", "the record's key holding the question")
+    answer_field: str = key("answer", "the record's key holding the answer")
+    train_size: int | None = key(None, "cap on training examples (synthetic: how many to draw)")
+    # For training on one dataset and evaluating on another (GSM8K, then MATH500).
+    eval_source: str | None = key(None, "the eval data's own format; null: the same as source")
+    eval_question_field: str | None = key(None, "the eval data's question key; null: question_field")
+    eval_answer_field: str | None = key(None, "the eval data's answer key; null: answer_field")
+    synthetic: SyntheticConfig = section(SyntheticConfig)
+
+
+@dataclass
+class PromptConfig:
+    """The prompt template and its reward."""
+
+    template: str = key(
+        "r1_zero_compact", "a packaged template (r1_zero_compact, r1_zero, question_only) or a path to a file"
+    )
+    reward: str = key("r1_zero", "r1_zero | question_only: must match the template's answer format")
+
+
+@dataclass
+class VLLMConfig:
+    """The vLLM rollout backend."""
+
+    gpu_memory_utilization: float = key(0.3, "share of the GPU vLLM may take")
+    enable_prefix_caching: bool = key(True, "reuse a group's shared prompt")
+    sleep_mode: bool = key(True, "free vLLM's memory during training (CUDA only; off on CPU, with one logged line)")
+    sleep_level: int = key(1, "1: offload the weights; 2: discard them")
+    max_model_len: int = key(2048, "longest prompt + response")
+    cpu_kvcache_space_gb: float = key(1.0, "KV cache size on CPU")
+
+
+@dataclass
+class RolloutConfig:
+    """Sampling the rollouts."""
+
+    backend: str = key("hf", "hf | vllm | auto (vllm when installed)")
+    rollout_batch_size: int = key(256, "completions per GRPO step")
+    group_size: int = key(8, "completions per prompt")
+    temperature: float = key(1.0, "sampling temperature")
+    top_p: float = key(1.0, "nucleus sampling")
+    min_tokens: int = key(4, "fewest new tokens")
+    max_tokens: int = key(32, "most new tokens")
+    stop: list[str] = key(["</answer>"], "stop strings (kept in the response)")
+    # Bounds the transformers backend's KV cache on a GPU.
+    generation_batch_size: int = key(256, "sequences per generate call (hf backend)")
+    vllm: VLLMConfig = section(VLLMConfig)
+
+
+@dataclass
+class LossConfig:
+    """The policy-gradient loss (grpoctl/grpo/)."""
+
+    loss_type: str = key("grpo_clip", "grpo_clip | grpo_no_clip | reinforce_with_baseline | no_baseline")
+    length_normalization: str = key(
+        "mean", "mean | constant | microbatch | token = DAPO's token-mean over each train batch (grpo/train_step.py)"
+    )
+    use_std_normalization: bool = key(True, "divide group advantages by the group's std")
+    advantage_eps: float = key(1e-6, "added to the std before dividing")
+    cliprange: float = key(0.2, "PPO clip range")
+    cliprange_high: float | None = key(None, "upper clip bound (DAPO's clip-higher); null: cliprange")
+    importance_level: str = key("token", "token | sequence (GSPO)")
+    # No reference model is kept at 0.
+    kl_beta: float = key(0.0, "k3 KL penalty to the initial policy; 0: off")
+
+
+@dataclass
+class OptimizerConfig:
+    """The optimizer and the learning-rate schedule."""
+
+    name: str = key("adamw", "adamw | adamw8bit (bitsandbytes, GPU)")
+    lr: float = key(3e-4, "peak learning rate")
+    betas: list[float] = key([0.9, 0.95], "AdamW betas")
+    weight_decay: float = key(0.0, "AdamW weight decay")
+    warmup_steps: int = key(10, "linear warm-up, in warmup_unit steps")
+    warmup_unit: str = key(
+        "optimizer_step",
+        "what warmup_steps and the cosine horizon count: optimizer_step | grpo_step (as the seed counted them)",
+    )
+    lr_schedule: str = key("cosine", "cosine (decay to min_lr_ratio) | constant (the seed's GPU runs)")
+    min_lr_ratio: float = key(0.1, "the cosine's floor, as a share of lr")
+    max_grad_norm: float = key(1.0, "gradient clipping")
+
+
+@dataclass
+class LoopConfig:
+    """The inner loop: how the rollouts are trained on."""
+
+    n_grpo_steps: int = key(100, "GRPO steps (rollout batches) in the run")
+    epochs_per_rollout_batch: int = key(1, "passes over each rollout batch (more than 1: off-policy)")
+    train_batch_size: int = key(256, "rollouts per optimizer step")
+    gradient_accumulation_steps: int = key(8, "microbatches per optimizer step (microbatch = train_batch_size / this)")
+
+
+@dataclass
+class EvalConfig:
+    """Evals on a held-out subset."""
+
+    every: int = key(10, "GRPO steps between evals; 0 = only at start and end")
+    subset: int = key(512, "problems in the eval subset")
+    subset_seed: int = key(0, "which subset")
+    batch_size: int = key(256, "eval problems per generate call")
+    greedy: bool = key(True, "greedy decoding (the tiny default); the GPU presets sample")
+    temperature: float = key(1.0, "sampling temperature when not greedy")
+    top_p: float = key(1.0, "nucleus sampling when not greedy")
+    max_tokens: int = key(32, "most new tokens")
+    at_start: bool = key(True, "also evaluate before the first step (step 0)")
+
+
+@dataclass
+class CheckpointConfig:
+    """Checkpoints and their retention."""
+
+    every: int = key(50, "GRPO steps between checkpoints; the last step is always saved")
+    keep_last: int = key(1, "newest checkpoints kept")
+    keep_best: int = key(1, "best checkpoints kept, by eval accuracy")
+    dir: str = key("outputs/runs", "where checkpoints are written")
+
+
+@dataclass
+class LoggingConfig:
+    """What is shown and stored."""
+
+    samples_per_step: int = key(4, "completions stored in the registry per GRPO step")
+    live: bool = key(True, "the rich live view; off for sweeps' child processes and CI logs")
+
+
+@dataclass
+class RuntimeConfig:
+    """Where and how the run executes (not part of its identity where it changes only its speed)."""
+
+    device: str = key("auto", "auto | cpu | cuda")
+    # Not part of a run's identity: it changes how fast a run goes, not what it computes.
+    threads: int = key(
+        0,
+        "torch threads on CPU; 0 = auto: 1 for a model under 50M parameters, else one per core, capped by "
+        "$GRPOCTL_THREADS (`sweep --parallel K` sets cores / K per run)",
+    )
+    cache_dir: str = key("outputs/cache", "where the tiny warm-start is built")
+    # The grace period must cover what is left of the step.
+    on_signal: str = key(
+        "finish_step",
+        "what the first SIGINT/SIGTERM does: finish_step (finish the step in flight, then checkpoint) | "
+        "checkpoint_now (abandon a step that has not updated the weights, checkpoint the last completed one)",
+    )
+
+
+@dataclass
+class Config:
+    """A run's whole configuration."""
+
+    name: str | None = key(None, "run name; generated when unset")
+    group: str | None = key(None, "sweep / ablation the run belongs to")
+    variant: str | None = key(None, "the run's variant within its group")
+    seed: int = key(0, "seed of sampling, shuffling and initialisation")
+    model: ModelConfig = section(ModelConfig)
+    data: DataConfig = section(DataConfig)
+    prompt: PromptConfig = section(PromptConfig)
+    rollout: RolloutConfig = section(RolloutConfig)
+    loss: LossConfig = section(LossConfig)
+    optimizer: OptimizerConfig = section(OptimizerConfig)
+    loop: LoopConfig = section(LoopConfig)
+    eval: EvalConfig = section(EvalConfig)
+    checkpoint: CheckpointConfig = section(CheckpointConfig)
+    logging: LoggingConfig = section(LoggingConfig)
+    runtime: RuntimeConfig = section(RuntimeConfig)
+
+
+def documented_keys(cls: type = Config, prefix: str = "") -> list[tuple[str, Any, str]]:
+    """(dotted key, default, help) of every key, in the tree's order; a section's keys follow it."""
+    out: list[tuple[str, Any, str]] = []
+    for f in fields(cls):
+        path = f"{prefix}{f.name}"
+        sub = f.type if isinstance(f.type, type) else globals().get(str(f.type))
+        if sub is not None and is_dataclass(sub):
+            out += documented_keys(sub, path + ".")
+            continue
+        default = f.default if f.default_factory is MISSING else f.default_factory()
+        out.append((path, default, f.metadata["help"]))
+    return out

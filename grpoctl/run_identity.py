@@ -1,0 +1,106 @@
+"""Which config keys make a run what it is, and its hash: a run's identity.
+
+A run's `config_hash` is what a sweep finds its members by and what `--resume` checks;
+`variant_hash` folds the seeds of one variant into one row of `compare`. Both are pure
+functions of the resolved config, over its keys flattened to dotted paths (`flatten`,
+the one flatten of the project).
+
+No torch, no omegaconf at import: `runs`, `compare` and the sweep planner import this
+at start-up.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+
+def flatten(tree: Mapping, prefix: str = "") -> dict[str, Any]:
+    """{'loss': {'loss_type': 'x'}} -> {'loss.loss_type': 'x'}. An empty section has no keys."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten(value, path + "."))
+        else:
+            out[path] = value
+    return out
+
+
+# Keys that do not change what a run computes: they name it (name, group, variant), say
+# where its files go or how it is shown (checkpoint.*, runtime.cache_dir, logging.*), or
+# change only its speed (runtime.threads, eval.batch_size). A key ending in "." covers
+# its whole section.
+HASH_EXCLUDED = (
+    "name",
+    "group",
+    "variant",
+    "checkpoint.",
+    "runtime.threads",
+    "runtime.cache_dir",
+    "logging.",
+    "eval.batch_size",
+)
+# Config keys added AFTER this definition of the hash (identity v2), each with the value
+# that keeps the behaviour runs had before the key existed. At that value the key is left
+# out of the hash, so adding it changes no existing run's identity and sweeps keep finding
+# their members; at any other value it is part of the hash. Adding a key to the config
+# means adding it here (tests/test_run_identity.py checks that every key is accounted for).
+NEUTRAL_DEFAULTS: dict[str, Any] = {
+    "runtime.on_signal": "finish_step",  # how a stop request is met; finish_step is what runs did
+    "data.eval_source": None,  # evaluate in data.source's format, as every run did
+    "data.eval_question_field": None,  # ... with data.question_field
+    "data.eval_answer_field": None,  # ... and data.answer_field
+    "optimizer.warmup_unit": "optimizer_step",  # the schedule counted updates, as every run did
+}
+
+
+def _plain(config: Any) -> dict:
+    """A plain dict of `config` (an OmegaConf DictConfig is converted; omegaconf is then loaded already)."""
+    if isinstance(config, dict):
+        return config
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(config, resolve=True)  # type: ignore[return-value]
+
+
+def hashed_items(config: Any) -> dict[str, Any]:
+    """The flattened keys and values that define a run: what `config_hash` hashes."""
+    excluded_sections = tuple(k for k in HASH_EXCLUDED if k.endswith("."))
+    items = {}
+    for key, value in flatten(_plain(config)).items():
+        if key in HASH_EXCLUDED or key.startswith(excluded_sections):
+            continue
+        if key in NEUTRAL_DEFAULTS and value == NEUTRAL_DEFAULTS[key]:
+            continue
+        items[key] = value
+    return items
+
+
+def _digest(items: dict[str, Any]) -> str:
+    blob = json.dumps(items, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def config_hash(config: Any) -> str:
+    """The identity of a run: a hash of the keys that change what it computes.
+
+    A pure function of the resolved config (a DictConfig or its plain dict). Excluded
+    are the keys in HASH_EXCLUDED; keys added to the config later are dropped while at
+    their neutral default (NEUTRAL_DEFAULTS), so a new option never renames old runs.
+    The registry's migration 0002 holds a frozen copy of this definition, to rewrite
+    the hashes that the earlier definition stored; changing it again needs a migration.
+    """
+    return _digest(hashed_items(config))
+
+
+def variant_items(config: Any) -> dict[str, Any]:
+    """What makes runs the same variant: the hashed keys but the seed."""
+    return {k: v for k, v in hashed_items(config).items() if k != "seed"}
+
+
+def variant_hash(config: Any) -> str:
+    """Runs that differ only by their seed share it: `compare` folds them into one row."""
+    return _digest(variant_items(config))

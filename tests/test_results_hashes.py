@@ -1,0 +1,31 @@
+"""Every run in docs/results/ recomputes to the config_hash it was recorded with.
+
+The results pages rest on those runs; a change to the config tree, its defaults or
+the hash (run_identity.py) that moved any of them would orphan the committed registry
+(sweeps find their members by hash, `--resume` checks it). Checked both on the stored
+config as it is and after loading it back through the config tree (what `--resume`
+and `--from` do).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+from grpoctl.config import from_dict
+from grpoctl.run_identity import config_hash
+
+REGISTRY = Path(__file__).resolve().parents[1] / "docs" / "results" / "registry.db"
+
+
+def test_every_results_run_recomputes_to_its_stored_hash():
+    with sqlite3.connect(f"file:{REGISTRY}?mode=ro", uri=True) as conn:
+        runs = conn.execute("SELECT name, config, config_hash FROM run ORDER BY id").fetchall()
+    assert len(runs) >= 51
+    moved = []
+    for name, config, stored in runs:
+        plain = json.loads(config)
+        if config_hash(plain) != stored or config_hash(from_dict(plain)) != stored:
+            moved.append(name)
+    assert not moved, f"{len(moved)} runs no longer hash to their stored config_hash: {moved[:5]}"
