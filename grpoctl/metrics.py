@@ -65,6 +65,12 @@ RATIO_MEAN = _metric("train/ratio_mean", "mean probability ratio pi/pi_old over 
 RATIO_MIN = _metric("train/ratio_min", "lowest probability ratio pi/pi_old over response tokens", "ratio", None)
 RATIO_MAX = _metric("train/ratio_max", "highest probability ratio pi/pi_old over response tokens", "ratio", None)
 KL = _metric("train/kl", "KL penalty term against the reference policy (k3 estimate)", "nats", None)
+OVERLONG_TRAIN_DROPPED = _metric(
+    "train/overlong_prompts_dropped",
+    "training problems dropped at load: their prompt left no room for rollout.max_tokens (recorded when > 0)",
+    "count",
+    None,
+)
 
 # The loss function's per-microbatch statistics, by the key the loss returns them under.
 LOSS_STATISTICS = {
@@ -83,6 +89,12 @@ EVAL_FORMAT_RATE = _metric("eval/format_rate", "share of eval responses in the a
 EVAL_RESPONSE_LENGTH = _metric("eval/response_length", "mean eval response length", "tokens", None)
 EVAL_GRADING_ERRORS = _metric(
     "eval/grading_errors", "eval responses whose grading raised (scored 0; should stay at zero)", "count", False
+)
+OVERLONG_EVAL_DROPPED = _metric(
+    "eval/overlong_problems_dropped",
+    "eval problems dropped at load, before the subset is drawn: no room for eval.max_tokens (recorded when > 0)",
+    "count",
+    None,
 )
 
 # --------------------------------------------------------------------------- time/ and mem/

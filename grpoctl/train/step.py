@@ -103,7 +103,7 @@ def grpo_step(run: RunContext, step: int) -> None:
         # The new weights into the rollout backend (a no-op for hf, which samples from the policy).
         with phases("weight_sync"):
             run.backend.sync_weights(run.model)
-        figures = {**batch.stats, **step_metrics(per_opt_step, entropy)}
+        figures = {**batch.stats, **step_metrics(per_opt_step, entropy), **dropped_metrics(run.data)}
         samples = sample_rows(prompts, rollouts, truths, batch.scores, cfg.logging.samples_per_step)
         eval_row = None
         if eval_due(cfg, step):
@@ -363,6 +363,12 @@ def sample_rows(prompts: list[str], rollouts: Rollouts, truths: list[str], score
     return rows
 
 
+def dropped_metrics(data) -> dict:
+    """The count of training problems dropped for their length, recorded with every step
+    when there were any (data/prompt_length.py), so a run's rows say what it trained on."""
+    return {metrics.OVERLONG_TRAIN_DROPPED: data.overlong_train_dropped} if data.overlong_train_dropped else {}
+
+
 def eval_due(cfg, step: int) -> bool:
     return bool(cfg.eval.every and step % cfg.eval.every == 0) or step == cfg.loop.n_grpo_steps
 
@@ -382,6 +388,9 @@ def evaluate_policy(run: RunContext, step: int) -> tuple[dict, list[dict], dict]
         seed=cfg.eval.subset_seed,
     )
     run.state.record_eval(step, outcome.accuracy)
+    figures = outcome.metrics()
+    if data.overlong_eval_dropped:
+        figures[metrics.OVERLONG_EVAL_DROPPED] = data.overlong_eval_dropped
     row = eval_record(
         outcome,
         examples=data.eval,
@@ -391,7 +400,7 @@ def evaluate_policy(run: RunContext, step: int) -> tuple[dict, list[dict], dict]
         template=data.template,
         sampling=sampling,
     )
-    return outcome.metrics(), outcome.samples, row
+    return figures, outcome.samples, row
 
 
 def evaluate_before_training(run: RunContext) -> None:

@@ -24,6 +24,7 @@ import torch
 
 from grpoctl.config import config_diff, derived_sizes, to_dict
 from grpoctl.data import PromptStream
+from grpoctl.data.prompt_length import prompt_budget
 from grpoctl.data.run_data import load_run_data
 from grpoctl.grpo import PolicyGradientLoss
 from grpoctl.registry.claims import ClaimLost
@@ -106,7 +107,7 @@ def prepare(cfg, registry, say, model_dir: str | None = None, data=None) -> RunC
         torch.set_num_threads(cfg.runtime.threads)
     torch.manual_seed(cfg.seed)
     device = pick_device(cfg)
-    data = data or load_run_data(cfg)
+    data = data or load_run_data(cfg, budget=prompt_budget(cfg, model_dir or cfg.model.path))
     initial_dir = resolve_model_dir(cfg, say=say) if (model_dir is None or cfg.loss.kl_beta > 0) else None
     model_dir = model_dir or initial_dir
     model, tokenizer = load_policy(model_dir, device, pick_dtype(cfg, device), cfg.model.gradient_checkpointing)
