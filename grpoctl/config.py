@@ -127,6 +127,16 @@ class RolloutConfig:
 
 
 @dataclass
+class RewardConfig:
+    """Reward shaping before group normalization (grpo/shaping.py); off by default."""
+
+    # DAPO's soft overlong punishment: the last overlong_buffer_len tokens before
+    # rollout.max_tokens cost up to overlong_penalty_factor of reward; null = off.
+    overlong_buffer_len: int | None = None
+    overlong_penalty_factor: float = 1.0
+
+
+@dataclass
 class LossConfig:
     loss_type: str = "grpo_clip"  # no_baseline | reinforce_with_baseline | grpo_clip | grpo_no_clip
     length_normalization: str = "mean"  # mean | constant | microbatch | token (grpo/train_step.py)
@@ -136,6 +146,12 @@ class LossConfig:
     cliprange_high: float | None = None  # clip-higher (DAPO); None = symmetric
     importance_level: str = "token"  # token | sequence (GSPO)
     kl_beta: float = 0.0  # k3 KL penalty to the initial policy; 0 = off (no reference model kept)
+    # Completions cut off at rollout.max_tokens get zero loss weight (they stay in their
+    # group's mean and std): DAPO's overlong filtering, TRL's mask_truncated_completions.
+    mask_truncated: bool = False
+    # An entropy bonus: entropy_coef x token entropy is subtracted from the loss, reduced
+    # with the same length normalization as the policy-gradient term; 0 = off.
+    entropy_coef: float = 0.0
 
 
 @dataclass
@@ -212,6 +228,7 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     prompt: PromptConfig = field(default_factory=PromptConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     loop: LoopConfig = field(default_factory=LoopConfig)

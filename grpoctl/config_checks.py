@@ -117,6 +117,9 @@ RANGES: dict[str, Rule] = {
     "loss.cliprange": rule("(0, 1)", "the lower clip is 1 - cliprange"),
     "loss.cliprange_high": rule("(0, inf)", "null for symmetric clipping", nullable=True),
     "loss.kl_beta": rule("[0, inf)"),
+    "loss.entropy_coef": rule("[0, inf)", "0 turns the entropy bonus off"),
+    "reward.overlong_buffer_len": rule("[1, inf)", "null turns the soft overlong punishment off", nullable=True),
+    "reward.overlong_penalty_factor": rule("[0, inf)"),
     "optimizer.lr": rule("(0, inf)"),
     "optimizer.betas": rule("[0, 1)", length=2),
     "optimizer.weight_decay": rule("[0, inf)"),
@@ -229,6 +232,12 @@ def validate(cfg: DictConfig) -> None:
         )
     if r.min_tokens > r.max_tokens:
         raise UserError(f"rollout.min_tokens ({r.min_tokens}) exceeds rollout.max_tokens ({r.max_tokens})")
+    buffer = cfg.reward.overlong_buffer_len
+    if buffer is not None and buffer > r.max_tokens:
+        raise UserError(
+            f"reward.overlong_buffer_len ({buffer}) exceeds rollout.max_tokens ({r.max_tokens}): "
+            "the buffer is the last tokens before max_tokens"
+        )
     off_policy = is_off_policy(loop.epochs_per_rollout_batch, loop.train_batch_size, r.rollout_batch_size)
     if off_policy and loss.loss_type in RATIO_FREE_LOSSES:
         raise UserError(

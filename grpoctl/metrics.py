@@ -65,6 +65,27 @@ RATIO_MEAN = _metric("train/ratio_mean", "mean probability ratio pi/pi_old over 
 RATIO_MIN = _metric("train/ratio_min", "lowest probability ratio pi/pi_old over response tokens", "ratio", None)
 RATIO_MAX = _metric("train/ratio_max", "highest probability ratio pi/pi_old over response tokens", "ratio", None)
 KL = _metric("train/kl", "KL penalty term against the reference policy (k3 estimate)", "nats", None)
+OVERLONG_PENALTY = _metric(
+    "train/overlong_penalty",
+    "reward removed per rollout by the soft overlong punishment (train/reward is after it)",
+    "reward",
+    None,
+)
+OVERLONG_PENALIZED_FRACTION = _metric(
+    "train/overlong_penalized_fraction", "share of rollouts inside the overlong buffer (penalised)", "fraction", None
+)
+LOSS_MASKED_FRACTION = _metric(
+    "train/loss_masked_fraction",
+    "share of rollouts given zero loss weight for being truncated (loss.mask_truncated)",
+    "fraction",
+    None,
+)
+ENTROPY_BONUS = _metric(
+    "train/entropy_bonus",
+    "the entropy term subtracted from the loss: entropy_coef x entropy, length-normalised like the loss",
+    "nats",
+    None,
+)
 OVERLONG_TRAIN_DROPPED = _metric(
     "train/overlong_prompts_dropped",
     "training problems dropped at load: their prompt left no room for rollout.max_tokens (recorded when > 0)",
@@ -80,6 +101,7 @@ LOSS_STATISTICS = {
     "ratio_min": RATIO_MIN,
     "ratio_max": RATIO_MAX,
     "kl": KL,
+    "entropy_bonus": ENTROPY_BONUS,
 }
 
 # --------------------------------------------------------------------------- eval/: held-out evaluation

@@ -85,9 +85,12 @@ def _log_stats(
     per_token: torch.Tensor,
     mask: torch.Tensor,
     loss_metadata: dict[str, torch.Tensor],
+    entropy_bonus: torch.Tensor | None = None,
 ) -> dict[str, float]:
     """Python floats over the response tokens, fetched with a single device sync."""
     stats = {"loss": microbatch_loss, "token_loss_mean": masked_mean_or_zero(per_token, mask)}
+    if entropy_bonus is not None:
+        stats["entropy_bonus"] = entropy_bonus
     if "clipped" in loss_metadata:
         stats["clip_fraction"] = masked_mean_or_zero(loss_metadata["clipped"].float(), mask)
     if "ratio" in loss_metadata:
@@ -107,6 +110,8 @@ class PolicyGradientLoss:
     See compute_policy_gradient_loss for loss_type, cliprange, cliprange_high,
     importance_level and kl_beta, and this module's docstring for length_normalization
     (normalize_constant is `constant`'s divisor: the max generation length).
+    entropy_coef > 0 subtracts entropy_coef x token entropy, reduced with the same
+    length normalization as the policy-gradient term (an entropy bonus; 0 is off).
     """
 
     loss_type: str
@@ -116,6 +121,7 @@ class PolicyGradientLoss:
     importance_level: str = "token"
     kl_beta: float = 0.0
     normalize_constant: float | None = None
+    entropy_coef: float = 0.0
 
     def microbatch_train_step(
         self,
@@ -127,11 +133,13 @@ class PolicyGradientLoss:
         old_log_probs: torch.Tensor | None = None,
         ref_log_probs: torch.Tensor | None = None,
         batch_response_tokens: float | None = None,
+        token_entropy: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """This loss on one microbatch, backpropagated: see grpo_microbatch_train_step.
 
         batch_response_tokens: the response tokens of the whole train batch, which
-        length_normalization="token" divides by (and needs).
+        length_normalization="token" divides by (and needs). token_entropy: (batch, seq),
+        with its graph; needed when entropy_coef > 0.
         """
         mask = response_mask.bool()
         per_token, loss_metadata = compute_policy_gradient_loss(
@@ -147,23 +155,32 @@ class PolicyGradientLoss:
             ref_log_probs=_only_response(ref_log_probs, mask),
             kl_beta=self.kl_beta,
         )
+        loss, microbatch_loss = self._reduce(per_token, mask, gradient_accumulation_steps, batch_response_tokens)
+        bonus = None
+        if self.entropy_coef > 0:
+            if token_entropy is None:
+                raise ValueError(f"entropy_coef={self.entropy_coef} needs token_entropy (with its graph)")
+            per_token_bonus = self.entropy_coef * _only_response(token_entropy, mask)
+            bonus_loss, bonus = self._reduce(per_token_bonus, mask, gradient_accumulation_steps, batch_response_tokens)
+            loss, microbatch_loss = loss - bonus_loss, microbatch_loss - bonus
+        loss.backward()
+        return loss.detach(), _log_stats(microbatch_loss, per_token, mask, loss_metadata, bonus)
+
+    def _reduce(
+        self, per_token: torch.Tensor, mask: torch.Tensor, gradient_accumulation_steps: int, batch_tokens: float | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(batch, seq) per-token values -> (the scalar to backpropagate, the microbatch's
+        value as logged: the one whose mean over a train batch's microbatches is the batch's)."""
         if self.length_normalization == "token":
-            if batch_response_tokens is None:
+            if batch_tokens is None:
                 raise ValueError(
                     "length_normalization='token' needs batch_response_tokens "
                     "(the response tokens of the whole train batch)"
                 )
-            loss = token_mean_loss(per_token, mask, batch_response_tokens)
-            # Logged as the value whose mean over the microbatches is the train batch's
-            # loss, as for the other normalizations.
-            microbatch_loss = loss * gradient_accumulation_steps
-        else:
-            microbatch_loss = _per_sequence_loss(
-                per_token, mask, self.length_normalization, self.normalize_constant
-            ).mean()
-            loss = microbatch_loss / gradient_accumulation_steps
-        loss.backward()
-        return loss.detach(), _log_stats(microbatch_loss, per_token, mask, loss_metadata)
+            loss = token_mean_loss(per_token, mask, batch_tokens)
+            return loss, loss * gradient_accumulation_steps
+        microbatch = _per_sequence_loss(per_token, mask, self.length_normalization, self.normalize_constant).mean()
+        return microbatch / gradient_accumulation_steps, microbatch
 
 
 def grpo_microbatch_train_step(

@@ -34,6 +34,7 @@ from grpoctl.grpo import (
     normalize_group_rewards,
     summarize_group_rewards,
 )
+from grpoctl.grpo.shaping import loss_rows, overlong_penalty
 from grpoctl.prompts import format_prompt
 from grpoctl.rewards import get_reward_fn, grading_stats
 from grpoctl.rollout.base import Rollouts, SamplingSettings
@@ -85,7 +86,7 @@ def grpo_step(run: RunContext, step: int) -> None:
                 n = batch.input_ids.shape[0]
                 order = torch.randperm(n, generator=generator) if sizes.off_policy else torch.arange(n)
                 for rows in order.split(cfg.loop.train_batch_size):
-                    tokens = int(batch.response_mask[rows].sum())  # length_normalization=token divides by these
+                    tokens = int(batch.loss_mask(rows).sum())  # length_normalization=token divides by these
                     with phases("backward"):
                         losses = [
                             train_microbatch(run, batch, idx, tokens, entropy, step)
@@ -168,6 +169,7 @@ class RolloutBatch:
     response_mask: torch.Tensor
     advantages: torch.Tensor
     raw_rewards: torch.Tensor
+    loss_rows: torch.Tensor  # (batch,) bool: rows whose tokens enter the loss (grpo/shaping.py)
     old_log_probs: torch.Tensor | None = None
     ref_log_probs: torch.Tensor | None = None
     stats: dict = field(default_factory=dict)  # train/* figures of the rollouts
@@ -179,13 +181,18 @@ class RolloutBatch:
         positions = torch.arange(self.response_mask.shape[1]).expand_as(self.response_mask)
         return torch.where(self.response_mask, positions + 1, 0).amax(dim=1).clamp(min=1)
 
+    def loss_mask(self, rows: torch.Tensor) -> torch.Tensor:
+        """(len(rows), seq) bool: the response tokens of `rows` that the loss sees."""
+        return self.response_mask[rows] & self.loss_rows[rows, None]
+
 
 def score_rollouts(run: RunContext, rollouts: Rollouts, truths: list[str]) -> RolloutBatch:
     """Rollouts -> training tensors, rewards, group-normalised advantages and their summary.
 
     Grading that timed out or failed scores 0, like a wrong answer; both are counted
     (train/grading_timeouts, train/grading_errors), since a broken grader otherwise
-    looks like a flat reward.
+    looks like a flat reward. Overlong shaping (grpo/shaping.py) acts here, before the
+    group normalization: the soft punishment on the reward, masking on the loss rows.
     """
     cfg = run.cfg
     reward_fn = get_reward_fn(cfg.prompt.reward)
@@ -193,6 +200,21 @@ def score_rollouts(run: RunContext, rollouts: Rollouts, truths: list[str]) -> Ro
     scores = [reward_fn(text, truth) for text, truth in zip(rollouts.response_texts, truths, strict=True)]
     after = grading_stats()
     raw = torch.tensor([s["reward"] for s in scores], dtype=torch.float32)
+    lengths = [len(r) for r in rollouts.response_ids]
+    shaping = {}
+    if cfg.reward.overlong_buffer_len is not None:
+        penalty = overlong_penalty(
+            torch.tensor(lengths),
+            cfg.rollout.max_tokens,
+            cfg.reward.overlong_buffer_len,
+            cfg.reward.overlong_penalty_factor,
+        )
+        raw = raw + penalty
+        shaping[metrics.OVERLONG_PENALTY] = float(-penalty.mean())
+        shaping[metrics.OVERLONG_PENALIZED_FRACTION] = float((penalty < 0).float().mean())
+    keep = loss_rows(rollouts.truncated, cfg.loss.mask_truncated)
+    if cfg.loss.mask_truncated:
+        shaping[metrics.LOSS_MASKED_FRACTION] = float((~keep).float().mean())
     advantages = normalize_group_rewards(
         raw, cfg.rollout.group_size, cfg.loss.advantage_eps, cfg.loss.use_std_normalization
     )
@@ -203,9 +225,8 @@ def score_rollouts(run: RunContext, rollouts: Rollouts, truths: list[str]) -> Ro
         answer_rewards=torch.tensor([s["answer_reward"] for s in scores]),
     )
     ids = collate_prompt_and_output_ids(rollouts.prompt_ids, rollouts.response_ids, run.tokenizer.pad_token_id)
-    batch = RolloutBatch(ids["input_ids"], ids["labels"], ids["response_mask"], advantages, raw, scores=scores)
-    lengths = [len(r) for r in rollouts.response_ids]
-    batch.stats = {
+    batch = RolloutBatch(ids["input_ids"], ids["labels"], ids["response_mask"], advantages, raw, keep, scores=scores)
+    batch.stats = shaping | {
         metrics.REWARD: summary["reward_mean"],
         metrics.REWARD_STD: summary["reward_std"],
         metrics.FORMAT_REWARD: summary.get("format_reward_mean", 0.0),
@@ -269,19 +290,21 @@ def train_microbatch(
     # (and its vocabulary-sized logits) pay for it.
     width = int(batch.seq_lengths[idx].max())
     mask = batch.response_mask[idx, :width].to(device)
-    # Each distinct prompt of the microbatch runs once (a GRPO group shares one).
+    # Each distinct prompt of the microbatch runs once (a GRPO group shares one). The
+    # entropy is a diagnostic without gradient, unless an entropy bonus trains on it.
     out = get_response_log_probs_shared_prompts(
         run.model,
         batch.input_ids[idx, :width].to(device),
         batch.labels[idx, :width].to(device),
         mask,
         return_token_entropy=True,
+        entropy_with_grad=run.loss.entropy_coef > 0,
     )
-    entropy[0] += float((out["token_entropy"].float() * mask).sum())
+    entropy[0] += float((out["token_entropy"].detach().float() * mask).sum())
     entropy[1] += float(mask.sum())
     _, stats = run.loss.microbatch_train_step(
         out["log_probs"],
-        mask,
+        batch.loss_mask(idx)[:, :width].to(device),  # without masked (truncated) rows
         run.cfg.loop.gradient_accumulation_steps,
         raw_rewards=batch.raw_rewards[idx].unsqueeze(-1).to(device),
         advantages=batch.advantages[idx].unsqueeze(-1).to(device),
@@ -291,6 +314,7 @@ def train_microbatch(
         ),
         ref_log_probs=None if batch.ref_log_probs is None else batch.ref_log_probs[idx, :width].to(device),
         batch_response_tokens=train_batch_tokens,
+        token_entropy=out["token_entropy"] if run.loss.entropy_coef > 0 else None,
     )
     if not math.isfinite(stats["loss"]):
         raise Diverged(f"non-finite loss at step {step} (optimizer step {run.state.opt_step})")

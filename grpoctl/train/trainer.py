@@ -148,6 +148,7 @@ def policy_loss(cfg) -> PolicyGradientLoss:
         importance_level=loss.importance_level,
         kl_beta=loss.kl_beta,
         normalize_constant=float(cfg.rollout.max_tokens),  # length_normalization=constant: Dr. GRPO's divisor
+        entropy_coef=loss.entropy_coef,
     )
 
 
