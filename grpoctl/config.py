@@ -123,6 +123,11 @@ class RolloutConfig:
     stop: list[str] = field(default_factory=lambda: ["</answer>"])
     # transformers backend: sequences per generate call (bounds its KV cache on a GPU)
     generation_batch_size: int = 256
+    # DAPO's dynamic sampling: drop groups whose rewards are all equal and draw more prompts
+    # until the batch is full, for at most dynamic_sampling_max_rounds rounds
+    # (train/dynamic_sampling.py says how a batch still short at the cap is trained).
+    dynamic_sampling: bool = False
+    dynamic_sampling_max_rounds: int = 10
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
 
 

@@ -107,6 +107,7 @@ RANGES: dict[str, Rule] = {
     "rollout.min_tokens": rule("[0, inf)"),
     "rollout.max_tokens": rule("[1, inf)"),
     "rollout.generation_batch_size": rule("[1, inf)"),
+    "rollout.dynamic_sampling_max_rounds": rule("[1, inf)"),
     "rollout.vllm.gpu_memory_utilization": rule("(0, 1]"),
     "rollout.vllm.sleep_level": rule("[1, 2]"),
     "rollout.vllm.max_model_len": rule("[1, inf)"),

@@ -86,6 +86,21 @@ ENTROPY_BONUS = _metric(
     "nats",
     None,
 )
+DYNAMIC_SAMPLING_PROMPTS = _metric(
+    "train/dynamic_sampling_prompts", "prompts drawn by the step's rounds of dynamic sampling", "count", None
+)
+DYNAMIC_SAMPLING_DROPPED = _metric(
+    "train/dynamic_sampling_dropped", "groups dropped by dynamic sampling: their rewards were all equal", "count", None
+)
+DYNAMIC_SAMPLING_ROUNDS = _metric(
+    "train/dynamic_sampling_rounds", "rounds of sampling the step took to fill its batch", "count", False
+)
+DYNAMIC_SAMPLING_SHORT = _metric(
+    "train/dynamic_sampling_short",
+    "1 when the step reached dynamic_sampling_max_rounds with too few groups (filled at zero weight)",
+    "flag",
+    False,
+)
 OVERLONG_TRAIN_DROPPED = _metric(
     "train/overlong_prompts_dropped",
     "training problems dropped at load: their prompt left no room for rollout.max_tokens (recorded when > 0)",

@@ -38,6 +38,7 @@ HEALTH_METRICS = (
     metrics.EVAL_ACCURACY,
     metrics.GRADING_ERRORS,
     metrics.EVAL_GRADING_ERRORS,
+    metrics.DYNAMIC_SAMPLING_SHORT,
 )
 
 
@@ -75,6 +76,11 @@ FLAGS = {
         "from the 4th eval (with evals every 10 steps and one at step 0: step 30).",
     ),
     "diverged": ("the trainer stopped the run on a non-finite loss or gradient.", "at any step."),
+    "dynamic sampling short": (
+        "dynamic sampling hit rollout.dynamic_sampling_max_rounds with too few groups of mixed rewards; "
+        "the step trained on a batch filled up at zero weight.",
+        "at any step of a run with rollout.dynamic_sampling.",
+    ),
 }
 
 
@@ -213,6 +219,15 @@ def grading_errors(train_errors: Series, eval_errors: Series = ()) -> list[Flag]
     return [Flag("grading errors", step, f"{total} answer{'s' if total != 1 else ''} scored 0 because grading failed")]
 
 
+def dynamic_sampling_short(short: Series) -> list[Flag]:
+    """The first step whose dynamic sampling ran out of rounds, with how many did. Never
+    noise: each such step trained on fewer informative groups than its batch holds."""
+    steps = [step for step, value in short if value and math.isfinite(value)]
+    if not steps:
+        return []
+    return [Flag("dynamic sampling short", steps[0], f"{len(steps)} step{'s' if len(steps) != 1 else ''} short")]
+
+
 def accuracy_stuck_at_zero(accuracy: Series, persist: int = PERSIST) -> list[Flag]:
     """The last `persist` (or more) evaluations all scored 0."""
     points = _finite(accuracy)
@@ -265,6 +280,7 @@ def run_flags(
         + grad_explosion(get(metrics.GRAD_NORM, []))
         + flat_reward(get(metrics.REWARD, []))
         + grading_errors(get(metrics.GRADING_ERRORS, []), get(metrics.EVAL_GRADING_ERRORS, []))
+        + dynamic_sampling_short(get(metrics.DYNAMIC_SAMPLING_SHORT, []))
     )
     stuck = accuracy_stuck_at_zero(get(metrics.EVAL_ACCURACY, []))
     flags += stuck or accuracy_drop(get(metrics.EVAL_ACCURACY, []))  # zeros are a drop too

@@ -39,12 +39,13 @@ from grpoctl.train.checkpoint import (
     restore_rng,
 )
 from grpoctl.train.context import RunContext
+from grpoctl.train.eval_and_checkpoint import checkpoint, evaluate_before_training
 from grpoctl.train.memory import MemoryTracker
 from grpoctl.train.optim import build_optimizer
 from grpoctl.train.progress import Progress
 from grpoctl.train.schedule import build_scheduler
 from grpoctl.train.setup import device_name, load_policy, pick_device, pick_dtype, resolve_model_dir
-from grpoctl.train.step import Diverged, checkpoint, evaluate_before_training, grpo_step
+from grpoctl.train.step import Diverged, grpo_step
 from grpoctl.train.stop import AbandonStep, StopRequest
 
 log = logging.getLogger("grpoctl")
