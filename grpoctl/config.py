@@ -157,6 +157,9 @@ class LossConfig:
     # An entropy bonus: entropy_coef x token entropy is subtracted from the loss, reduced
     # with the same length normalization as the policy-gradient term; 0 = off.
     entropy_coef: float = 0.0
+    # Truncated importance sampling against the sampler/trainer mismatch: each token's
+    # policy-gradient loss x min(pi_old / pi_sampler, tis_cap); null = off (TRL uses 2).
+    tis_cap: float | None = None
 
 
 @dataclass

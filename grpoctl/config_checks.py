@@ -119,6 +119,9 @@ RANGES: dict[str, Rule] = {
     "loss.cliprange_high": rule("(0, inf)", "null for symmetric clipping", nullable=True),
     "loss.kl_beta": rule("[0, inf)"),
     "loss.entropy_coef": rule("[0, inf)", "0 turns the entropy bonus off"),
+    "loss.tis_cap": rule(
+        "[1, inf)", "null turns TIS off; a cap below 1 would down-weight agreeing tokens", nullable=True
+    ),
     "reward.overlong_buffer_len": rule("[1, inf)", "null turns the soft overlong punishment off", nullable=True),
     "reward.overlong_penalty_factor": rule("[0, inf)"),
     "optimizer.lr": rule("(0, inf)"),

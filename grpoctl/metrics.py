@@ -101,6 +101,19 @@ DYNAMIC_SAMPLING_SHORT = _metric(
     "flag",
     False,
 )
+TIS_DELTA_MEAN = _metric(
+    "train/tis_logprob_delta_mean",
+    "mean |trainer log p - sampler log p| over response tokens (the sampler/trainer mismatch)",
+    "nats",
+    False,
+)
+TIS_DELTA_MAX = _metric(
+    "train/tis_logprob_delta_max", "largest |trainer log p - sampler log p| of the step's tokens", "nats", False
+)
+TIS_WEIGHT_MEAN = _metric("train/tis_weight_mean", "mean TIS weight min(pi_old / pi_sampler, cap)", "ratio", None)
+TIS_CAPPED_FRACTION = _metric(
+    "train/tis_capped_fraction", "share of response tokens whose TIS weight hit loss.tis_cap", "fraction", False
+)
 OVERLONG_TRAIN_DROPPED = _metric(
     "train/overlong_prompts_dropped",
     "training problems dropped at load: their prompt left no room for rollout.max_tokens (recorded when > 0)",
@@ -117,6 +130,10 @@ LOSS_STATISTICS = {
     "ratio_max": RATIO_MAX,
     "kl": KL,
     "entropy_bonus": ENTROPY_BONUS,
+    "tis_delta_mean": TIS_DELTA_MEAN,
+    "tis_delta_max": TIS_DELTA_MAX,
+    "tis_weight_mean": TIS_WEIGHT_MEAN,
+    "tis_capped_fraction": TIS_CAPPED_FRACTION,
 }
 
 # --------------------------------------------------------------------------- eval/: held-out evaluation

@@ -165,6 +165,7 @@ NEUTRAL_DEFAULTS: dict[str, Any] = {
     "reward.overlong_penalty_factor": 1.0,  # ... (its factor only acts with a buffer)
     "loss.mask_truncated": False,  # truncated completions were trained on
     "loss.entropy_coef": 0.0,  # no entropy bonus
+    "loss.tis_cap": None,  # no importance correction for the sampler
     "rollout.dynamic_sampling": False,  # every group was trained on
     "rollout.dynamic_sampling_max_rounds": 10,  # ... (the cap only acts with dynamic sampling)
 }

@@ -26,7 +26,7 @@ import torch
 
 from grpoctl.rules import LENGTH_NORMALIZATIONS
 
-from .losses import compute_policy_gradient_loss
+from .losses import compute_policy_gradient_loss, compute_tis_weights
 from .masked import masked_mean_or_zero, masked_min_max, masked_normalize
 
 
@@ -86,9 +86,11 @@ def _log_stats(
     mask: torch.Tensor,
     loss_metadata: dict[str, torch.Tensor],
     entropy_bonus: torch.Tensor | None = None,
+    tis: dict[str, torch.Tensor] | None = None,
 ) -> dict[str, float]:
     """Python floats over the response tokens, fetched with a single device sync."""
     stats = {"loss": microbatch_loss, "token_loss_mean": masked_mean_or_zero(per_token, mask)}
+    stats |= tis or {}
     if entropy_bonus is not None:
         stats["entropy_bonus"] = entropy_bonus
     if "clipped" in loss_metadata:
@@ -112,6 +114,8 @@ class PolicyGradientLoss:
     (normalize_constant is `constant`'s divisor: the max generation length).
     entropy_coef > 0 subtracts entropy_coef x token entropy, reduced with the same
     length normalization as the policy-gradient term (an entropy bonus; 0 is off).
+    tis_cap (not None) weighs each token's policy-gradient loss by TIS's
+    min(pi_old / pi_sampler, tis_cap) (compute_tis_weights; None is off).
     """
 
     loss_type: str
@@ -122,6 +126,7 @@ class PolicyGradientLoss:
     kl_beta: float = 0.0
     normalize_constant: float | None = None
     entropy_coef: float = 0.0
+    tis_cap: float | None = None
 
     def microbatch_train_step(
         self,
@@ -134,14 +139,23 @@ class PolicyGradientLoss:
         ref_log_probs: torch.Tensor | None = None,
         batch_response_tokens: float | None = None,
         token_entropy: torch.Tensor | None = None,
+        sampled_log_probs: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """This loss on one microbatch, backpropagated: see grpo_microbatch_train_step.
 
         batch_response_tokens: the response tokens of the whole train batch, which
         length_normalization="token" divides by (and needs). token_entropy: (batch, seq),
-        with its graph; needed when entropy_coef > 0.
+        with its graph; needed when entropy_coef > 0. sampled_log_probs: (batch, seq), the
+        sampler's log-probs of the tokens; needed (with old_log_probs) when tis_cap is set.
         """
         mask = response_mask.bool()
+        weights, tis = None, None
+        if self.tis_cap is not None:
+            if sampled_log_probs is None or old_log_probs is None:
+                raise ValueError(f"tis_cap={self.tis_cap} needs old_log_probs and the sampler's sampled_log_probs")
+            weights, tis = compute_tis_weights(
+                _only_response(old_log_probs, mask), _only_response(sampled_log_probs, mask), self.tis_cap, mask
+            )
         per_token, loss_metadata = compute_policy_gradient_loss(
             _only_response(policy_log_probs, mask),
             self.loss_type,
@@ -154,6 +168,7 @@ class PolicyGradientLoss:
             response_mask=mask,
             ref_log_probs=_only_response(ref_log_probs, mask),
             kl_beta=self.kl_beta,
+            token_weights=weights,
         )
         loss, microbatch_loss = self._reduce(per_token, mask, gradient_accumulation_steps, batch_response_tokens)
         bonus = None
@@ -164,7 +179,7 @@ class PolicyGradientLoss:
             bonus_loss, bonus = self._reduce(per_token_bonus, mask, gradient_accumulation_steps, batch_response_tokens)
             loss, microbatch_loss = loss - bonus_loss, microbatch_loss - bonus
         loss.backward()
-        return loss.detach(), _log_stats(microbatch_loss, per_token, mask, loss_metadata, bonus)
+        return loss.detach(), _log_stats(microbatch_loss, per_token, mask, loss_metadata, bonus, tis)
 
     def _reduce(
         self, per_token: torch.Tensor, mask: torch.Tensor, gradient_accumulation_steps: int, batch_tokens: float | None

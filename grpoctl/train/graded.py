@@ -34,6 +34,7 @@ class Graded:
                 [r.response_ids[i] for i in idx],
                 [r.response_texts[i] for i in idx],
                 [r.truncated[i] for i in idx],
+                None if r.sampled_log_probs is None else [r.sampled_log_probs[i] for i in idx],
             ),
             [self.truths[i] for i in idx],
             [self.scores[i] for i in idx],
@@ -50,6 +51,9 @@ class Graded:
             rollouts.response_ids += part.rollouts.response_ids
             rollouts.response_texts += part.rollouts.response_texts
             rollouts.truncated += part.rollouts.truncated
+        drawn = [p.rollouts.sampled_log_probs for p in parts]
+        if all(d is not None for d in drawn):
+            rollouts.sampled_log_probs = [row for d in drawn for row in d]
         penalties = [p.penalty for p in parts]
         return Graded(
             rollouts,

@@ -208,6 +208,7 @@ class RolloutBatch:
     raw_rewards: torch.Tensor
     loss_rows: torch.Tensor  # (batch,) bool: rows whose tokens enter the loss (grpo/shaping.py)
     old_log_probs: torch.Tensor | None = None
+    sampled_log_probs: torch.Tensor | None = None  # the sampler's, at the response positions (TIS)
     ref_log_probs: torch.Tensor | None = None
     stats: dict = field(default_factory=dict)  # train/* figures of the rollouts
     scores: list[dict] = field(default_factory=list)  # each rollout's reward dict
@@ -288,6 +289,14 @@ def rollout_batch(run: RunContext, graded: Graded) -> RolloutBatch:
     )
     ids = collate_prompt_and_output_ids(rollouts.prompt_ids, rollouts.response_ids, run.tokenizer.pad_token_id)
     batch = RolloutBatch(ids["input_ids"], ids["labels"], ids["response_mask"], advantages, raw, keep, scores=scores)
+    if cfg.loss.tis_cap is not None:
+        if rollouts.sampled_log_probs is None:
+            raise RuntimeError(
+                f"loss.tis_cap needs the sampler's log-probs, and the {run.backend.name} backend did not report them"
+            )
+        # Row-major over the response positions, as collate lays the response tokens out.
+        drawn = torch.tensor([lp for row in rollouts.sampled_log_probs for lp in row], dtype=torch.float32)
+        batch.sampled_log_probs = torch.zeros(batch.response_mask.shape).masked_scatter(batch.response_mask, drawn)
     lengths = [len(r) for r in rollouts.response_ids]
     batch.stats = shaping | {
         metrics.REWARD: summary["reward_mean"],
@@ -378,6 +387,7 @@ def train_microbatch(
         ref_log_probs=None if batch.ref_log_probs is None else batch.ref_log_probs[idx, :width].to(device),
         batch_response_tokens=train_batch_tokens,
         token_entropy=out["token_entropy"] if run.loss.entropy_coef > 0 else None,
+        sampled_log_probs=None if batch.sampled_log_probs is None else batch.sampled_log_probs[idx, :width].to(device),
     )
     if not math.isfinite(stats["loss"]):
         raise Diverged(f"non-finite loss at step {step} (optimizer step {run.state.opt_step})")
@@ -398,7 +408,7 @@ def optimizer_step_metrics(micro_stats: list[dict], grad_norm: float, lr: float)
     for key, name in metrics.LOSS_STATISTICS.items():
         values = [s[key] for s in micro_stats if key in s and math.isfinite(s[key])]
         if values:
-            agg = min if key == "ratio_min" else max if key == "ratio_max" else lambda v: sum(v) / len(v)
+            agg = min if key.endswith("_min") else max if key.endswith("_max") else lambda v: sum(v) / len(v)
             out[name] = agg(values)
     return out
 
@@ -410,15 +420,15 @@ def check_finite_weights(model, step: int) -> None:
 
 
 def step_metrics(per_opt_step: list[tuple[int, dict]], entropy: list[float]) -> dict:
-    """The GRPO step's summary of its optimizer steps (means; the ratio's extremes; the
-    highest gradient norm) and the token entropy over every response token trained on."""
+    """The GRPO step's summary of its optimizer steps (means; extremes for *_min and *_max;
+    the highest gradient norm) and the token entropy over every response token trained on."""
     keys = {k for _, v in per_opt_step for k in v}
     out = {}
     for key in keys:
         values = [v[key] for _, v in per_opt_step if key in v]
-        if key.endswith("ratio_min"):
+        if key.endswith("_min"):  # the ratio's extremes, the largest log-prob mismatch
             out[key] = min(values)
-        elif key.endswith("ratio_max"):
+        elif key.endswith("_max"):
             out[key] = max(values)
         else:
             out[key] = sum(values) / len(values)

@@ -150,6 +150,7 @@ def policy_loss(cfg) -> PolicyGradientLoss:
         kl_beta=loss.kl_beta,
         normalize_constant=float(cfg.rollout.max_tokens),  # length_normalization=constant: Dr. GRPO's divisor
         entropy_coef=loss.entropy_coef,
+        tis_cap=loss.tis_cap,
     )
 
 
