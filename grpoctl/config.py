@@ -32,6 +32,7 @@ from grpoctl.config_schema import (  # noqa: F401
     ModelConfig,
     OptimizerConfig,
     PromptConfig,
+    RewardConfig,
     RolloutConfig,
     RuntimeConfig,
     SyntheticConfig,

@@ -107,6 +107,7 @@ RANGES: dict[str, Rule] = {
     "rollout.min_tokens": rule("[0, inf)"),
     "rollout.max_tokens": rule("[1, inf)"),
     "rollout.generation_batch_size": rule("[1, inf)"),
+    "rollout.dynamic_sampling_max_rounds": rule("[1, inf)"),
     "rollout.vllm.gpu_memory_utilization": rule("(0, 1]"),
     "rollout.vllm.sleep_level": rule("[1, 2]"),
     "rollout.vllm.max_model_len": rule("[1, inf)"),
@@ -117,6 +118,12 @@ RANGES: dict[str, Rule] = {
     "loss.cliprange": rule("(0, 1)", "the lower clip is 1 - cliprange"),
     "loss.cliprange_high": rule("(0, inf)", "null for symmetric clipping", nullable=True),
     "loss.kl_beta": rule("[0, inf)"),
+    "loss.entropy_coef": rule("[0, inf)", "0 turns the entropy bonus off"),
+    "loss.tis_cap": rule(
+        "[1, inf)", "null turns TIS off; a cap below 1 would down-weight agreeing tokens", nullable=True
+    ),
+    "reward.overlong_buffer_len": rule("[1, inf)", "null turns the soft overlong punishment off", nullable=True),
+    "reward.overlong_penalty_factor": rule("[0, inf)"),
     "optimizer.lr": rule("(0, inf)"),
     "optimizer.betas": rule("[0, 1)", length=2),
     "optimizer.weight_decay": rule("[0, inf)"),
@@ -229,6 +236,12 @@ def validate(cfg: DictConfig) -> None:
         )
     if r.min_tokens > r.max_tokens:
         raise UserError(f"rollout.min_tokens ({r.min_tokens}) exceeds rollout.max_tokens ({r.max_tokens})")
+    buffer = cfg.reward.overlong_buffer_len
+    if buffer is not None and buffer > r.max_tokens:
+        raise UserError(
+            f"reward.overlong_buffer_len ({buffer}) exceeds rollout.max_tokens ({r.max_tokens}): "
+            "the buffer is the last tokens before max_tokens"
+        )
     off_policy = is_off_policy(loop.epochs_per_rollout_batch, loop.train_batch_size, r.rollout_batch_size)
     if off_policy and loss.loss_type in RATIO_FREE_LOSSES:
         raise UserError(

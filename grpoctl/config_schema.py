@@ -142,6 +142,11 @@ class RolloutConfig:
     stop: list[str] = key(["</answer>"], "stop strings (kept in the response)")
     # Bounds the transformers backend's KV cache on a GPU.
     generation_batch_size: int = key(256, "sequences per generate call (hf backend)")
+    # train/dynamic_sampling.py says how a batch still short at the cap is trained.
+    dynamic_sampling: bool = key(
+        False, "DAPO's dynamic sampling: drop groups whose rewards are all equal, draw more prompts to fill the batch"
+    )
+    dynamic_sampling_max_rounds: int = key(10, "at most this many rounds of prompts per step (dynamic_sampling)")
     vllm: VLLMConfig = section(VLLMConfig)
 
 
@@ -160,6 +165,25 @@ class LossConfig:
     importance_level: str = key("token", "token | sequence (GSPO)")
     # No reference model is kept at 0.
     kl_beta: float = key(0.0, "k3 KL penalty to the initial policy; 0: off")
+    # They stay in their group's mean and std: TRL's mask_truncated_completions.
+    mask_truncated: bool = key(False, "completions cut off at rollout.max_tokens get zero loss weight")
+    entropy_coef: float = key(
+        0.0, "entropy bonus: coef x token entropy subtracted, length-normalised like the loss; 0: off"
+    )
+    # TRL uses 2.
+    tis_cap: float | None = key(
+        None, "truncated importance sampling: each token's loss x min(pi_old / pi_sampler, cap); null: off"
+    )
+
+
+@dataclass
+class RewardConfig:
+    """Reward shaping before group normalization (grpo/shaping.py)."""
+
+    overlong_buffer_len: int | None = key(
+        None, "DAPO's soft overlong punishment over the last N tokens before rollout.max_tokens; null: off"
+    )
+    overlong_penalty_factor: float = key(1.0, "the punishment at rollout.max_tokens, in reward")
 
 
 @dataclass
@@ -255,6 +279,7 @@ class Config:
     data: DataConfig = section(DataConfig)
     prompt: PromptConfig = section(PromptConfig)
     rollout: RolloutConfig = section(RolloutConfig)
+    reward: RewardConfig = section(RewardConfig)
     loss: LossConfig = section(LossConfig)
     optimizer: OptimizerConfig = section(OptimizerConfig)
     loop: LoopConfig = section(LoopConfig)

@@ -65,6 +65,61 @@ RATIO_MEAN = _metric("train/ratio_mean", "mean probability ratio pi/pi_old over 
 RATIO_MIN = _metric("train/ratio_min", "lowest probability ratio pi/pi_old over response tokens", "ratio", None)
 RATIO_MAX = _metric("train/ratio_max", "highest probability ratio pi/pi_old over response tokens", "ratio", None)
 KL = _metric("train/kl", "KL penalty term against the reference policy (k3 estimate)", "nats", None)
+OVERLONG_PENALTY = _metric(
+    "train/overlong_penalty",
+    "reward removed per rollout by the soft overlong punishment (train/reward is after it)",
+    "reward",
+    None,
+)
+OVERLONG_PENALIZED_FRACTION = _metric(
+    "train/overlong_penalized_fraction", "share of rollouts inside the overlong buffer (penalised)", "fraction", None
+)
+LOSS_MASKED_FRACTION = _metric(
+    "train/loss_masked_fraction",
+    "share of rollouts given zero loss weight for being truncated (loss.mask_truncated)",
+    "fraction",
+    None,
+)
+ENTROPY_BONUS = _metric(
+    "train/entropy_bonus",
+    "the entropy term subtracted from the loss: entropy_coef x entropy, length-normalised like the loss",
+    "nats",
+    None,
+)
+DYNAMIC_SAMPLING_PROMPTS = _metric(
+    "train/dynamic_sampling_prompts", "prompts drawn by the step's rounds of dynamic sampling", "count", None
+)
+DYNAMIC_SAMPLING_DROPPED = _metric(
+    "train/dynamic_sampling_dropped", "groups dropped by dynamic sampling: their rewards were all equal", "count", None
+)
+DYNAMIC_SAMPLING_ROUNDS = _metric(
+    "train/dynamic_sampling_rounds", "rounds of sampling the step took to fill its batch", "count", False
+)
+DYNAMIC_SAMPLING_SHORT = _metric(
+    "train/dynamic_sampling_short",
+    "1 when the step reached dynamic_sampling_max_rounds with too few groups (filled at zero weight)",
+    "flag",
+    False,
+)
+TIS_DELTA_MEAN = _metric(
+    "train/tis_logprob_delta_mean",
+    "mean |trainer log p - sampler log p| over response tokens (the sampler/trainer mismatch)",
+    "nats",
+    False,
+)
+TIS_DELTA_MAX = _metric(
+    "train/tis_logprob_delta_max", "largest |trainer log p - sampler log p| of the step's tokens", "nats", False
+)
+TIS_WEIGHT_MEAN = _metric("train/tis_weight_mean", "mean TIS weight min(pi_old / pi_sampler, cap)", "ratio", None)
+TIS_CAPPED_FRACTION = _metric(
+    "train/tis_capped_fraction", "share of response tokens whose TIS weight hit loss.tis_cap", "fraction", False
+)
+OVERLONG_TRAIN_DROPPED = _metric(
+    "train/overlong_prompts_dropped",
+    "training problems dropped at load: their prompt left no room for rollout.max_tokens (recorded when > 0)",
+    "count",
+    None,
+)
 
 # The loss function's per-microbatch statistics, by the key the loss returns them under.
 LOSS_STATISTICS = {
@@ -74,6 +129,11 @@ LOSS_STATISTICS = {
     "ratio_min": RATIO_MIN,
     "ratio_max": RATIO_MAX,
     "kl": KL,
+    "entropy_bonus": ENTROPY_BONUS,
+    "tis_delta_mean": TIS_DELTA_MEAN,
+    "tis_delta_max": TIS_DELTA_MAX,
+    "tis_weight_mean": TIS_WEIGHT_MEAN,
+    "tis_capped_fraction": TIS_CAPPED_FRACTION,
 }
 
 # --------------------------------------------------------------------------- eval/: held-out evaluation
@@ -83,6 +143,12 @@ EVAL_FORMAT_RATE = _metric("eval/format_rate", "share of eval responses in the a
 EVAL_RESPONSE_LENGTH = _metric("eval/response_length", "mean eval response length", "tokens", None)
 EVAL_GRADING_ERRORS = _metric(
     "eval/grading_errors", "eval responses whose grading raised (scored 0; should stay at zero)", "count", False
+)
+OVERLONG_EVAL_DROPPED = _metric(
+    "eval/overlong_problems_dropped",
+    "eval problems dropped at load, before the subset is drawn: no room for eval.max_tokens (recorded when > 0)",
+    "count",
+    None,
 )
 
 # --------------------------------------------------------------------------- time/ and mem/

@@ -54,6 +54,13 @@ NEUTRAL_DEFAULTS: dict[str, Any] = {
     "data.eval_question_field": None,  # ... with data.question_field
     "data.eval_answer_field": None,  # ... and data.answer_field
     "optimizer.warmup_unit": "optimizer_step",  # the schedule counted updates, as every run did
+    "reward.overlong_buffer_len": None,  # no overlong punishment, as every run had
+    "reward.overlong_penalty_factor": 1.0,  # ... (its factor only acts with a buffer)
+    "loss.mask_truncated": False,  # truncated completions were trained on
+    "loss.entropy_coef": 0.0,  # no entropy bonus
+    "loss.tis_cap": None,  # no importance correction for the sampler
+    "rollout.dynamic_sampling": False,  # every group was trained on
+    "rollout.dynamic_sampling_max_rounds": 10,  # ... (the cap only acts with dynamic sampling)
 }
 
 

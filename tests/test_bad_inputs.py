@@ -224,6 +224,22 @@ case(
 )
 case("data", "train-bool-answer", train(*MATH, "data.train_path={A}/data/boolans.jsonl"), "must be text")
 case("data", "train-list-question", train(*MATH, "data.train_path={A}/data/listq.jsonl"), "must be text")
+# Overlong prompts (issue 22): a file of only problems longer than the context is refused;
+# one overlong problem among others is dropped, and the run trains (tests/test_prompt_length.py).
+case(
+    "data",
+    "train-only-overlong",
+    train(*MATH, "data.train_path={A}/data/overlong.jsonl"),
+    "1 of 1 training problems have a prompt over",
+    new=True,
+)
+case(
+    "data",
+    "eval-only-overlong",
+    train(*MATH, "data.eval_path={A}/data/overlong.jsonl"),
+    "1 of 1 eval problems have a prompt over",
+    new=True,
+)
 
 # --------------------------------------------------------------------------- eval
 
@@ -423,6 +439,8 @@ def _build_assets(root: Path, model: Path) -> list[Callable[[], None]]:
     _write_jsonl(data / "boolans.jsonl", [{"problem": "1+1", "answer": True}])
     _write_jsonl(data / "listq.jsonl", [{"problem": [1, 2], "answer": "3"}])
     _write_jsonl(data / "nomarker.jsonl", [{"question": "q", "answer": "no marker here"}])
+    # 1 M characters: under the 4 MB line cap, far over the tiny model's 1,024 positions
+    _write_jsonl(data / "overlong.jsonl", [{"problem": "What is " + "1+" * 500_000 + "1?", "answer": "500001"}])
 
     models = root / "models"
     for name in (

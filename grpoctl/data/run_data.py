@@ -4,6 +4,9 @@ Train and eval data may come in different formats (`data.source` and `data.eval_
 each with its own field names): GSM8K to train on and MATH500 to evaluate, say. Wherever
 the two overlap, the eval problems are removed from training, whatever format each came
 in: an eval problem is never trained on.
+
+Problems whose prompt leaves the model no room to answer are dropped first, train and eval
+alike (data/prompt_length.py), before the eval subset is drawn.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from pathlib import Path
 from grpoctl.data.examples import DataError, Example
 from grpoctl.data.fingerprints import file_hash
 from grpoctl.data.load import load_examples
+from grpoctl.data.prompt_length import PromptBudget, describe_drop, drop_overlong
 from grpoctl.data.subsets import eval_subset
 from grpoctl.data.synthetic import ENUMERATE_LIMIT, problem_count
 from grpoctl.errors import UserError
@@ -28,11 +32,16 @@ class RunData:
     template: str
     data_hash: str  # of the eval data: what makes two evals comparable
     eval_source: str  # the eval data's source (recorded with each eval)
+    # Problems dropped at load because their prompt did not fit the context (prompt_length.py).
+    overlong_train_dropped: int = 0
+    overlong_eval_dropped: int = 0
 
 
-def load_run_data(cfg, need_train: bool = True, warn=None) -> RunData:
+def load_run_data(cfg, need_train: bool = True, warn=None, budget: PromptBudget | None = None) -> RunData:
     """The run's train problems (none when not `need_train`: an eval of a checkpoint), eval
-    subset and template; `warn` hears of a subset larger than the eval data (all of it is used)."""
+    subset and template; `warn` hears of a subset larger than the eval data (all of it is
+    used) and of problems dropped for their length. `budget` (the model's tokenizer and
+    context) drops overlong problems; without it none is dropped."""
     d = cfg.data
     eval_source = d.eval_source or d.source
     try:
@@ -48,14 +57,19 @@ def load_run_data(cfg, need_train: bool = True, warn=None) -> RunData:
         raise UserError(str(exc).splitlines()[0]) from None
     except ValueError as exc:  # the synthetic task's own argument checks
         raise UserError(f"data.synthetic: {exc}") from None
+    # No eval problem is ever trained on, even when a user's files overlap: the whole pool
+    # (an overlong problem included) is held out, so another --subset or seed later never
+    # scores trained-on problems.
+    held_out = {ex.question.strip() for ex in pool}
+    train_dropped = eval_dropped = 0
+    if budget is not None:
+        train, train_dropped = _fitting(train, template, budget, cfg.rollout.max_tokens, "training problems", warn)
+        pool, eval_dropped = _fitting(pool, template, budget, cfg.eval.max_tokens, "eval problems", warn)
     if warn is not None and cfg.eval.subset > len(pool):
         warn(
             f"warning: eval.subset={cfg.eval.subset} but the eval data has {len(pool)} problems: evaluating on all of them"
         )
     evals = eval_subset(pool, cfg.eval.subset, cfg.eval.subset_seed)
-    # No eval problem is ever trained on, even when a user's files overlap: the whole pool
-    # is held out, so another --subset or seed later never scores trained-on problems.
-    held_out = {ex.question.strip() for ex in pool}
     train = [ex for ex in train if ex.question.strip() not in held_out]
     if need_train and not train:
         raise UserError("no training examples left after removing the eval problems")
@@ -66,7 +80,20 @@ def load_run_data(cfg, need_train: bool = True, warn=None) -> RunData:
         template=template,
         data_hash=data_hash,
         eval_source=eval_source,
+        overlong_train_dropped=train_dropped,
+        overlong_eval_dropped=eval_dropped,
     )
+
+
+def _fitting(examples: list[Example], template: str, budget: PromptBudget, max_new: int, what: str, warn):
+    """`examples` without the overlong ones, and their count; none left is refused in one line."""
+    key = "rollout.max_tokens" if what.startswith("training") else "eval.max_tokens"
+    kept, dropped = drop_overlong(examples, template, budget, max_new)
+    if examples and not kept:
+        raise UserError(f"nothing to run on: {describe_drop(what, dropped, len(examples), budget, key, max_new)}")
+    if dropped and warn is not None:
+        warn(f"note: dropping {describe_drop(what, dropped, len(examples), budget, key, max_new)}")
+    return kept, dropped
 
 
 def _synthetic_knobs(d) -> dict:

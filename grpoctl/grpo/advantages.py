@@ -24,6 +24,12 @@ def _flat_groups(grouped: torch.Tensor) -> torch.Tensor:
     return (grouped == grouped[:, :1]).all(dim=1, keepdim=True)
 
 
+def flat_groups(raw_rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """(rollout_batch_size,) rewards -> (n_groups,) bool: True for a group whose rewards are
+    all equal (no GRPO signal: what dynamic sampling drops)."""
+    return _flat_groups(_grouped(raw_rewards.float(), group_size)).reshape(-1)
+
+
 def normalize_group_rewards(
     raw_rewards: torch.Tensor,
     group_size: int,

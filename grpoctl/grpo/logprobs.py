@@ -41,6 +41,7 @@ def get_response_log_probs(
     labels: torch.Tensor,
     return_token_entropy: bool = False,
     attention_mask: torch.Tensor | None = None,
+    entropy_with_grad: bool = False,
 ) -> dict[str, torch.Tensor]:
     """log p(labels[t] | input_ids[: t + 1]) under a HF causal LM.
 
@@ -48,7 +49,9 @@ def get_response_log_probs(
     Returns {"log_probs": (batch, seq) float32} and, only when asked,
     {"token_entropy": (batch, seq) float32}. The entropy is a diagnostic, so it is
     computed without gradient and one sequence at a time, which keeps its
-    vocabulary-sized temporaries to one chunk of one row.
+    vocabulary-sized temporaries to one chunk of one row; `entropy_with_grad` (an
+    entropy bonus trains on it) keeps its graph, which costs about one more
+    logits-sized tensor.
     """
     if attention_mask is None:
         logits = model(input_ids).logits
@@ -60,21 +63,14 @@ def get_response_log_probs(
     out = {"log_probs": label_logits - torch.logsumexp(logits, dim=-1)}
 
     if return_token_entropy:
-        with torch.no_grad():
-            out["token_entropy"] = torch.stack(
-                [
-                    torch.cat(
-                        [compute_entropy(row[i : i + ENTROPY_CHUNK]) for i in range(0, row.shape[0], ENTROPY_CHUNK)]
-                    )
-                    for row in logits
-                ]
-            )
+        out["token_entropy"] = torch.stack([_entropy_rows(row, entropy_with_grad) for row in logits])
     return out
 
 
-def _entropy_rows(logits: torch.Tensor) -> torch.Tensor:
-    """(positions, vocab) -> (positions,) entropy, ENTROPY_CHUNK positions at a time, without gradient."""
-    with torch.no_grad():
+def _entropy_rows(logits: torch.Tensor, with_grad: bool = False) -> torch.Tensor:
+    """(positions, vocab) -> (positions,) entropy, ENTROPY_CHUNK positions at a time
+    (without gradient unless `with_grad`)."""
+    with torch.set_grad_enabled(with_grad and torch.is_grad_enabled()):
         return torch.cat(
             [compute_entropy(logits[i : i + ENTROPY_CHUNK]) for i in range(0, logits.shape[0], ENTROPY_CHUNK)]
         )
@@ -122,6 +118,7 @@ def get_response_log_probs_shared_prompts(
     labels: torch.Tensor,
     response_mask: torch.Tensor,
     return_token_entropy: bool = False,
+    entropy_with_grad: bool = False,
 ) -> dict[str, torch.Tensor]:
     """`get_response_log_probs` on the response positions, running each distinct prompt once.
 
@@ -141,7 +138,9 @@ def get_response_log_probs_shared_prompts(
     """
     groups = None if _checkpointing(model) else _prompt_groups(input_ids, response_mask)
     if groups is None or len(groups[3]) == input_ids.shape[0]:
-        out = get_response_log_probs(model, input_ids, labels, return_token_entropy)
+        out = get_response_log_probs(
+            model, input_ids, labels, return_token_entropy, entropy_with_grad=entropy_with_grad
+        )
         zero = torch.zeros((), dtype=out["log_probs"].dtype, device=input_ids.device)
         return {k: torch.where(response_mask.bool(), v, zero) for k, v in out.items()}
     from transformers import DynamicCache
@@ -200,7 +199,9 @@ def get_response_log_probs_shared_prompts(
         label_logits = logits.gather(dim=-1, index=target.unsqueeze(-1)).squeeze(-1)
         log_probs.append(label_logits - torch.logsumexp(logits, dim=-1))
         if return_token_entropy:
-            entropy.append(_entropy_rows(logits.reshape(-1, logits.shape[-1])).view(logits.shape[:-1]))
+            entropy.append(
+                _entropy_rows(logits.reshape(-1, logits.shape[-1]), entropy_with_grad).view(logits.shape[:-1])
+            )
     out = {"log_probs": spread(log_probs)}
     if return_token_entropy:
         out["token_entropy"] = spread(entropy)

@@ -9,14 +9,18 @@ Extras beyond CS336, each off by default:
     low-probability tokens that turned out good grow faster, fighting entropy collapse;
   - sequence-level importance ratio (GSPO): one ratio per sequence, the geometric
     mean of its token ratios, so a single noisy token cannot swing its clipping;
-  - a KL penalty to a reference policy with the k3 estimator (always >= 0, unbiased).
+  - a KL penalty to a reference policy with the k3 estimator (always >= 0, unbiased);
+  - truncated importance sampling (TIS) for the sampler/trainer mismatch: the rollouts
+    were drawn by the sampler (vLLM, or the lean decoder), whose log-probs differ a
+    little from the trainer's; each token's policy-gradient loss is weighed by
+    min(pi_old / pi_sampler, cap), detached.
 """
 
 import torch
 
 from grpoctl.rules import IMPORTANCE_LEVELS, LOSS_TYPES, RATIO_FREE_LOSSES
 
-from .masked import masked_mean_or_zero
+from .masked import masked_mean_or_zero, masked_min_max
 
 
 def _per_sequence(values: torch.Tensor) -> torch.Tensor:
@@ -90,6 +94,31 @@ def add_kl_penalty(
     return loss, {**metadata, "kl": kl.detach()}
 
 
+def compute_tis_weights(
+    old_log_probs: torch.Tensor, sampled_log_probs: torch.Tensor, cap: float, response_mask: torch.Tensor
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """TIS weights w = min(exp(old log p - sampler log p), cap), detached, and their statistics.
+
+    All (batch, seq); old_log_probs are the trainer's under the weights that generated the
+    rollout, sampled_log_probs the sampler's for the same tokens (after temperature and
+    top-p). Returns (w (batch, seq), 1 outside the response; {"tis_delta_mean",
+    "tis_delta_max": |old - sampled| over response tokens, "tis_weight_mean",
+    "tis_capped_fraction": scalars}).
+    """
+    mask = response_mask.bool()
+    delta = torch.where(mask, old_log_probs.detach() - sampled_log_probs, torch.zeros((), dtype=old_log_probs.dtype))
+    raw = torch.exp(delta)
+    weights = torch.where(mask, torch.clamp(raw, max=cap), torch.ones((), dtype=raw.dtype))
+    _, delta_max = masked_min_max(delta.abs(), mask)
+    stats = {
+        "tis_delta_mean": masked_mean_or_zero(delta.abs(), mask),
+        "tis_delta_max": delta_max,
+        "tis_weight_mean": masked_mean_or_zero(weights, mask),
+        "tis_capped_fraction": masked_mean_or_zero((raw > cap).float(), mask),
+    }
+    return weights.detach(), stats
+
+
 def compute_grpo_clip_loss(
     advantages: torch.Tensor,
     policy_log_probs: torch.Tensor,
@@ -151,6 +180,7 @@ def compute_policy_gradient_loss(
     response_mask: torch.Tensor | None = None,
     ref_log_probs: torch.Tensor | None = None,
     kl_beta: float = 0.0,
+    token_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Dispatch to one of LOSS_TYPES and optionally add a KL penalty (the one place one is added).
 
@@ -159,6 +189,8 @@ def compute_policy_gradient_loss(
       no_baseline: -raw_reward * log p        reinforce_with_baseline: -A * log p
       grpo_clip: clipped surrogate            grpo_no_clip: -ratio * A
     ref_log_probs / kl_beta: see add_kl_penalty (applies to every loss type).
+    token_weights: (batch, seq), detached, multiply the policy-gradient term (not the KL
+    penalty): TIS's weights (compute_tis_weights).
     Returns (loss (batch, seq), metadata of (batch, seq) tensors).
     """
     if loss_type not in LOSS_TYPES:
@@ -197,4 +229,6 @@ def compute_policy_gradient_loss(
             response_mask=response_mask,
         )
 
+    if token_weights is not None:
+        loss = loss * token_weights.to(loss.dtype)
     return add_kl_penalty(loss, metadata, policy_log_probs, ref_log_probs, kl_beta)

@@ -26,7 +26,7 @@ import torch
 
 from grpoctl.rules import LENGTH_NORMALIZATIONS
 
-from .losses import compute_policy_gradient_loss
+from .losses import compute_policy_gradient_loss, compute_tis_weights
 from .masked import masked_mean_or_zero, masked_min_max, masked_normalize
 
 
@@ -85,9 +85,14 @@ def _log_stats(
     per_token: torch.Tensor,
     mask: torch.Tensor,
     loss_metadata: dict[str, torch.Tensor],
+    entropy_bonus: torch.Tensor | None = None,
+    tis: dict[str, torch.Tensor] | None = None,
 ) -> dict[str, float]:
     """Python floats over the response tokens, fetched with a single device sync."""
     stats = {"loss": microbatch_loss, "token_loss_mean": masked_mean_or_zero(per_token, mask)}
+    stats |= tis or {}
+    if entropy_bonus is not None:
+        stats["entropy_bonus"] = entropy_bonus
     if "clipped" in loss_metadata:
         stats["clip_fraction"] = masked_mean_or_zero(loss_metadata["clipped"].float(), mask)
     if "ratio" in loss_metadata:
@@ -107,6 +112,10 @@ class PolicyGradientLoss:
     See compute_policy_gradient_loss for loss_type, cliprange, cliprange_high,
     importance_level and kl_beta, and this module's docstring for length_normalization
     (normalize_constant is `constant`'s divisor: the max generation length).
+    entropy_coef > 0 subtracts entropy_coef x token entropy, reduced with the same
+    length normalization as the policy-gradient term (an entropy bonus; 0 is off).
+    tis_cap (not None) weighs each token's policy-gradient loss by TIS's
+    min(pi_old / pi_sampler, tis_cap) (compute_tis_weights; None is off).
     """
 
     loss_type: str
@@ -116,6 +125,8 @@ class PolicyGradientLoss:
     importance_level: str = "token"
     kl_beta: float = 0.0
     normalize_constant: float | None = None
+    entropy_coef: float = 0.0
+    tis_cap: float | None = None
 
     def microbatch_train_step(
         self,
@@ -127,13 +138,24 @@ class PolicyGradientLoss:
         old_log_probs: torch.Tensor | None = None,
         ref_log_probs: torch.Tensor | None = None,
         batch_response_tokens: float | None = None,
+        token_entropy: torch.Tensor | None = None,
+        sampled_log_probs: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """This loss on one microbatch, backpropagated: see grpo_microbatch_train_step.
 
         batch_response_tokens: the response tokens of the whole train batch, which
-        length_normalization="token" divides by (and needs).
+        length_normalization="token" divides by (and needs). token_entropy: (batch, seq),
+        with its graph; needed when entropy_coef > 0. sampled_log_probs: (batch, seq), the
+        sampler's log-probs of the tokens; needed (with old_log_probs) when tis_cap is set.
         """
         mask = response_mask.bool()
+        weights, tis = None, None
+        if self.tis_cap is not None:
+            if sampled_log_probs is None or old_log_probs is None:
+                raise ValueError(f"tis_cap={self.tis_cap} needs old_log_probs and the sampler's sampled_log_probs")
+            weights, tis = compute_tis_weights(
+                _only_response(old_log_probs, mask), _only_response(sampled_log_probs, mask), self.tis_cap, mask
+            )
         per_token, loss_metadata = compute_policy_gradient_loss(
             _only_response(policy_log_probs, mask),
             self.loss_type,
@@ -146,24 +168,35 @@ class PolicyGradientLoss:
             response_mask=mask,
             ref_log_probs=_only_response(ref_log_probs, mask),
             kl_beta=self.kl_beta,
+            token_weights=weights,
         )
+        loss, microbatch_loss = self._reduce(per_token, mask, gradient_accumulation_steps, batch_response_tokens)
+        bonus = None
+        if self.entropy_coef > 0:
+            if token_entropy is None:
+                raise ValueError(f"entropy_coef={self.entropy_coef} needs token_entropy (with its graph)")
+            zero = torch.zeros((), dtype=token_entropy.dtype, device=token_entropy.device)
+            per_token_bonus = self.entropy_coef * torch.where(mask, token_entropy, zero)  # pads may hold nan
+            bonus_loss, bonus = self._reduce(per_token_bonus, mask, gradient_accumulation_steps, batch_response_tokens)
+            loss, microbatch_loss = loss - bonus_loss, microbatch_loss - bonus
+        loss.backward()
+        return loss.detach(), _log_stats(microbatch_loss, per_token, mask, loss_metadata, bonus, tis)
+
+    def _reduce(
+        self, per_token: torch.Tensor, mask: torch.Tensor, gradient_accumulation_steps: int, batch_tokens: float | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(batch, seq) per-token values -> (the scalar to backpropagate, the microbatch's
+        value as logged: the one whose mean over a train batch's microbatches is the batch's)."""
         if self.length_normalization == "token":
-            if batch_response_tokens is None:
+            if batch_tokens is None:
                 raise ValueError(
                     "length_normalization='token' needs batch_response_tokens "
                     "(the response tokens of the whole train batch)"
                 )
-            loss = token_mean_loss(per_token, mask, batch_response_tokens)
-            # Logged as the value whose mean over the microbatches is the train batch's
-            # loss, as for the other normalizations.
-            microbatch_loss = loss * gradient_accumulation_steps
-        else:
-            microbatch_loss = _per_sequence_loss(
-                per_token, mask, self.length_normalization, self.normalize_constant
-            ).mean()
-            loss = microbatch_loss / gradient_accumulation_steps
-        loss.backward()
-        return loss.detach(), _log_stats(microbatch_loss, per_token, mask, loss_metadata)
+            loss = token_mean_loss(per_token, mask, batch_tokens)
+            return loss, loss * gradient_accumulation_steps
+        microbatch = _per_sequence_loss(per_token, mask, self.length_normalization, self.normalize_constant).mean()
+        return microbatch / gradient_accumulation_steps, microbatch
 
 
 def grpo_microbatch_train_step(

@@ -43,6 +43,10 @@ class Rollouts:
     response_texts: list[str]
     # True where generation ended because of max_tokens rather than a stop string or EOS.
     truncated: list[bool] = field(default_factory=list)
+    # Log-prob of each response token under the distribution it was drawn from (after
+    # temperature and top-p), where the backend reports it: what TIS compares the
+    # trainer's log-probs with (loss.tis_cap). Same shape as response_ids.
+    sampled_log_probs: list[list[float]] | None = None
 
     def __len__(self) -> int:
         return len(self.response_ids)

@@ -42,6 +42,7 @@ class HFRolloutBackend:
         torch.manual_seed(seed)
         prompt_ids = [self.tokenizer(p, add_special_tokens=False).input_ids for p in prompts]
         expanded = [ids for ids in prompt_ids for _ in range(n)]  # grouped: prompt i -> rows i*n..i*n+n-1
+        # sampled_log_probs: the lean engine reports them; transformers' generate does not.
         out = Rollouts(prompt_ids=[], response_ids=[], response_texts=[], truncated=[])
         for start in range(0, len(expanded), self.batch_size):
             self._generate_chunk(expanded[start : start + self.batch_size], sampling, out)
@@ -49,11 +50,12 @@ class HFRolloutBackend:
 
     def _generate_chunk(self, prompt_ids: list[list[int]], sampling: SamplingSettings, out: Rollouts) -> None:
         if self._lean is not None:
-            responses, truncated = self._lean.generate(prompt_ids, sampling)
+            responses, truncated, drawn = self._lean.generate(prompt_ids, sampling)
             out.prompt_ids.extend(prompt_ids)
             out.response_ids.extend(responses)
             out.response_texts.extend(self.tokenizer.batch_decode(responses, skip_special_tokens=True))
             out.truncated.extend(truncated)
+            out.sampled_log_probs = (out.sampled_log_probs or []) + drawn
             return
         pad = self.tokenizer.pad_token_id
         eos = self.tokenizer.eos_token_id

@@ -38,11 +38,15 @@ class LeanSampler:
         return self._stop_criteria[stop]
 
     @torch.inference_mode()
-    def generate(self, prompt_ids: list[list[int]], sampling: SamplingSettings) -> tuple[list[list[int]], list[bool]]:
-        """Continue each prompt; returns (response ids, truncated) per row.
+    def generate(
+        self, prompt_ids: list[list[int]], sampling: SamplingSettings
+    ) -> tuple[list[list[int]], list[bool], list[list[float]]]:
+        """Continue each prompt; returns (response ids, truncated, sampled log-probs) per row.
 
         A response ends with (and keeps) the EOS or the token that completes a stop string;
-        truncated means it ran to max_tokens instead.
+        truncated means it ran to max_tokens instead. The log-prob of each token is under the
+        distribution it was drawn from: after the EOS mask, temperature and top-p (0 when
+        greedy).
         """
         w = dec.read_weights(self.model)
         device = w.embed.device
@@ -72,8 +76,10 @@ class LeanSampler:
         stop = self.stop_criteria(tuple(sampling.stop))
         unfinished = torch.ones(B, dtype=torch.bool, device=device)
         ended_at = torch.full((B,), max_new, dtype=torch.long, device=device)  # response length
+        drawn_log_probs = torch.zeros(B, max_new, device=device)
         for t in range(max_new):
-            tokens = self._next_tokens(logits, t, sampling, eos)
+            tokens, log_probs = self._next_tokens(logits, t, sampling, eos)
+            drawn_log_probs[:, t] = log_probs
             tokens = torch.where(unfinished, tokens, pad)
             sequences[:, width + t] = tokens
             done = tokens == eos
@@ -88,18 +94,27 @@ class LeanSampler:
                 break
             logits = dec.decode_step(w, tokens, positions + t, width + t, cache, cos, sin)
 
-        generated = sequences[:, width:].tolist()
-        return [row[:n] for row, n in zip(generated, ended_at.tolist(), strict=True)], unfinished.tolist()
+        generated, lengths = sequences[:, width:].tolist(), ended_at.tolist()
+        drawn = drawn_log_probs.tolist()
+        return (
+            [row[:n] for row, n in zip(generated, lengths, strict=True)],
+            unfinished.tolist(),
+            [row[:n] for row, n in zip(drawn, lengths, strict=True)],
+        )
 
     @staticmethod
-    def _next_tokens(logits: torch.Tensor, t: int, sampling: SamplingSettings, eos: int) -> torch.Tensor:
-        """(B, V) float32 logits -> (B,) tokens, as generate's processors, warpers and sampler."""
+    def _next_tokens(
+        logits: torch.Tensor, t: int, sampling: SamplingSettings, eos: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, V) float32 logits -> (B,) tokens, as generate's processors, warpers and
+        sampler, and (B,) the log-prob each was drawn with (0 when greedy)."""
         scores = logits
         if t < sampling.min_tokens and eos is not None:
             scores = scores.clone()
             scores[:, eos] = float("-inf")
         if sampling.greedy:
-            return scores.argmax(dim=-1)
+            tokens = scores.argmax(dim=-1)
+            return tokens, torch.zeros(tokens.shape, device=tokens.device)
         if sampling.temperature != 1.0:
             from transformers.generation.logits_process import TemperatureLogitsWarper
 
@@ -109,4 +124,6 @@ class LeanSampler:
 
             scores = TopPLogitsWarper(sampling.top_p)(None, scores)
         probs = torch.softmax(scores, dim=-1)
-        return torch.multinomial(probs, num_samples=1).squeeze(1)
+        tokens = torch.multinomial(probs, num_samples=1)
+        # The log of the drawn token's probability: one gather, no second (B, V) tensor.
+        return tokens.squeeze(1), probs.gather(1, tokens).squeeze(1).log()

@@ -141,6 +141,12 @@ class VLLMRolloutBackend:
             enable_prefix_caching=bool(v.enable_prefix_caching),
             max_model_len=_fit_max_model_len(model_dir, int(v.max_model_len)),
         )
+        # TIS (loss.tis_cap) compares the trainer's log-probs with those of the distribution
+        # each token was drawn from: after temperature and top-p ("processed"), not vLLM's
+        # default raw ones. The mode is the engine's, so it is set once, here.
+        self.reports_sampled_log_probs = cfg.loss.tis_cap is not None
+        if self.reports_sampled_log_probs:
+            kwargs["logprobs_mode"] = "processed_logprobs"
         if self.on_gpu:
             kwargs.update(gpu_memory_utilization=float(v.gpu_memory_utilization), enable_sleep_mode=self.sleep_mode)
         else:
@@ -175,6 +181,7 @@ class VLLMRolloutBackend:
             # 0 = the sampled token's own log-prob and no alternatives. vLLM's default
             # logprobs_mode is raw_logprobs (before temperature/top-p), i.e. the
             # policy's log-probs; at temperature 1, top_p 1 the two coincide anyway.
+            # With TIS on, the engine reports processed ones (see __init__).
             logprobs=0 if logprobs else None,
         )
 
@@ -212,7 +219,9 @@ class VLLMRolloutBackend:
         return rollouts, (lps if logprobs else None)
 
     def generate(self, prompts: list[str], n: int, sampling: SamplingSettings, seed: int) -> Rollouts:
-        return self.generate_with_logprobs(prompts, n, sampling, seed, logprobs=False)[0]
+        rollouts, lps = self.generate_with_logprobs(prompts, n, sampling, seed, logprobs=self.reports_sampled_log_probs)
+        rollouts.sampled_log_probs = lps
+        return rollouts
 
     # ------------------------------------------------------------------ weights
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 PAD, EOS = "<|pad|>", "<|endoftext|>"
+TINY_MAX_POSITIONS = 1024  # the tiny model's context: prompt and response together
 
 
 def build_tokenizer():
@@ -61,7 +62,7 @@ def build_model(
         num_attention_heads=num_attention_heads,
         num_key_value_heads=num_key_value_heads,
         intermediate_size=intermediate_size,
-        max_position_embeddings=1024,
+        max_position_embeddings=TINY_MAX_POSITIONS,
         tie_word_embeddings=True,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from grpoctl.data.prompt_length import prompt_budget
 from grpoctl.data.run_data import load_run_data
 from grpoctl.rollout import make_backend
 from grpoctl.train.evaluate import eval_record, eval_sampling, evaluate
@@ -17,7 +18,7 @@ from grpoctl.train.setup import load_policy, pick_device, pick_dtype
 def run_eval(cfg, registry, path: Path, run, marker: dict | None, say=print, data=None):
     """Evaluate the model at `path`; `data` is the already loaded (and checked) RunData, if any."""
     device = pick_device(cfg)
-    data = data or load_run_data(cfg, need_train=False)
+    data = data or load_run_data(cfg, need_train=False, budget=prompt_budget(cfg, str(path)))
     model, tokenizer = load_policy(str(path), device, pick_dtype(cfg, device), gradient_checkpointing=False)
     model.eval()
     backend = make_backend(cfg, model, tokenizer, str(path), say=say)

@@ -153,6 +153,9 @@ def logits_bytes_per_element(b: int) -> int:
     return b + (4 if b < 4 else 0) + 4
 
 
+# An entropy bonus backpropagates through the entropy (grpo/logprobs.py compute_entropy):
+# autograd keeps the max-shifted fp32 logits and their softmax, two more fp32 copies.
+ENTROPY_GRAPH_BYTES_PER_ELEMENT = 8
 OVERHEAD = 1 * GiB  # CUDA context, cuBLAS workspaces, allocator slack; on CPU the runtime's libraries
 SLEEP_RESIDUAL = 1 * GiB  # what a sleeping vLLM keeps on the GPU (outside its pool); check with mem/device_free
 MASTER_WEIGHTS_BYTES = 12  # fp32 master copy + fp32 m + fp32 v per parameter (mixed precision)
@@ -303,6 +306,16 @@ def estimate_peak_memory(
             f"{mb} x {seq} x {arch.vocab_size} vocab x {per_el} B ({copies})",
         )
     )
+    if cfg.loss.entropy_coef > 0:
+        c.append(
+            Component(
+                "entropy bonus graph",
+                mb * seq * arch.vocab_size * ENTROPY_GRAPH_BYTES_PER_ELEMENT,
+                ("backward",),
+                f"{mb} x {seq} x {arch.vocab_size} vocab x {ENTROPY_GRAPH_BYTES_PER_ELEMENT} B "
+                "(fp32 shifted logits + softmax, kept for the bonus's backward)",
+            )
+        )
 
     notes = []
     backend = resolve_backend(cfg.rollout.backend, vllm_installed())

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from grpoctl.data import ENUMERATE_LIMIT, problem_count
+from grpoctl.data.prompt_length import prompt_budget
 from grpoctl.data.run_data import RunData, load_run_data
 from grpoctl.errors import UserError
 from grpoctl.rules import resolve_backend, resolve_device, resolve_dtype, vllm_installed
@@ -51,17 +52,27 @@ WEIGHT_FILES = (
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
-def preflight(cfg, warn=print, need_model: bool = True, need_train: bool = True, writes: bool = True) -> RunData:
+def preflight(
+    cfg,
+    warn=print,
+    need_model: bool = True,
+    need_train: bool = True,
+    writes: bool = True,
+    model_source: str | None = None,
+) -> RunData:
     """Check what a run needs and load its data, writing nothing; returns the data.
 
     Raises UserError naming the first problem. `need_model=False` skips model.path (a
     resume loads its checkpoint instead, checked on its own); `writes=False` skips the
-    output directories (an eval writes no checkpoints).
+    output directories (an eval writes no checkpoints). The tokenizer and context that
+    decide which prompts are too long come from `model_source` (default model.path; a
+    resume's checkpoint directory).
     """
     pick_device(cfg)
     if need_model:
         check_model_path(cfg)
-    if resolve_backend(cfg.rollout.backend, vllm_installed()) == "vllm":
+    uses_vllm = resolve_backend(cfg.rollout.backend, vllm_installed()) == "vllm"
+    if uses_vllm:
         from grpoctl.rollout.vllm import vllm_available
 
         ok, why = vllm_available()
@@ -73,7 +84,8 @@ def preflight(cfg, warn=print, need_model: bool = True, need_train: bool = True,
                 f"rollout.backend=auto means vllm where it is installed, and this one does not import "
                 f"({why}); use rollout.backend=hf"
             )
-    data = load_run_data(cfg, need_train=need_train, warn=warn)
+    budget = prompt_budget(cfg, model_source or cfg.model.path)
+    data = load_run_data(cfg, need_train=need_train, warn=warn, budget=budget)
     if writes:
         check_writable(cfg.checkpoint.dir, "checkpoint.dir")
         if need_model and cfg.model.path.startswith("tiny"):

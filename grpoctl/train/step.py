@@ -2,7 +2,9 @@
 
     prompts     <- the next rollout_batch_size / group_size training problems
     rollouts    <- group_size completions per prompt (hf or vLLM backend)
-    rewards     <- the reward function on each completion
+    rewards     <- the reward function on each completion (and any overlong penalty);
+                   with dynamic sampling, rounds of these until enough groups have signal
+                   (train/dynamic_sampling.py)
     advantages  <- rewards normalised within each group
     old log-probs, once, when rollouts are reused off-policy (and the KL reference's)
     inner loop: for each epoch, for each train batch: accumulate microbatch gradients,
@@ -14,15 +16,14 @@
 
 A "step" is a GRPO step; figures taken per optimizer step are recorded with their
 optimizer-step index and summarised per GRPO step. The math is grpoctl/grpo/ (CS336's
-functions); the outer loop over steps, and a run's start and end, are train/trainer.py.
+functions); eval, record and checkpoint are train/eval_and_checkpoint.py; the outer loop
+over steps, and a run's start and end, are train/trainer.py.
 """
 
 from __future__ import annotations
 
 import math
-import shutil
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, field
 
 import torch
 
@@ -34,13 +35,22 @@ from grpoctl.grpo import (
     normalize_group_rewards,
     summarize_group_rewards,
 )
+from grpoctl.grpo.shaping import loss_rows, overlong_penalty
 from grpoctl.prompts import format_prompt
 from grpoctl.rewards import get_reward_fn, grading_stats
 from grpoctl.rollout.base import Rollouts, SamplingSettings
-from grpoctl.train.checkpoint import SavedTrainer, capture_rng, save_checkpoint, select_for_deletion
 from grpoctl.train.context import RunContext
-from grpoctl.train.evaluate import eval_record, eval_sampling, evaluate
+from grpoctl.train.dynamic_sampling import sample_informative_groups
+from grpoctl.train.eval_and_checkpoint import (
+    checkpoint,
+    checkpoint_due,
+    dropped_metrics,
+    eval_due,
+    evaluate_policy,
+    sample_rows,
+)
 from grpoctl.train.faults import fault_point
+from grpoctl.train.graded import Graded
 from grpoctl.train.phases import Phases
 from grpoctl.train.stop import abortable
 
@@ -62,15 +72,29 @@ def grpo_step(run: RunContext, step: int) -> None:
     with phases.step():
         with abortable(run.stop):
             fault_point("step-start", step)
-            # Prompts and rollouts: group_size completions for each of the next problems.
-            with phases("rollout"):
-                prompts, truths = next_prompts(run)
-                rollouts = generate_rollouts(run, prompts, step)
-            fault_point("step-rollouts", step)
-            run.backend.before_training()  # vLLM sleep mode frees its memory for the backward passes
-            # Rewards, and advantages: each reward against the others of its group.
-            with phases("reward"):
-                batch = score_rollouts(run, rollouts, truths)
+            if cfg.rollout.dynamic_sampling:
+                # Rounds of prompts, rollouts and rewards until enough groups carry signal.
+                prompts, graded, sampling_stats = sample_informative_groups(
+                    lambda round: draw_round(run, step, round, phases),
+                    cfg.rollout.group_size,
+                    sizes.prompts_per_rollout_batch,
+                    cfg.rollout.dynamic_sampling_max_rounds,
+                )
+                rollouts, truths = graded.rollouts, graded.truths
+                fault_point("step-rollouts", step)
+                run.backend.before_training()
+                batch = rollout_batch(run, graded)
+                batch.stats |= sampling_stats
+            else:
+                # Prompts and rollouts: group_size completions for each of the next problems.
+                with phases("rollout"):
+                    prompts, truths = next_prompts(run)
+                    rollouts = generate_rollouts(run, prompts, step)
+                fault_point("step-rollouts", step)
+                run.backend.before_training()  # vLLM sleep mode frees its memory for the backward passes
+                # Rewards, and advantages: each reward against the others of its group.
+                with phases("reward"):
+                    batch = score_rollouts(run, rollouts, truths)
             # Old log-probs, once, when the rollouts are reused off-policy (and the KL reference's).
             with phases("old_log_probs"):
                 add_old_and_ref_log_probs(run, batch)
@@ -85,7 +109,7 @@ def grpo_step(run: RunContext, step: int) -> None:
                 n = batch.input_ids.shape[0]
                 order = torch.randperm(n, generator=generator) if sizes.off_policy else torch.arange(n)
                 for rows in order.split(cfg.loop.train_batch_size):
-                    tokens = int(batch.response_mask[rows].sum())  # length_normalization=token divides by these
+                    tokens = int(batch.loss_mask(rows).sum())  # length_normalization=token divides by these
                     with phases("backward"):
                         losses = [
                             train_microbatch(run, batch, idx, tokens, entropy, step)
@@ -103,7 +127,7 @@ def grpo_step(run: RunContext, step: int) -> None:
         # The new weights into the rollout backend (a no-op for hf, which samples from the policy).
         with phases("weight_sync"):
             run.backend.sync_weights(run.model)
-        figures = {**batch.stats, **step_metrics(per_opt_step, entropy)}
+        figures = {**batch.stats, **step_metrics(per_opt_step, entropy), **dropped_metrics(run.data)}
         samples = sample_rows(prompts, rollouts, truths, batch.scores, cfg.logging.samples_per_step)
         eval_row = None
         if eval_due(cfg, step):
@@ -132,12 +156,17 @@ def next_prompts(run: RunContext) -> tuple[list[str], list[str]]:
     return prompts, truths
 
 
-def generate_rollouts(run: RunContext, prompts: list[str], step: int) -> Rollouts:
+def rollout_seed(seed: int, step: int, round: int = 0) -> int:
+    """The sampling seed of a step's rollouts; dynamic sampling's further rounds get their own."""
+    return seed * 1_000_003 + step + round * 1_000_000_007
+
+
+def generate_rollouts(run: RunContext, prompts: list[str], step: int, round: int = 0) -> Rollouts:
     """group_size completions per prompt; a blown-up policy shows here first, as nan probabilities."""
     cfg = run.cfg
     try:
         return run.backend.generate(
-            prompts, cfg.rollout.group_size, rollout_sampling(cfg), seed=cfg.seed * 1_000_003 + step
+            prompts, cfg.rollout.group_size, rollout_sampling(cfg), seed=rollout_seed(cfg.seed, step, round)
         )
     except RuntimeError as exc:
         # torch's sampler refuses nan/inf probabilities with this message; anything else
@@ -147,6 +176,15 @@ def generate_rollouts(run: RunContext, prompts: list[str], step: int) -> Rollout
                 f"non-finite probabilities while sampling at step {step}: {str(exc).splitlines()[0]}"
             ) from exc
         raise
+
+
+def draw_round(run: RunContext, step: int, round: int, phases: Phases) -> tuple[list[str], Graded]:
+    """One round of dynamic sampling: the next prompts, their rollouts and their grades."""
+    with phases("rollout"):
+        prompts, truths = next_prompts(run)
+        rollouts = generate_rollouts(run, prompts, step, round=round)
+    with phases("reward"):
+        return prompts, grade_rollouts(run, rollouts, truths)
 
 
 def rollout_sampling(cfg) -> SamplingSettings:
@@ -168,7 +206,9 @@ class RolloutBatch:
     response_mask: torch.Tensor
     advantages: torch.Tensor
     raw_rewards: torch.Tensor
+    loss_rows: torch.Tensor  # (batch,) bool: rows whose tokens enter the loss (grpo/shaping.py)
     old_log_probs: torch.Tensor | None = None
+    sampled_log_probs: torch.Tensor | None = None  # the sampler's, at the response positions (TIS)
     ref_log_probs: torch.Tensor | None = None
     stats: dict = field(default_factory=dict)  # train/* figures of the rollouts
     scores: list[dict] = field(default_factory=list)  # each rollout's reward dict
@@ -179,9 +219,18 @@ class RolloutBatch:
         positions = torch.arange(self.response_mask.shape[1]).expand_as(self.response_mask)
         return torch.where(self.response_mask, positions + 1, 0).amax(dim=1).clamp(min=1)
 
+    def loss_mask(self, rows: torch.Tensor) -> torch.Tensor:
+        """(len(rows), seq) bool: the response tokens of `rows` that the loss sees."""
+        return self.response_mask[rows] & self.loss_rows[rows, None]
+
 
 def score_rollouts(run: RunContext, rollouts: Rollouts, truths: list[str]) -> RolloutBatch:
-    """Rollouts -> training tensors, rewards, group-normalised advantages and their summary.
+    """Rollouts -> training tensors, rewards, group-normalised advantages and their summary."""
+    return rollout_batch(run, grade_rollouts(run, rollouts, truths))
+
+
+def grade_rollouts(run: RunContext, rollouts: Rollouts, truths: list[str]) -> Graded:
+    """The reward of each rollout, and the soft overlong punishment (grpo/shaping.py) on it.
 
     Grading that timed out or failed scores 0, like a wrong answer; both are counted
     (train/grading_timeouts, train/grading_errors), since a broken grader otherwise
@@ -192,7 +241,43 @@ def score_rollouts(run: RunContext, rollouts: Rollouts, truths: list[str]) -> Ro
     before = grading_stats()
     scores = [reward_fn(text, truth) for text, truth in zip(rollouts.response_texts, truths, strict=True)]
     after = grading_stats()
-    raw = torch.tensor([s["reward"] for s in scores], dtype=torch.float32)
+    rewards = torch.tensor([s["reward"] for s in scores], dtype=torch.float32)
+    penalty = None
+    if cfg.reward.overlong_buffer_len is not None:
+        penalty = overlong_penalty(
+            torch.tensor([len(r) for r in rollouts.response_ids]),
+            cfg.rollout.max_tokens,
+            cfg.reward.overlong_buffer_len,
+            cfg.reward.overlong_penalty_factor,
+        )
+        rewards = rewards + penalty
+    return Graded(
+        rollouts,
+        truths,
+        scores,
+        rewards,
+        penalty,
+        timeouts=after["timeouts"] - before["timeouts"],
+        errors=after["errors"] - before["errors"],
+    )
+
+
+def rollout_batch(run: RunContext, graded: Graded) -> RolloutBatch:
+    """Graded rollouts -> training tensors, group-normalised advantages and their summary.
+
+    Masking (loss.mask_truncated, grpo/shaping.py) and a short batch's filler groups
+    decide which rows the loss sees; every row stays in its group's mean and std.
+    """
+    cfg, rollouts, scores, raw = run.cfg, graded.rollouts, graded.scores, graded.rewards
+    shaping = {}
+    if graded.penalty is not None:
+        shaping[metrics.OVERLONG_PENALTY] = float(-graded.penalty.mean())
+        shaping[metrics.OVERLONG_PENALIZED_FRACTION] = float((graded.penalty < 0).float().mean())
+    keep = loss_rows(rollouts.truncated, cfg.loss.mask_truncated)
+    if cfg.loss.mask_truncated:
+        shaping[metrics.LOSS_MASKED_FRACTION] = float((~keep).float().mean())
+    if graded.filler is not None:
+        keep &= ~graded.filler
     advantages = normalize_group_rewards(
         raw, cfg.rollout.group_size, cfg.loss.advantage_eps, cfg.loss.use_std_normalization
     )
@@ -203,9 +288,17 @@ def score_rollouts(run: RunContext, rollouts: Rollouts, truths: list[str]) -> Ro
         answer_rewards=torch.tensor([s["answer_reward"] for s in scores]),
     )
     ids = collate_prompt_and_output_ids(rollouts.prompt_ids, rollouts.response_ids, run.tokenizer.pad_token_id)
-    batch = RolloutBatch(ids["input_ids"], ids["labels"], ids["response_mask"], advantages, raw, scores=scores)
+    batch = RolloutBatch(ids["input_ids"], ids["labels"], ids["response_mask"], advantages, raw, keep, scores=scores)
+    if cfg.loss.tis_cap is not None:
+        if rollouts.sampled_log_probs is None:
+            raise RuntimeError(
+                f"loss.tis_cap needs the sampler's log-probs, and the {run.backend.name} backend did not report them"
+            )
+        # Row-major over the response positions, as collate lays the response tokens out.
+        drawn = torch.tensor([lp for row in rollouts.sampled_log_probs for lp in row], dtype=torch.float32)
+        batch.sampled_log_probs = torch.zeros(batch.response_mask.shape).masked_scatter(batch.response_mask, drawn)
     lengths = [len(r) for r in rollouts.response_ids]
-    batch.stats = {
+    batch.stats = shaping | {
         metrics.REWARD: summary["reward_mean"],
         metrics.REWARD_STD: summary["reward_std"],
         metrics.FORMAT_REWARD: summary.get("format_reward_mean", 0.0),
@@ -213,8 +306,8 @@ def score_rollouts(run: RunContext, rollouts: Rollouts, truths: list[str]) -> Ro
         metrics.ZERO_STD_GROUP_FRACTION: summary["zero_std_group_fraction"],
         metrics.RESPONSE_LENGTH: sum(lengths) / len(lengths),
         metrics.RESPONSE_CLIP_FRACTION: sum(rollouts.truncated) / len(rollouts.truncated),
-        metrics.GRADING_TIMEOUTS: after["timeouts"] - before["timeouts"],
-        metrics.GRADING_ERRORS: after["errors"] - before["errors"],
+        metrics.GRADING_TIMEOUTS: graded.timeouts,
+        metrics.GRADING_ERRORS: graded.errors,
     }
     return batch
 
@@ -269,19 +362,21 @@ def train_microbatch(
     # (and its vocabulary-sized logits) pay for it.
     width = int(batch.seq_lengths[idx].max())
     mask = batch.response_mask[idx, :width].to(device)
-    # Each distinct prompt of the microbatch runs once (a GRPO group shares one).
+    # Each distinct prompt of the microbatch runs once (a GRPO group shares one). The
+    # entropy is a diagnostic without gradient, unless an entropy bonus trains on it.
     out = get_response_log_probs_shared_prompts(
         run.model,
         batch.input_ids[idx, :width].to(device),
         batch.labels[idx, :width].to(device),
         mask,
         return_token_entropy=True,
+        entropy_with_grad=run.loss.entropy_coef > 0,
     )
-    entropy[0] += float((out["token_entropy"].float() * mask).sum())
+    entropy[0] += float((out["token_entropy"].detach().float() * mask).sum())
     entropy[1] += float(mask.sum())
     _, stats = run.loss.microbatch_train_step(
         out["log_probs"],
-        mask,
+        batch.loss_mask(idx)[:, :width].to(device),  # without masked (truncated) rows
         run.cfg.loop.gradient_accumulation_steps,
         raw_rewards=batch.raw_rewards[idx].unsqueeze(-1).to(device),
         advantages=batch.advantages[idx].unsqueeze(-1).to(device),
@@ -291,6 +386,8 @@ def train_microbatch(
         ),
         ref_log_probs=None if batch.ref_log_probs is None else batch.ref_log_probs[idx, :width].to(device),
         batch_response_tokens=train_batch_tokens,
+        token_entropy=out["token_entropy"] if run.loss.entropy_coef > 0 else None,
+        sampled_log_probs=None if batch.sampled_log_probs is None else batch.sampled_log_probs[idx, :width].to(device),
     )
     if not math.isfinite(stats["loss"]):
         raise Diverged(f"non-finite loss at step {step} (optimizer step {run.state.opt_step})")
@@ -311,7 +408,7 @@ def optimizer_step_metrics(micro_stats: list[dict], grad_norm: float, lr: float)
     for key, name in metrics.LOSS_STATISTICS.items():
         values = [s[key] for s in micro_stats if key in s and math.isfinite(s[key])]
         if values:
-            agg = min if key == "ratio_min" else max if key == "ratio_max" else lambda v: sum(v) / len(v)
+            agg = min if key.endswith("_min") else max if key.endswith("_max") else lambda v: sum(v) / len(v)
             out[name] = agg(values)
     return out
 
@@ -323,106 +420,18 @@ def check_finite_weights(model, step: int) -> None:
 
 
 def step_metrics(per_opt_step: list[tuple[int, dict]], entropy: list[float]) -> dict:
-    """The GRPO step's summary of its optimizer steps (means; the ratio's extremes; the
-    highest gradient norm) and the token entropy over every response token trained on."""
+    """The GRPO step's summary of its optimizer steps (means; extremes for *_min and *_max;
+    the highest gradient norm) and the token entropy over every response token trained on."""
     keys = {k for _, v in per_opt_step for k in v}
     out = {}
     for key in keys:
         values = [v[key] for _, v in per_opt_step if key in v]
-        if key.endswith("ratio_min"):
+        if key.endswith("_min"):  # the ratio's extremes, the largest log-prob mismatch
             out[key] = min(values)
-        elif key.endswith("ratio_max"):
+        elif key.endswith("_max"):
             out[key] = max(values)
         else:
             out[key] = sum(values) / len(values)
     out[metrics.GRAD_NORM_MAX] = max(v[metrics.GRAD_NORM] for _, v in per_opt_step)
     out[metrics.TOKEN_ENTROPY] = entropy[0] / max(entropy[1], 1.0)
     return out
-
-
-# --------------------------------------------------------------------------- eval, record, checkpoint
-
-
-def sample_rows(prompts: list[str], rollouts: Rollouts, truths: list[str], scores: list[dict], k: int) -> list[dict]:
-    """k completions to store, one per group (rollout i of group i), so a reader sees k problems."""
-    group = len(rollouts.response_texts) // max(len(prompts), 1)
-    rows = []
-    for i in range(min(k, len(prompts))):
-        j = i * group + i % group
-        rows.append(
-            dict(
-                kind="train",
-                prompt=prompts[i],
-                response=rollouts.response_texts[j],
-                ground_truth=truths[j],
-                reward=scores[j]["reward"],
-                format_reward=scores[j]["format_reward"],
-                answer_reward=scores[j]["answer_reward"],
-            )
-        )
-    return rows
-
-
-def eval_due(cfg, step: int) -> bool:
-    return bool(cfg.eval.every and step % cfg.eval.every == 0) or step == cfg.loop.n_grpo_steps
-
-
-def evaluate_policy(run: RunContext, step: int) -> tuple[dict, list[dict], dict]:
-    """The policy on the eval subset: (eval/* metrics, stored completions, the eval row to record)."""
-    cfg, data = run.cfg, run.data
-    sampling = eval_sampling(cfg.eval, cfg.rollout.stop)
-    outcome = evaluate(
-        run.backend,
-        data.eval,
-        data.template,
-        cfg.prompt.reward,
-        sampling,
-        cfg.eval.batch_size,
-        n_samples=cfg.logging.samples_per_step,
-        seed=cfg.eval.subset_seed,
-    )
-    run.state.record_eval(step, outcome.accuracy)
-    row = eval_record(
-        outcome,
-        examples=data.eval,
-        data_source=data.eval_source,
-        data_hash=data.data_hash,
-        template_name=data.template_name,
-        template=data.template,
-        sampling=sampling,
-    )
-    return outcome.metrics(), outcome.samples, row
-
-
-def evaluate_before_training(run: RunContext) -> None:
-    """Step 0: the policy before any update, evaluated and recorded (eval.at_start)."""
-    phases = Phases(run.memory)
-    with phases("eval"):
-        figures, samples, row = evaluate_policy(run, 0)
-    run.registry.log_step(run.run.id, 0, figures | phases.metrics, samples=samples, eval=row)
-
-
-def checkpoint_due(cfg, step: int) -> bool:
-    return bool(cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or step == cfg.loop.n_grpo_steps
-
-
-def checkpoint(run: RunContext) -> None:
-    """Save the run at run.state.step (weights, tokenizer, state), then apply retention."""
-    cfg, state, row = run.cfg, run.state, run.run
-    saved = SavedTrainer(
-        replace(state, last_checkpoint_step=state.step),
-        optimizer=run.optimizer.state_dict(),
-        scheduler=run.scheduler.state_dict(),
-        rng=capture_rng(),
-    )
-    # Renew the claim first: no other process can take the run over while the files are
-    # written (the lease outlasts any save), so a fenced-out trainer never overwrites them.
-    run.registry.heartbeat(row.id)
-    path = save_checkpoint(Path(row.output_dir) / f"step-{state.step}", run.model, run.tokenizer, saved, row.name)
-    run.registry.add_checkpoint(row.id, state.step, str(path), eval_accuracy=state.accuracy_at(state.step))
-    state.last_checkpoint_step = state.step
-    for old in select_for_deletion(
-        run.registry.checkpoints(row.id), cfg.checkpoint.keep_last, cfg.checkpoint.keep_best
-    ):
-        shutil.rmtree(old.path, ignore_errors=True)
-        run.registry.mark_checkpoint_deleted(old.id)

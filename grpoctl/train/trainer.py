@@ -24,6 +24,7 @@ import torch
 
 from grpoctl.config import config_diff, derived_sizes, to_dict
 from grpoctl.data import PromptStream
+from grpoctl.data.prompt_length import prompt_budget
 from grpoctl.data.run_data import load_run_data
 from grpoctl.grpo import PolicyGradientLoss
 from grpoctl.registry.claims import ClaimLost
@@ -38,12 +39,13 @@ from grpoctl.train.checkpoint import (
     restore_rng,
 )
 from grpoctl.train.context import RunContext
+from grpoctl.train.eval_and_checkpoint import checkpoint, evaluate_before_training
 from grpoctl.train.memory import MemoryTracker
 from grpoctl.train.optim import build_optimizer
 from grpoctl.train.progress import Progress
 from grpoctl.train.schedule import build_scheduler
 from grpoctl.train.setup import device_name, load_policy, pick_device, pick_dtype, resolve_model_dir
-from grpoctl.train.step import Diverged, checkpoint, evaluate_before_training, grpo_step
+from grpoctl.train.step import Diverged, grpo_step
 from grpoctl.train.stop import AbandonStep, StopRequest
 
 log = logging.getLogger("grpoctl")
@@ -106,7 +108,7 @@ def prepare(cfg, registry, say, model_dir: str | None = None, data=None) -> RunC
         torch.set_num_threads(cfg.runtime.threads)
     torch.manual_seed(cfg.seed)
     device = pick_device(cfg)
-    data = data or load_run_data(cfg)
+    data = data or load_run_data(cfg, budget=prompt_budget(cfg, model_dir or cfg.model.path))
     initial_dir = resolve_model_dir(cfg, say=say) if (model_dir is None or cfg.loss.kl_beta > 0) else None
     model_dir = model_dir or initial_dir
     model, tokenizer = load_policy(model_dir, device, pick_dtype(cfg, device), cfg.model.gradient_checkpointing)
@@ -147,6 +149,8 @@ def policy_loss(cfg) -> PolicyGradientLoss:
         importance_level=loss.importance_level,
         kl_beta=loss.kl_beta,
         normalize_constant=float(cfg.rollout.max_tokens),  # length_normalization=constant: Dr. GRPO's divisor
+        entropy_coef=loss.entropy_coef,
+        tis_cap=loss.tis_cap,
     )
 
 

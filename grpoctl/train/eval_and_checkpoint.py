@@ -1,0 +1,113 @@
+"""What a GRPO step leaves behind: its stored completions, its eval, its checkpoint.
+
+The end of train/step.py's `grpo_step`, kept apart so that the step reads as the algorithm;
+`evaluate_before_training` is step 0's eval, and `checkpoint` is also what the trainer calls
+when a run stops between steps.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+from grpoctl import metrics
+from grpoctl.rollout.base import Rollouts
+from grpoctl.train.checkpoint import SavedTrainer, capture_rng, save_checkpoint, select_for_deletion
+from grpoctl.train.context import RunContext
+from grpoctl.train.evaluate import eval_record, eval_sampling, evaluate
+from grpoctl.train.phases import Phases
+
+
+def sample_rows(prompts: list[str], rollouts: Rollouts, truths: list[str], scores: list[dict], k: int) -> list[dict]:
+    """k completions to store, one per group (rollout i of group i), so a reader sees k problems."""
+    group = len(rollouts.response_texts) // max(len(prompts), 1)
+    rows = []
+    for i in range(min(k, len(prompts))):
+        j = i * group + i % group
+        rows.append(
+            dict(
+                kind="train",
+                prompt=prompts[i],
+                response=rollouts.response_texts[j],
+                ground_truth=truths[j],
+                reward=scores[j]["reward"],
+                format_reward=scores[j]["format_reward"],
+                answer_reward=scores[j]["answer_reward"],
+            )
+        )
+    return rows
+
+
+def dropped_metrics(data) -> dict:
+    """The count of training problems dropped for their length, recorded with every step
+    when there were any (data/prompt_length.py), so a run's rows say what it trained on."""
+    return {metrics.OVERLONG_TRAIN_DROPPED: data.overlong_train_dropped} if data.overlong_train_dropped else {}
+
+
+def eval_due(cfg, step: int) -> bool:
+    return bool(cfg.eval.every and step % cfg.eval.every == 0) or step == cfg.loop.n_grpo_steps
+
+
+def evaluate_policy(run: RunContext, step: int) -> tuple[dict, list[dict], dict]:
+    """The policy on the eval subset: (eval/* metrics, stored completions, the eval row to record)."""
+    cfg, data = run.cfg, run.data
+    sampling = eval_sampling(cfg.eval, cfg.rollout.stop)
+    outcome = evaluate(
+        run.backend,
+        data.eval,
+        data.template,
+        cfg.prompt.reward,
+        sampling,
+        cfg.eval.batch_size,
+        n_samples=cfg.logging.samples_per_step,
+        seed=cfg.eval.subset_seed,
+    )
+    run.state.record_eval(step, outcome.accuracy)
+    figures = outcome.metrics()
+    if data.overlong_eval_dropped:
+        figures[metrics.OVERLONG_EVAL_DROPPED] = data.overlong_eval_dropped
+    row = eval_record(
+        outcome,
+        examples=data.eval,
+        data_source=data.eval_source,
+        data_hash=data.data_hash,
+        template_name=data.template_name,
+        template=data.template,
+        sampling=sampling,
+    )
+    return figures, outcome.samples, row
+
+
+def evaluate_before_training(run: RunContext) -> None:
+    """Step 0: the policy before any update, evaluated and recorded (eval.at_start)."""
+    phases = Phases(run.memory)
+    with phases("eval"):
+        figures, samples, row = evaluate_policy(run, 0)
+    run.registry.log_step(run.run.id, 0, figures | phases.metrics, samples=samples, eval=row)
+
+
+def checkpoint_due(cfg, step: int) -> bool:
+    return bool(cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or step == cfg.loop.n_grpo_steps
+
+
+def checkpoint(run: RunContext) -> None:
+    """Save the run at run.state.step (weights, tokenizer, state), then apply retention."""
+    cfg, state, row = run.cfg, run.state, run.run
+    saved = SavedTrainer(
+        replace(state, last_checkpoint_step=state.step),
+        optimizer=run.optimizer.state_dict(),
+        scheduler=run.scheduler.state_dict(),
+        rng=capture_rng(),
+    )
+    # Renew the claim first: no other process can take the run over while the files are
+    # written (the lease outlasts any save), so a fenced-out trainer never overwrites them.
+    run.registry.heartbeat(row.id)
+    path = save_checkpoint(Path(row.output_dir) / f"step-{state.step}", run.model, run.tokenizer, saved, row.name)
+    run.registry.add_checkpoint(row.id, state.step, str(path), eval_accuracy=state.accuracy_at(state.step))
+    state.last_checkpoint_step = state.step
+    for old in select_for_deletion(
+        run.registry.checkpoints(row.id), cfg.checkpoint.keep_last, cfg.checkpoint.keep_best
+    ):
+        shutil.rmtree(old.path, ignore_errors=True)
+        run.registry.mark_checkpoint_deleted(old.id)
