@@ -60,7 +60,14 @@ PRELOAD = (
 # Environment variables a request may set or unset per run: read by the trainer at run
 # time, never at import. Any other difference from the server's environment means a
 # fresh interpreter.
-PER_RUN_ENV = {"GRPOCTL_FAULT", "GRPOCTL_DB", "GRPOCTL_TEST_CRASH", "GRPOCTL_TEST_GRADER_ERRORS"}
+# (PYTEST_CURRENT_TEST: pytest names the running test there, so it differs for each.)
+PER_RUN_ENV = {
+    "GRPOCTL_FAULT",
+    "GRPOCTL_DB",
+    "GRPOCTL_TEST_CRASH",
+    "GRPOCTL_TEST_GRADER_ERRORS",
+    "PYTEST_CURRENT_TEST",
+}
 NO_ZYGOTE_ENV = "GRPOCTL_TEST_NO_ZYGOTE"
 
 
@@ -301,6 +308,7 @@ def spawn(cmd: list[str], cwd: Path, env: dict, stdout=subprocess.PIPE, stderr=s
             os.close(fd)
             out, err = _output(stdout, Path(out_name)), _output(stderr, Path(err_name))
             return server.spawn(cmd[1:], cwd, env, out, err, text)
+        print(f"trainer_zygote: a fresh interpreter for {cmd[1:3]} (no server fits its environment)", file=sys.stderr)
     return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=stdout, stderr=stderr, text=text)
 
 
