@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 import trainer_zygote
-from conftest import REPO, fast_overrides
+from conftest import REPO, fast_overrides, shared_once
 from run_rows import assert_same_rows, rows
 
 DIGIT_TRAIN = [sys.executable, str(REPO / "tests" / "digit_reward_train.py")]
@@ -119,14 +119,21 @@ def dump(db: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def straight(tiny_model_dir, tmp_path_factory) -> dict:
-    """The rows of the same run, never interrupted."""
-    workdir = tmp_path_factory.mktemp("straight")
-    args = ["train", *overrides(tiny_model_dir, workdir), "name=straight"]
-    # A fresh interpreter, unlike the runs compared with it.
-    out = subprocess.run(DIGIT_TRAIN + args, cwd=workdir, env=env(), capture_output=True, text=True, timeout=TIMEOUT_S)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return rows(workdir / "registry.db", "straight")
+def straight(tmp_path_factory) -> dict:
+    """The rows of the same run, never interrupted: trained once for all workers, on its own
+    copy of the tiny model (the same seed, so the same weights as `tiny_model_dir`)."""
+    from grpoctl.tiny.model import create_tiny_model_dir
+
+    def build(workdir: Path) -> None:
+        model = create_tiny_model_dir(workdir / "model", seed=0)
+        args = ["train", *overrides(model, workdir), "name=straight"]
+        # A fresh interpreter, unlike the runs compared with it.
+        out = subprocess.run(
+            DIGIT_TRAIN + args, cwd=workdir, env=env(), capture_output=True, text=True, timeout=TIMEOUT_S
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+
+    return rows(shared_once(tmp_path_factory, "faults-straight", build) / "registry.db", "straight")
 
 
 def resume_and_compare(name: str, workdir: Path, straight: dict, *extra: str) -> None:
