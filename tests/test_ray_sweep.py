@@ -35,6 +35,10 @@ TIMEOUT_S = 420
 # grpoctl/train/faults.py), so that a test acts on a run mid-way, not on a timing guess.
 # Runs of 3 steps (the default here) never get there.
 HOLD = "step-rollouts@5"
+# The stop/Ctrl-C test's runs: long enough that the member let go after Ctrl-C cannot
+# reach the end before the sweep's forwarded SIGINT stops it (15 steps of slack), short
+# enough that the resumed sweep finishing both is quick.
+LONG_STEPS = 20
 pytestmark = pytest.mark.slow
 
 
@@ -197,7 +201,12 @@ def stopped(pid: int) -> bool:
 def test_stop_one_member_follow_its_log_then_ctrl_c_and_resume(cluster, pg_url, tiny_model_dir, tmp_path):
     address, _ = cluster
     args = sweep_args(
-        address, pg_url, tiny_model_dir, tmp_path, "1e-3,2e-3", **{"loop.n_grpo_steps": 40, "checkpoint.every": 5}
+        address,
+        pg_url,
+        tiny_model_dir,
+        tmp_path,
+        "1e-3,2e-3",
+        **{"loop.n_grpo_steps": LONG_STEPS, "checkpoint.every": 5},
     )
     driver = subprocess.Popen(
         [sys.executable, "-m", "grpoctl", *args],
@@ -242,7 +251,7 @@ def test_stop_one_member_follow_its_log_then_ctrl_c_and_resume(cluster, pg_url, 
     assert driver.returncode == 130 and "again to resume" in out, out
     for run in (first, second):
         run = registry.get_run(run.id)
-        assert run.status == "interrupted" and 5 <= run.last_step < 40, (run.name, run.status, run.last_step)
+        assert run.status == "interrupted" and 5 <= run.last_step < LONG_STEPS, (run.name, run.status, run.last_step)
         assert max(c.step for c in registry.checkpoints(run.id)) == run.last_step  # checkpointed as it stopped
     assert "SIGTERM" in registry.get_run(first.id).error and "Ctrl-C" in registry.get_run(second.id).error
 
@@ -250,7 +259,9 @@ def test_stop_one_member_follow_its_log_then_ctrl_c_and_resume(cluster, pg_url, 
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert resumed.stdout.count("(resume)") == 2, resumed.stdout
     for run in registry.runs_in_group("lr-sweep"):
-        assert (run.status, run.last_step) == ("finished", 40)
+        assert (run.status, run.last_step) == ("finished", LONG_STEPS)
         keys = [(s, n) for n, points in registry.metric_series(run.id).items() for s, _ in points]
-        assert len(keys) == len(set(keys)) and {s for s, n in keys if n == "train/reward"} == set(range(1, 41))
+        assert len(keys) == len(set(keys)) and {s for s, n in keys if n == "train/reward"} == set(
+            range(1, LONG_STEPS + 1)
+        )
     assert len(registry.list_runs()) == 2

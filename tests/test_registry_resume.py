@@ -1,7 +1,10 @@
 """Real `grpoctl train` processes and the one-writer claim, on SQLite and PostgreSQL:
 two `--resume RUN` at once (one refused in one line, no row duplicated, the run complete),
 a trainer whose claim is taken over (it stops, writing nothing more), `--resume` from
-another directory, and unnamed runs started together (each its own name)."""
+another directory, and unnamed runs started together (each its own name).
+
+The trainers are children of the tests' fork server (tests/trainer_zygote.py), which
+pays the imports once instead of per trainer."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import trainer_zygote
 from conftest import REPO, fast_overrides
 from sqlalchemy import select, update
 
@@ -30,9 +34,7 @@ def env() -> dict:
 
 
 def start(args: list[str], cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        DIGIT_TRAIN + args, cwd=cwd, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    return trainer_zygote.spawn(DIGIT_TRAIN + args, cwd, env())
 
 
 def wait_for_step(db: str, name: str, step: int, proc: subprocess.Popen, timeout: float = 240) -> None:
@@ -140,13 +142,8 @@ def test_resume_from_another_directory(db_url, tmp_path, tiny_model_dir):
     wait_for_step(db, "moved", 3, proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=60)
-    resumed = subprocess.run(
-        DIGIT_TRAIN + ["train", "--resume", "moved", "--db", db],
-        cwd=elsewhere,
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
+    resumed = trainer_zygote.run(
+        DIGIT_TRAIN + ["train", "--resume", "moved", "--db", db], elsewhere, env(), timeout=300
     )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     with Registry(db, readonly=True) as registry:

@@ -1,4 +1,7 @@
-"""The trainer end to end on a tiny random model: what it records, how it ends, how it resumes."""
+"""The trainer end to end on a tiny random model: what it records, how it ends, how it resumes.
+
+Its `grpoctl` processes are children of the tests' fork server (tests/trainer_zygote.py),
+which pays the imports once instead of per process."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+import trainer_zygote
 from conftest import REPO, SHARED_DATA, fast_overrides, grpoctl_cmd
 
 DIGIT_TRAIN = [sys.executable, str(REPO / "tests" / "digit_reward_train.py")]
@@ -42,7 +46,7 @@ REQUIRED_METRICS = [
 
 def run_cli(cmd: list[str], cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return trainer_zygote.run(cmd, cwd, env, timeout=timeout)
 
 
 def metric_rows(db: Path, run_name: str) -> list[tuple]:
@@ -112,7 +116,7 @@ def test_off_policy_run_takes_several_optimizer_steps(tiny_model_dir, tmp_path):
 def _wait_for_step(db: Path, name: str, step: int, proc: subprocess.Popen, timeout: float = 240) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
-        assert proc.poll() is None, proc.stderr.read()[-2000:]
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
         if db.exists():
             try:
                 with sqlite3.connect(db) as conn:
@@ -136,12 +140,10 @@ def test_sigkilled_run_resumes_to_the_same_result(tiny_model_dir, tmp_path):
     # Killed by its own fault hook as step 6 starts (past the step-3 checkpoint, before the
     # end): a step takes a fraction of a second now, too quick to aim a kill at from outside.
     env = dict(os.environ, PYTHONPATH=str(REPO), GRPOCTL_FAULT="step-start@6:KILL")
-    killed = subprocess.run(
+    killed = trainer_zygote.run(
         DIGIT_TRAIN + ["train", *overrides, "name=killed"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
+        tmp_path,
+        env,
         timeout=300,
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
@@ -183,14 +185,7 @@ def test_nan_loss_marks_run_diverged(tiny_model_dir, tmp_path):
 def test_ctrl_c_checkpoints_marks_interrupted_and_resumes(tiny_model_dir, tmp_path):
     overrides = fast_overrides(tiny_model_dir, tmp_path, **{"loop.n_grpo_steps": 40, "checkpoint.every": 100})
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.Popen(
-        DIGIT_TRAIN + ["train", *overrides, "name=ctrlc"],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = trainer_zygote.spawn(DIGIT_TRAIN + ["train", *overrides, "name=ctrlc"], tmp_path, env)
     db = tmp_path / "registry.db"
     _wait_for_step(db, "ctrlc", 2, proc)
     proc.send_signal(signal.SIGINT)
@@ -213,12 +208,10 @@ def test_ctrl_c_checkpoints_marks_interrupted_and_resumes(tiny_model_dir, tmp_pa
 
 def test_a_crash_marks_the_run_failed_with_its_error(tiny_model_dir, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO), GRPOCTL_TEST_CRASH="1")
-    out = subprocess.run(
+    out = trainer_zygote.run(
         DIGIT_TRAIN + ["train", *fast_overrides(tiny_model_dir, tmp_path), "name=crash"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
+        tmp_path,
+        env,
         timeout=300,
     )
     assert out.returncode != 0
@@ -258,12 +251,10 @@ def test_from_run_and_eval_of_its_checkpoint(tiny_model_dir, tmp_path):
 def test_grading_errors_are_counted_each_step_and_flagged(tiny_model_dir, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO), GRPOCTL_TEST_GRADER_ERRORS="1")
     overrides = fast_overrides(tiny_model_dir, tmp_path, **{"loop.n_grpo_steps": 2, "checkpoint.every": 0})
-    out = subprocess.run(
+    out = trainer_zygote.run(
         DIGIT_TRAIN + ["train", *overrides, "name=broken-grader"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
+        tmp_path,
+        env,
         timeout=300,
     )
     assert out.returncode == 0, out.stderr[-2000:]
@@ -279,12 +270,10 @@ def test_grading_errors_are_counted_each_step_and_flagged(tiny_model_dir, tmp_pa
         (0, "eval/grading_errors"): 16,
         (2, "eval/grading_errors"): 16,
     }
-    shown = subprocess.run(
+    shown = trainer_zygote.run(
         grpoctl_cmd("compare", "broken-grader", "--format", "json"),
-        cwd=tmp_path,
-        env=dict(os.environ, PYTHONPATH=str(REPO)),
-        capture_output=True,
-        text=True,
+        tmp_path,
+        dict(os.environ, PYTHONPATH=str(REPO)),
         timeout=60,
     )
     assert shown.returncode == 0, shown.stderr
