@@ -113,3 +113,22 @@ def test_a_train_file_with_one_overlong_problem_trains_and_records_the_count(tmp
         run = registry.list_runs()[0]
         series = registry.metric_series(run.id, [metrics.OVERLONG_TRAIN_DROPPED])
     assert series == {metrics.OVERLONG_TRAIN_DROPPED: [(1, 1.0)]}
+
+
+def test_a_huge_prompt_is_decided_on_a_prefix():
+    """Tokenizing a 1 M-character problem whole leaves hundreds of MB of heap resident (it
+    broke the CPU memory tracker's per-phase peaks in a later test); a prefix decides it."""
+    seen = []
+
+    class Counting:
+        def __init__(self):
+            self.inner = build_tokenizer()
+
+        def __call__(self, text, add_special_tokens=False):
+            seen.append(len(text))
+            return self.inner(text, add_special_tokens=add_special_tokens)
+
+    budget = PromptBudget(Counting(), context=1024, source="test")
+    huge = Example("h", "1+" * 500_000, "1")
+    assert drop_overlong([huge], TEMPLATE, budget, max_new_tokens=32) == ([], 1)
+    assert max(seen) < 20_000

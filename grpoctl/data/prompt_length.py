@@ -26,6 +26,8 @@ from grpoctl.errors import UserError
 from grpoctl.prompts import format_prompt
 from grpoctl.rules import resolve_backend, vllm_installed
 
+PREFIX_CHARS_PER_TOKEN = 16  # characters per token a long prompt's prefix is allowed before all is tokenized
+
 
 @dataclass(frozen=True)
 class PromptBudget:
@@ -39,9 +41,21 @@ class PromptBudget:
         return self.context - max_new_tokens
 
     def prompt_tokens(self, prompt: str) -> int:
-        # Byte-level tokenizers never make more tokens than the text has bytes, so only a
-        # prompt longer (in bytes) than the smallest limit in use needs tokenizing at all.
         return len(self.tokenizer(prompt, add_special_tokens=False).input_ids)
+
+    def fits(self, prompt: str, limit: int) -> bool:
+        """Whether `prompt` has at most `limit` tokens, without tokenizing all of a huge one."""
+        # Byte-level tokenizers never make more tokens than the text has bytes: a short
+        # prompt fits without tokenizing at all.
+        if len(prompt.encode("utf-8")) <= limit:
+            return True
+        # A 1 M-character problem is decided on a prefix: tokenizing all of it costs
+        # hundreds of MB of heap that stays resident. A prefix has at most one token fewer
+        # than the whole at its cut, so more than limit + 1 tokens there means overlong.
+        head = prompt[: PREFIX_CHARS_PER_TOKEN * (limit + 2)]
+        if len(head) < len(prompt) and self.prompt_tokens(head) > limit + 1:
+            return False
+        return self.prompt_tokens(prompt) <= limit
 
 
 def model_positions(model_dir: str | Path) -> int | None:
@@ -89,7 +103,7 @@ def drop_overlong(
     kept = []
     for ex in examples:
         prompt = format_prompt(template, ex.question)
-        if len(prompt.encode("utf-8")) <= limit or budget.prompt_tokens(prompt) <= limit:
+        if budget.fits(prompt, limit):
             kept.append(ex)
     return kept, len(examples) - len(kept)
 

@@ -163,14 +163,17 @@ if __name__ == "__main__":
     ap.add_argument("model_dirs", nargs="+")
     ap.add_argument("--temp", type=float, default=1.0)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--seeds", default="0", help="round 3: comma list of step-0 sampling/prompt seeds")
     a = ap.parse_args()
     allres = []
     for d in a.model_dirs:
-        r = measure(d, a.temp)
+      for sd in [int(x) for x in a.seeds.split(",")]:
+        r = measure(d, a.temp, seed=sd)
+        r["seed"] = sd
         text, ok = summary(r)
         r["all_pass"] = ok
         allres.append(r)
-        print(f"== {d} (temp {a.temp})\n{text}")
+        print(f"== {d} (temp {a.temp}, seed {sd})\n{text}")
         print("  per level:", json.dumps(r["sampled_per_level"]))
         print("  greedy r1 per level:", r["greedy_r1_per_level"], " qo:", r["greedy_qo_per_level"])
         print("  examples:", r["examples"][:6])

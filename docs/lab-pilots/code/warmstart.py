@@ -18,7 +18,7 @@ import torch
 from grpoctl.grpo import collate_prompt_and_output_ids, get_response_log_probs, sft_microbatch_train_step
 from grpoctl.tiny.model import build_model, save_model_dir
 import os
-if os.environ.get("LAB_TOK", "tags") == "tags":  # round 2: one token per format tag (lab_tok.py)
+if os.environ.get("LAB_TOK", "tags") in ("tags", "nums"):  # round 2: tags; round 3: tags + numbers 0-199 (lab_tok.py)
     from lab_tok import build_tokenizer
 else:  # round 1: grpoctl's one-byte-per-token tokenizer
     from grpoctl.tiny.model import build_tokenizer

@@ -1,0 +1,9 @@
+#!/bin/bash
+# THROWAWAY (round 3): phase 1 was under-trained (L1 direct 0.67, L5 greedy 0.51); 1,000 more W1 steps, then phase 2 S5 and the measures.
+cd /work/pilots
+export PYTHONPATH=/work/pilots OMP_NUM_THREADS=1 LAB_TASK=v2 LAB_TOK=nums
+P=/work/main/.venv/bin/python
+/usr/bin/time -f "cpu %U+%S" taskset -c 1 $P warmstart.py runs/r3_W1b_L4 --init runs/r3_W1_L4/final --mix W1 --layers 4 --steps 1000 --batch 32 --lr 8e-4 --warmup 50 --min_lr_ratio 0.25 > logs/r3_W1b_L4.log 2>&1
+/usr/bin/time -f "cpu %U+%S" taskset -c 1 $P warmstart.py runs/r3c_S5b_L4 --init runs/r3_W1b_L4/final --mix S5 --layers 4 --steps 300 --batch 32 --lr 3e-4 --warmup 30 --min_lr_ratio 0.2 > logs/r3c_S5b_L4.log 2>&1
+/usr/bin/time -f "cpu %U+%S" taskset -c 1 $P p0_measure.py runs/r3c_S5b_L4/final --seeds 0,1,2 --json r3/results_p0r3.jsonl > logs/r3_m_cb.log 2>&1
+echo done
