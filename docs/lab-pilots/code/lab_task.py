@@ -87,7 +87,9 @@ def sft_example(rng: random.Random, mix: dict, split: str = "train"):
     pw = mix["p_work"]
     pw = pw[level - 1] if isinstance(pw, (list, tuple)) else pw
     work = rng.random() < pw
-    wrong = rng.random() < mix["p_wrong"]
+    pwr = mix["p_wrong"]  # round 3: a float, or a list by level
+    pwr = pwr[level - 1] if isinstance(pwr, (list, tuple)) else pwr
+    wrong = rng.random() < pwr
     if work:
         if mix.get("p_slip"):  # round 2: per-line slips in working traces; p_wrong then applies to direct traces only
             lines, final = working_lines(vals, ops_, rng, False, mix["p_slip"])

@@ -41,6 +41,8 @@ MIXES = {
     # one wrong line in 10% of working traces; direct traces still wrong with p_wrong
     "S5": dict(p_r1=0.5, p_work=0.5, p_wrong=0.10, p_slip=0.05, p_cross=0.05),
     "S8": dict(p_r1=0.5, p_work=0.5, p_wrong=0.10, p_slip=0.08, p_cross=0.05),
+    # round 3: S5 with direct answers on L1 wrong 3% instead of 10% (the all-right groups come from L1)
+    "S5L": dict(p_r1=0.5, p_work=0.5, p_wrong=[0.03, 0.10, 0.10, 0.10, 0.10], p_slip=0.05, p_cross=0.05),
     "W1": dict(p_r1=0.5, p_work=[0.5, 0.5, 1.0, 1.0, 1.0], p_wrong=0.0, p_cross=0.0),
 }
 SIZES = {
