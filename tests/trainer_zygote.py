@@ -81,9 +81,11 @@ def _preload() -> None:
         importlib.import_module(name)
     from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401 - the lazy attributes resolve modules
 
-    from grpoctl.cli import _register_commands
+    # The commands' modules (the CLI imports each lazily, when its command is named).
+    from grpoctl.cli import COMMANDS
 
-    _register_commands()
+    for module, _ in COMMANDS.values():
+        importlib.import_module(module)
 
 
 def _run_child(request: dict) -> None:
