@@ -26,7 +26,14 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from grpoctl.errors import UserError
-from grpoctl.rules import CHOICES, NULL_MEANS, RATIO_FREE_LOSSES, is_off_policy, reward_for_template
+from grpoctl.rules import (
+    CHOICES,
+    GENERATED_DATA_SOURCES,
+    NULL_MEANS,
+    RATIO_FREE_LOSSES,
+    is_off_policy,
+    reward_for_template,
+)
 
 SEED_LIMIT = 2**32 - 1  # seeds are combined into torch generator seeds (< 2**63) without overflow
 
@@ -259,7 +266,7 @@ def validate(cfg: DictConfig) -> None:
         raise UserError(
             f"prompt.template={cfg.prompt.template} answers in {answers_in}: set prompt.reward={expected_reward}"
         )
-    if cfg.data.source != "synthetic" and cfg.data.train_path is None:
+    if cfg.data.source not in GENERATED_DATA_SOURCES and cfg.data.train_path is None:
         raise UserError(f"data.source={cfg.data.source} needs data.train_path (a jsonl file or hub dataset name)")
     _check_synthetic(cfg.data.synthetic)
     _check_tiny(cfg.model)

@@ -69,7 +69,8 @@ class ModelConfig:
     path: str = key(
         "tiny",
         "`tiny` = the embedded default (built and warm-started by grpoctl); `tiny@N` = its warm-start at "
-        "step N; else a Hugging Face directory or hub id, e.g. Qwen/Qwen2.5-Math-1.5B",
+        "step N; `lab` = the lab's base, `lab-sft@N` = it after N narrow SFT steps (100, 400, 1500); "
+        "else a Hugging Face directory or hub id, e.g. Qwen/Qwen2.5-Math-1.5B",
     )
     dtype: str = key("auto", "auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16")
     gradient_checkpointing: bool = key(False, "recompute activations in the backward pass (the 24 GB preset)")
@@ -91,7 +92,7 @@ class SyntheticConfig:
 class DataConfig:
     """Training and eval problems."""
 
-    source: str = key("synthetic", "synthetic | math | gsm8k | jsonl | hub")
+    source: str = key("synthetic", "synthetic | lab (graded + and - chains, data/lab.py) | math | gsm8k | jsonl | hub")
     train_path: str | None = key(None, "jsonl file, or hub dataset name for source=hub")
     eval_path: str | None = key(None, "jsonl file, or hub dataset name for source=hub")
     train_split: str = key("train", "the hub dataset's split to train on (source=hub)")

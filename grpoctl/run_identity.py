@@ -16,6 +16,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from grpoctl.tiny.lab_recipe import is_lab_path, recipe_key
+
 
 def flatten(tree: Mapping, prefix: str = "") -> dict[str, Any]:
     """{'loss': {'loss_type': 'x'}} -> {'loss.loss_type': 'x'}. An empty section has no keys."""
@@ -83,6 +85,11 @@ def hashed_items(config: Any) -> dict[str, Any]:
         if key in NEUTRAL_DEFAULTS and value == NEUTRAL_DEFAULTS[key]:
             continue
         items[key] = value
+    path = items.get("model.path")
+    if isinstance(path, str) and is_lab_path(path):
+        # The lab's models are built by grpoctl from a recipe in code, not from config keys:
+        # the recipe's key stands in for them, as model.warmstart.* does for tiny@N.
+        items["model.lab_recipe"] = recipe_key(path)
     return items
 
 

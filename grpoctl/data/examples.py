@@ -13,12 +13,14 @@ class Example:
     synthetic question such as `add:47+38`), because the registry identifies eval
     subsets and stored completions by it.
     `solution` is a worked solution, used for warm-start SFT; None when unknown.
+    `level` is the problem's difficulty where the source grades it (the lab task: 1-5).
     """
 
     id: str
     question: str
     answer: str
     solution: str | None = None
+    level: int | None = None
 
 
 class DataError(ValueError):

@@ -25,6 +25,7 @@ from grpoctl.data.examples import Example
 from grpoctl.errors import UserError
 from grpoctl.prompts import format_prompt
 from grpoctl.rules import resolve_backend, vllm_installed
+from grpoctl.tiny.lab_recipe import is_lab_path
 
 PREFIX_CHARS_PER_TOKEN = 16  # characters per token a long prompt's prefix is allowed before all is tokenized
 
@@ -76,6 +77,10 @@ def prompt_budget(cfg, model_source: str) -> PromptBudget:
         from grpoctl.tiny.model import TINY_MAX_POSITIONS, build_tokenizer
 
         tokenizer, positions, source = build_tokenizer(), TINY_MAX_POSITIONS, "the tiny model"
+    elif is_lab_path(model_source):
+        from grpoctl.tiny.model import TINY_MAX_POSITIONS, build_lab_tokenizer
+
+        tokenizer, positions, source = build_lab_tokenizer(), TINY_MAX_POSITIONS, "the lab model"
     else:
         from transformers import AutoConfig, AutoTokenizer
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from grpoctl.data.examples import DataError, Example
 from grpoctl.data.fingerprints import file_hash
+from grpoctl.data.lab import LAB_TASK_VERSION
 from grpoctl.data.load import load_examples
 from grpoctl.data.prompt_length import PromptBudget, describe_drop, drop_overlong
 from grpoctl.data.subsets import eval_subset
@@ -124,6 +125,8 @@ def _train_examples(cfg) -> list[Example]:
             # the question, so this draw and the eval's never share a problem.
             n = n or cfg.loop.n_grpo_steps * (cfg.rollout.rollout_batch_size // cfg.rollout.group_size)
         return load_examples("synthetic", split="train", n=n, seed=cfg.seed, **knobs)
+    if d.source == "lab":
+        return load_examples("lab", split="train", n=d.train_size, seed=cfg.seed)
     train = load_examples(
         d.source,
         path=d.train_path,
@@ -144,6 +147,8 @@ def _eval_pool(cfg, source: str) -> tuple[list[Example], str]:
         else:
             pool = load_examples("synthetic", split="eval", n=cfg.eval.subset, seed=cfg.eval.subset_seed, **knobs)
         return pool, "synthetic:" + ",".join(f"{k}={v}" for k, v in sorted(knobs.items()))
+    if source == "lab":
+        return load_examples("lab", split="eval"), f"lab:v{LAB_TASK_VERSION}"
     if d.eval_path is None:
         key = "data.eval_source" if d.eval_source else "data.source"
         raise UserError(f"{key}={source} needs data.eval_path (a held-out jsonl or hub dataset)")

@@ -42,6 +42,25 @@ def build_tokenizer():
     )
 
 
+# The lab's tokenizer (tiny/lab_warmstart.py) adds, as ordinary (non-special) tokens that
+# decode as text: one token per format tag, so the answer format costs a few tokens rather
+# than most of a short response, and one per number 0..LAB_NUMBER_MAX, as a BPE vocabulary
+# holds short numbers, so a working line `47+8=55` is 6 tokens. Added tokens match
+# leftmost-longest: "144" is one token; a larger number falls back to bytes.
+LAB_TAGS = ("User:", "\nAssistant:", " <think>", " </think>", " <answer>", "</answer>", " \\boxed{")
+LAB_NUMBER_MAX = 199  # the lab's largest number is 144 (154 with a slip)
+
+
+def build_lab_tokenizer():
+    """The byte-level tokenizer plus the lab's tags and numbers (vocabulary 455)."""
+    from tokenizers import AddedToken
+
+    tokenizer = build_tokenizer()
+    extra = [*LAB_TAGS, *(str(i) for i in range(LAB_NUMBER_MAX + 1))]
+    tokenizer.add_tokens([AddedToken(t, normalized=False, special=False) for t in extra])
+    return tokenizer
+
+
 def build_model(
     tokenizer,
     hidden_size=128,
@@ -87,3 +106,11 @@ def create_tiny_model_dir(path: str | Path, seed: int = 0, **sizes) -> Path:
     """A randomly initialised tiny model directory (tests and the warm-start's starting point)."""
     tokenizer = build_tokenizer()
     return save_model_dir(build_model(tokenizer, seed=seed, **sizes), tokenizer, path)
+
+
+def create_lab_model_dir(path: str | Path, seed: int = 0) -> Path:
+    """A randomly initialised model of the lab's shape and tokenizer (tests; the lab's base starts here)."""
+    from grpoctl.tiny.lab_recipe import LAB_SIZES
+
+    tokenizer = build_lab_tokenizer()
+    return save_model_dir(build_model(tokenizer, seed=seed, **LAB_SIZES), tokenizer, path)

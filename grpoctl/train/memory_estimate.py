@@ -16,6 +16,7 @@ from pathlib import Path
 from grpoctl.errors import UserError
 from grpoctl.formatting import GiB, format_bytes, format_count
 from grpoctl.rules import resolve_backend, resolve_device, resolve_dtype, vllm_installed
+from grpoctl.tiny.lab_recipe import LAB_SIZES, LAB_VOCAB, is_lab_path
 
 # ============================================================================ architecture
 
@@ -92,6 +93,10 @@ def arch_from_model_path(path: str, tiny=None) -> Arch:
             raise ValueError("model 'tiny' needs its sizes (cfg.model.tiny)")
         return arch_from_hf_config(
             {"model_type": "qwen2", "vocab_size": TINY_VOCAB, "tie_word_embeddings": True, **dict(tiny)}
+        )
+    if is_lab_path(path):
+        return arch_from_hf_config(
+            {"model_type": "qwen2", "vocab_size": LAB_VOCAB, "tie_word_embeddings": True, **LAB_SIZES}
         )
     local = Path(path) / "config.json"
     if local.is_file():
@@ -229,7 +234,7 @@ def estimate_prompt_tokens(cfg) -> int:
         template = load_template(cfg.prompt.template)
     except ValueError:
         template = "x" * 512
-    if cfg.model.path == "tiny":
+    if cfg.model.path == "tiny" or is_lab_path(cfg.model.path):
         return len(template) + 16
     return math.ceil(len(template) / 4) + 256
 

@@ -22,6 +22,7 @@ from grpoctl.data.prompt_length import prompt_budget
 from grpoctl.data.run_data import RunData, load_run_data
 from grpoctl.errors import UserError
 from grpoctl.rules import resolve_backend, resolve_device, resolve_dtype, vllm_installed
+from grpoctl.tiny.lab_recipe import is_lab_path, sft_steps_of
 
 log = logging.getLogger("grpoctl")
 
@@ -88,7 +89,7 @@ def preflight(
     data = load_run_data(cfg, need_train=need_train, warn=warn, budget=budget)
     if writes:
         check_writable(cfg.checkpoint.dir, "checkpoint.dir")
-        if need_model and cfg.model.path.startswith("tiny"):
+        if need_model and (cfg.model.path.startswith("tiny") or is_lab_path(cfg.model.path)):
             check_writable(cfg.runtime.cache_dir, "runtime.cache_dir")
     return data
 
@@ -105,6 +106,12 @@ def check_model_path(cfg) -> None:
                 f"data.synthetic settings make {count:,} (at most {ENUMERATE_LIMIT:,}); "
                 "use a model directory, or fewer digits or operands"
             )
+        return
+    if is_lab_path(path):
+        try:
+            sft_steps_of(path)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
         return
     if Path(path).is_dir():
         check_model_dir(path, cfg)
@@ -190,6 +197,10 @@ def resolve_model_dir(cfg, say=print) -> str:
         from grpoctl.tiny.warmstart import resolve_tiny_model
 
         return str(resolve_tiny_model(cfg, log=say))
+    if is_lab_path(path):
+        from grpoctl.tiny.lab_warmstart import resolve_lab_model
+
+        return str(resolve_lab_model(path, cfg.runtime.cache_dir, log=say))
     if not Path(path).exists() and os.environ.get("HF_HUB_OFFLINE") == "1":
         raise UserError(f"model.path={path}: no such directory, and HF_HUB_OFFLINE=1 forbids the hub")
     return path

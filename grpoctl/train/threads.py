@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import os
 
+from grpoctl.tiny.lab_recipe import LAB_PARAMS, is_lab_path
+
 SMALL_MODEL_PARAMS = 50_000_000
 THREADS_ENV = "GRPOCTL_THREADS"
 
@@ -42,6 +44,8 @@ def model_params(cfg) -> int | None:
     from grpoctl.train.memory_estimate import arch_from_model_path
 
     path = cfg.model.path
+    if is_lab_path(path):
+        return LAB_PARAMS
     try:
         return arch_from_model_path("tiny" if path.startswith("tiny") else path, cfg.model.tiny).num_params()
     except Exception:  # no config.json reachable: decide as for a large model

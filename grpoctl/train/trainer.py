@@ -30,6 +30,7 @@ from grpoctl.grpo import PolicyGradientLoss
 from grpoctl.registry.claims import ClaimLost
 from grpoctl.rollout import make_backend
 from grpoctl.run_identity import config_hash
+from grpoctl.tiny.lab_recipe import is_lab_path
 from grpoctl.train.checkpoint import (
     CheckpointWriteError,
     capture_rng,
@@ -54,7 +55,8 @@ log = logging.getLogger("grpoctl")
 def default_run_name(cfg) -> str:
     # The random suffix keeps names unique when several runs start in the same second.
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = cfg.group or ("tiny" if cfg.model.path.startswith("tiny") else Path(cfg.model.path).name)
+    path = cfg.model.path
+    base = cfg.group or ("tiny" if path.startswith("tiny") else path if is_lab_path(path) else Path(path).name)
     name = f"{base}-{cfg.variant or 's' + str(cfg.seed)}-{stamp}-{secrets.token_hex(2)}"
     return name.replace("/", "_").replace(" ", "")
 
