@@ -185,6 +185,10 @@ class RewardConfig:
         None, "DAPO's soft overlong punishment over the last N tokens before rollout.max_tokens; null: off"
     )
     overlong_penalty_factor: float = key(1.0, "the punishment at rollout.max_tokens, in reward")
+    # A control, not a recipe: if the policy still gains, the gain is not the reward's.
+    shuffled_control: bool = key(
+        False, "learn from rewards permuted within each rollout batch (train/reward logs the true ones)"
+    )
 
 
 @dataclass

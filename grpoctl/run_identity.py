@@ -58,6 +58,7 @@ NEUTRAL_DEFAULTS: dict[str, Any] = {
     "optimizer.warmup_unit": "optimizer_step",  # the schedule counted updates, as every run did
     "reward.overlong_buffer_len": None,  # no overlong punishment, as every run had
     "reward.overlong_penalty_factor": 1.0,  # ... (its factor only acts with a buffer)
+    "reward.shuffled_control": False,  # every run learned from its own rewards
     "loss.mask_truncated": False,  # truncated completions were trained on
     "loss.entropy_coef": 0.0,  # no entropy bonus
     "loss.tis_cap": None,  # no importance correction for the sampler

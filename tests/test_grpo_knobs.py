@@ -14,7 +14,7 @@ from grpoctl.config import load_config
 from grpoctl.errors import UserError
 from grpoctl.grpo import PolicyGradientLoss
 from grpoctl.grpo.logprobs import compute_entropy
-from grpoctl.grpo.shaping import loss_rows, overlong_penalty
+from grpoctl.grpo.shaping import loss_rows, overlong_penalty, permute_rewards
 from grpoctl.rules import config_hash
 
 # --------------------------------------------------------------------------- soft overlong punishment
@@ -37,6 +37,17 @@ def test_overlong_penalty_matches_dapo_worked_by_hand():
 def test_masking_keeps_only_rows_that_stopped():
     assert loss_rows([False, True, False], mask_truncated=True).tolist() == [True, False, True]
     assert loss_rows([False, True, False], mask_truncated=False).tolist() == [True, True, True]
+
+
+def test_the_shuffled_control_permutes_rewards_across_groups_reproducibly():
+    raw = torch.arange(64, dtype=torch.float32)  # 8 groups of 8, every reward distinct
+    shuffled = permute_rewards(raw, seed=3)
+    assert sorted(shuffled.tolist()) == raw.tolist()  # the same values: the reward's distribution
+    assert torch.equal(shuffled, permute_rewards(raw, seed=3))  # a resumed step shuffles alike
+    assert not torch.equal(shuffled, permute_rewards(raw, seed=4))
+    # Across groups, not within them: most values land in another group.
+    moved = (shuffled.long() // 8 != torch.arange(64) // 8).float().mean()
+    assert moved > 0.6, moved
 
 
 # --------------------------------------------------------------------------- masked rows in the loss
@@ -163,9 +174,16 @@ def test_neutral_defaults_leave_the_hash_and_others_change_it():
         "reward.overlong_penalty_factor=1.0",
         "loss.mask_truncated=false",
         "loss.entropy_coef=0",
+        "reward.shuffled_control=false",
     ]
     assert config_hash(load_config(None, neutral)) == base
-    for knob in ("reward.overlong_buffer_len=8", "loss.mask_truncated=true", "loss.entropy_coef=0.01"):
+    knobs = (
+        "reward.overlong_buffer_len=8",
+        "loss.mask_truncated=true",
+        "loss.entropy_coef=0.01",
+        "reward.shuffled_control=true",
+    )
+    for knob in knobs:
         assert config_hash(load_config(None, [knob])) != base, knob
 
 

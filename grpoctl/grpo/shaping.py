@@ -1,6 +1,6 @@
-"""What happens to a rollout for being long, before its group is normalised.
+"""What happens to a rollout's reward before its group is normalised.
 
-Two of DAPO's knobs, each off by default:
+Two of DAPO's knobs for long rollouts, and a control, each off by default:
 
   soft overlong punishment  (reward.overlong_buffer_len, reward.overlong_penalty_factor)
       r <- r + min(0, -(|y| - (L_max - L_buf)) / L_buf * lambda)
@@ -16,6 +16,11 @@ Two of DAPO's knobs, each off by default:
       `token` normalisation they leave the train batch's token count; under `mean`,
       `constant` and `microbatch` the sequence contributes a zero loss but still counts in
       the batch mean over sequences (TRL's grpo and dr_grpo do the same).
+
+  shuffled-reward control  (reward.shuffled_control)
+      the rewards are permuted across the rollout batch before normalisation, so the
+      policy learns from noise with the real reward's distribution. A run that still
+      gains under it gained from something other than the reward (format, length drift).
 """
 
 from __future__ import annotations
@@ -43,3 +48,18 @@ def loss_rows(truncated: list[bool], mask_truncated: bool) -> torch.Tensor:
     if mask_truncated:
         keep &= ~torch.tensor(truncated, dtype=torch.bool)
     return keep
+
+
+def permute_rewards(raw_rewards: torch.Tensor, seed: int) -> torch.Tensor:
+    """The rewards of a rollout batch in a random order: the shuffled-reward control.
+
+    Args:
+        raw_rewards: (rollout_batch_size,) each completion's reward.
+        seed: the permutation's seed (the same batch and seed give the same order).
+
+    Returns:
+        (rollout_batch_size,) the same values, each moved to a random completion, across
+        groups: a group's advantages then say nothing about its own completions.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    return raw_rewards[torch.randperm(raw_rewards.numel(), generator=generator)]

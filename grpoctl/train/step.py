@@ -35,7 +35,7 @@ from grpoctl.grpo import (
     normalize_group_rewards,
     summarize_group_rewards,
 )
-from grpoctl.grpo.shaping import loss_rows, overlong_penalty
+from grpoctl.grpo.shaping import loss_rows, overlong_penalty, permute_rewards
 from grpoctl.prompts import format_prompt
 from grpoctl.rewards import get_reward_fn, grading_stats
 from grpoctl.rollout.base import Rollouts, SamplingSettings
@@ -205,7 +205,7 @@ class RolloutBatch:
     labels: torch.Tensor
     response_mask: torch.Tensor
     advantages: torch.Tensor
-    raw_rewards: torch.Tensor
+    raw_rewards: torch.Tensor  # what the loss learns from (no_baseline's weights): permuted under the control
     loss_rows: torch.Tensor  # (batch,) bool: rows whose tokens enter the loss (grpo/shaping.py)
     old_log_probs: torch.Tensor | None = None
     sampled_log_probs: torch.Tensor | None = None  # the sampler's, at the response positions (TIS)
@@ -278,8 +278,11 @@ def rollout_batch(run: RunContext, graded: Graded) -> RolloutBatch:
         shaping[metrics.LOSS_MASKED_FRACTION] = float((~keep).float().mean())
     if graded.filler is not None:
         keep &= ~graded.filler
+    # The shuffled-reward control learns from another completion's reward; all the figures
+    # (train/reward, the group summary) stay the true ones.
+    learned = permute_rewards(raw, cfg.seed * 100_003 + run.state.data_position) if cfg.reward.shuffled_control else raw
     advantages = normalize_group_rewards(
-        raw, cfg.rollout.group_size, cfg.loss.advantage_eps, cfg.loss.use_std_normalization
+        learned, cfg.rollout.group_size, cfg.loss.advantage_eps, cfg.loss.use_std_normalization
     )
     summary = summarize_group_rewards(
         raw,
@@ -288,7 +291,9 @@ def rollout_batch(run: RunContext, graded: Graded) -> RolloutBatch:
         answer_rewards=torch.tensor([s["answer_reward"] for s in scores]),
     )
     ids = collate_prompt_and_output_ids(rollouts.prompt_ids, rollouts.response_ids, run.tokenizer.pad_token_id)
-    batch = RolloutBatch(ids["input_ids"], ids["labels"], ids["response_mask"], advantages, raw, keep, scores=scores)
+    batch = RolloutBatch(
+        ids["input_ids"], ids["labels"], ids["response_mask"], advantages, learned, keep, scores=scores
+    )
     if cfg.loss.tis_cap is not None:
         if rollouts.sampled_log_probs is None:
             raise RuntimeError(

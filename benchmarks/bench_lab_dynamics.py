@@ -1,0 +1,414 @@
+"""Does the lab have GRPO's dynamics? Issue 19's measures and gates, over seeds.
+
+    python benchmarks/bench_lab_dynamics.py                 # everything, seeds 0,1,2
+    python benchmarks/bench_lab_dynamics.py --quick         # step 0 only, seed 0 (pilots)
+    python benchmarks/bench_lab_dynamics.py --only step0,runs --seeds 0,1,2 --json out.jsonl
+
+Parts (`--only`):
+  step0   the base model's step-0 batch, per seed: 64 training prompts (levels as even as
+          they go) x 8 samples at the training temperature, graded by the real r1_zero
+          reward; and greedy on the 640 held-out problems in r1_zero and question_only.
+  runs    a baseline run per seed (experiments/lab.yaml) until its plateau (the mean of
+          the last 3 evals within 2 points of the 3 before; at most 300 steps), and a
+          100-step shuffled-reward control on the first seed.
+  sft     the SFT starts' step-0 signal (lab-sft@N; built on first use, ~7 CPU-min).
+
+Every figure is printed with its gate and PASS/FAIL; `--json` appends one row per part and
+seed. Runs go to a registry of their own (--db). Run it on one pinned core
+(`taskset -c 1`, OMP_NUM_THREADS=1): the figures are CPU-seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import statistics as st
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from grpoctl.data.lab import LEVELS, lab_eval_examples, lab_train_examples, writes_working
+from grpoctl.grpo import collate_prompt_and_output_ids, get_response_log_probs
+from grpoctl.prompts import format_prompt, load_template
+from grpoctl.rewards import question_only_reward, r1_zero_reward
+from grpoctl.rollout.base import SamplingSettings
+from grpoctl.rollout.hf import HFRolloutBackend
+
+REPO = Path(__file__).resolve().parents[1]
+MAX_TOKENS = 96  # experiments/lab.yaml's rollout.max_tokens
+STOP = ("</answer>",)
+
+STEP0_GATES = [
+    ("working_share", lambda v: 0.2 <= v <= 0.8, "20-80%"),
+    ("groups_mixing_style", lambda v: v >= 0.4, ">= 0.40"),
+    ("len_cv_mean", lambda v: v >= 0.15, ">= 0.15"),
+    ("len_p90_p10", lambda v: v >= 2, ">= 2"),
+    ("hard_work_minus_direct", lambda v: v is not None and v >= 0.15, ">= 0.15"),
+    ("sampled_over_greedy", lambda v: v >= 0.5, ">= 0.5"),
+    ("greedy_r1_acc", lambda v: 0.15 <= v <= 0.45, "0.15-0.45"),
+    ("token_entropy", lambda v: v >= 0.25, ">= 0.25"),
+    ("groups_all_right", lambda v: v >= 0.05, ">= 0.05"),
+    ("groups_all_wrong", lambda v: v >= 0.05, ">= 0.05"),
+    ("groups_mixed", lambda v: v >= 0.5, ">= 0.50"),
+]
+RUN_GATES = [
+    ("gain", lambda v: v >= 0.25, ">= 0.25"),
+    ("gain_given_format", lambda v: v >= 0.15, ">= 0.15"),
+    ("length_change", lambda v: abs(v) >= 0.20, "|x| >= 0.20"),
+    ("worst_drop_below_best", lambda v: v <= 0.10, "<= 0.10"),
+]
+
+
+def load_model(path: str):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from grpoctl.tiny.lab_recipe import is_lab_path
+    from grpoctl.tiny.lab_warmstart import resolve_lab_model
+
+    model_dir = resolve_lab_model(path, REPO / "outputs" / "cache") if is_lab_path(path) else Path(path)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    return model, tokenizer
+
+
+def step0_problems(seed: int, n: int = 64):
+    """`n` training problems, the levels as even as they go, the hardest first."""
+    rows = lab_train_examples(4000, seed=seed)
+    random.Random(f"p0-batch:{seed}").shuffle(rows)
+    by_level = {level: [r for r in rows if r.level == level] for level in LEVELS}
+    order = list(reversed(LEVELS))
+    return [by_level[order[i % len(order)]][i // len(order)] for i in range(n)]
+
+
+@torch.no_grad()
+def token_entropy(model, rollouts) -> float:
+    total, count = 0.0, 0
+    for s in range(0, len(rollouts.response_ids), 64):
+        ids = collate_prompt_and_output_ids(rollouts.prompt_ids[s : s + 64], rollouts.response_ids[s : s + 64], 0)
+        out = get_response_log_probs(model, ids["input_ids"], ids["labels"], return_token_entropy=True)
+        mask = ids["response_mask"].float()
+        total += float((out["token_entropy"] * mask).sum())
+        count += int(mask.sum())
+    return total / max(count, 1)
+
+
+def percentile(xs, q):
+    xs = sorted(xs)
+    k = (len(xs) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def sampled_measures(model, tokenizer, seed: int, temperature: float = 1.0, n_prompts: int = 64) -> dict:
+    """The step-0 batch: working, length, groups and entropy (64 prompts x 8 samples)."""
+    backend = HFRolloutBackend(model, tokenizer, batch_size=256)
+    template = load_template("r1_zero_compact")
+    problems = step0_problems(seed, n_prompts)
+    sampling = SamplingSettings(temperature=temperature, min_tokens=4, max_tokens=MAX_TOKENS, stop=STOP)
+    out = backend.generate([format_prompt(template, p.question) for p in problems], 8, sampling, seed=seed)
+    rows = []
+    for i, (text, ids) in enumerate(zip(out.response_texts, out.response_ids, strict=True)):
+        p = problems[i // 8]
+        score = r1_zero_reward(text, p.answer)
+        rows.append(
+            dict(
+                level=p.level,
+                work=writes_working(text),
+                len=len(ids),
+                fmt=score["format_reward"],
+                right=score["reward"],
+            )
+        )
+    groups = [rows[g * 8 : g * 8 + 8] for g in range(len(problems))]
+    lengths = [r["len"] for r in rows]
+    res = {
+        "working_share": st.mean(r["work"] for r in rows),
+        "groups_mixing_style": st.mean(0 < sum(r["work"] for r in g) < 8 for g in groups),
+        "len_cv_mean": st.mean(st.pstdev([r["len"] for r in g]) / st.mean([r["len"] for r in g]) for g in groups),
+        "len_p90_p10": percentile(lengths, 0.9) / percentile(lengths, 0.1),
+        "len_mean": st.mean(lengths),
+        "truncated": st.mean(out.truncated),
+        "sampled_acc": st.mean(r["right"] for r in rows),
+        "sampled_format": st.mean(r["fmt"] for r in rows),
+        "groups_all_right": st.mean(all(r["right"] for r in g) for g in groups),
+        "groups_all_wrong": st.mean(not any(r["right"] for r in g) for g in groups),
+    }
+    res["groups_mixed"] = 1 - res["groups_all_right"] - res["groups_all_wrong"]
+    res["pass_at_8"] = 1 - res["groups_all_wrong"]
+    per_level = {}
+    for level in LEVELS:
+        at = [r for r in rows if r["level"] == level]
+        work = [r["right"] for r in at if r["work"]]
+        direct = [r["right"] for r in at if not r["work"]]
+        per_level[level] = dict(
+            work_rate=st.mean(r["work"] for r in at),
+            acc=st.mean(r["right"] for r in at),
+            acc_work=st.mean(work) if work else None,
+            acc_direct=st.mean(direct) if direct else None,
+            len=st.mean(r["len"] for r in at),
+        )
+    res["sampled_per_level"] = per_level
+    top = per_level[LEVELS[-1]]
+    both = top["acc_work"] is not None and top["acc_direct"] is not None
+    res["hard_work_minus_direct"] = top["acc_work"] - top["acc_direct"] if both else None
+    res["token_entropy"] = token_entropy(model, out)
+    return res
+
+
+def greedy_measures(model, tokenizer) -> dict:
+    """Greedy on the 640 held-out problems in both formats, with per-level working and length."""
+    backend = HFRolloutBackend(model, tokenizer, batch_size=256)
+    problems = lab_eval_examples()
+    sampling = SamplingSettings(greedy=True, min_tokens=1, max_tokens=MAX_TOKENS, stop=STOP)
+    res = {}
+    for name, template, grade in (
+        ("r1", "r1_zero_compact", r1_zero_reward),
+        ("qo", "question_only", question_only_reward),
+    ):
+        out = backend.generate(
+            [format_prompt(load_template(template), p.question) for p in problems], 1, sampling, seed=0
+        )
+        scores = [grade(t, p.answer) for t, p in zip(out.response_texts, problems, strict=True)]
+        res[f"greedy_{name}_acc"] = st.mean(s["reward"] for s in scores)
+        res[f"greedy_{name}_format"] = st.mean(s["format_reward"] for s in scores)
+        formatted = [s["reward"] for s in scores if s["format_reward"]]
+        res[f"greedy_{name}_acc_given_format"] = st.mean(formatted) if formatted else 0.0
+        res[f"greedy_{name}_per_level"] = {
+            level: dict(
+                acc=st.mean(s["reward"] for s, p in zip(scores, problems, strict=True) if p.level == level),
+                work_rate=st.mean(
+                    writes_working(t) for t, p in zip(out.response_texts, problems, strict=True) if p.level == level
+                ),
+                len=st.mean(len(i) for i, p in zip(out.response_ids, problems, strict=True) if p.level == level),
+            )
+            for level in LEVELS
+        }
+    return res
+
+
+def judge(res: dict, gates) -> tuple[list[str], bool]:
+    lines, ok = [], True
+    for key, passes, want in gates:
+        value = res.get(key)
+        good = value is not None and passes(value)
+        ok &= good
+        shown = "-" if value is None else f"{value:.3f}"
+        lines.append(f"  {key:26s} {shown:>8s}  {want:12s} {'PASS' if good else 'FAIL'}")
+    return lines, ok
+
+
+def step0(model_path: str, seeds: list[int], emit) -> bool:
+    model, tokenizer = load_model(model_path)
+    cpu = time.process_time()
+    greedy = greedy_measures(model, tokenizer)
+    print(f"greedy held-out (640 problems, {time.process_time() - cpu:.0f} CPU-s):")
+    print(
+        f"  r1_zero acc {greedy['greedy_r1_acc']:.3f} format {greedy['greedy_r1_format']:.3f}; "
+        f"question_only acc {greedy['greedy_qo_acc']:.3f} format {greedy['greedy_qo_format']:.3f}"
+    )
+    testable = greedy["greedy_qo_acc"] >= greedy["greedy_r1_acc"] + 0.10 and greedy["greedy_r1_format"] >= 0.02
+    print(
+        f"  the prompt study is {'testable' if testable else 'NOT testable'} "
+        "(question_only >= r1_zero + 10 points and r1_zero format >= 2%)"
+    )
+    all_ok = True
+    for seed in seeds:
+        cpu = time.process_time()
+        res = greedy | sampled_measures(model, tokenizer, seed)
+        res["sampled_over_greedy"] = res["sampled_acc"] / max(res["greedy_r1_acc"], 1e-9)
+        lines, ok = judge(res, STEP0_GATES)
+        all_ok &= ok
+        print(
+            f"step 0, seed {seed} ({time.process_time() - cpu:.0f} CPU-s): {'every gate holds' if ok else 'a gate FAILS'}"
+        )
+        print("\n".join(lines))
+        print(
+            f"  reported: sampled acc {res['sampled_acc']:.3f}, format {res['sampled_format']:.3f}, "
+            f"mean length {res['len_mean']:.1f} tokens, truncated {res['truncated']:.3f}"
+        )
+        emit({"part": "step0", "model": model_path, "seed": seed, "all_pass": ok, **res})
+    return all_ok
+
+
+# -- runs --------------------------------------------------------------------------------
+
+
+def plateau_step(evals: list[tuple[int, float]]) -> int | None:
+    """The step where the mean of the last 3 evals comes within 2 points of the 3 before."""
+    for end in range(6, len(evals) + 1):
+        last, before = evals[end - 3 : end], evals[end - 6 : end - 3]
+        if abs(st.mean(a for _, a in last) - st.mean(a for _, a in before)) <= 0.02:
+            return evals[end - 1][0]
+    return None
+
+
+def train_until(db: Path, name: str, overrides: list[str], stop_at_plateau: bool) -> dict:
+    """A `grpoctl train experiments/lab.yaml` run; with stop_at_plateau, ctrl-c at the plateau."""
+    from grpoctl.registry import Registry
+
+    cmd = [sys.executable, "-m", "grpoctl", "train", str(REPO / "experiments/lab.yaml"), f"name={name}",
+           "logging.live=false", "runtime.threads=1", f"--db={db}", *overrides]  # fmt: skip
+    cpu0 = os.times()
+    child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    run_id, plateau, seen = None, None, 0
+    while child.poll() is None:
+        time.sleep(2)
+        if not db.exists():
+            continue
+        with Registry(str(db), must_exist=True, readonly=True) as registry:
+            if run_id is None:
+                runs = [r for r in registry.list_runs() if r.name == name]
+                run_id = runs[0].id if runs else None
+            evals = [(e.step, e.accuracy) for e in registry.evals(run_id)] if run_id else []
+        if len(evals) > seen:
+            seen = len(evals)
+            print(f"    {name}: eval at step {evals[-1][0]}: {evals[-1][1]:.3f}", flush=True)
+            plateau = plateau_step(evals)
+            if stop_at_plateau and plateau is not None:
+                child.send_signal(signal.SIGINT)  # finish the step, checkpoint, stop
+                break
+    _, err = child.communicate()
+    cpu1 = os.times()
+    if child.returncode not in (0, 130) and not (stop_at_plateau and plateau is not None):
+        raise SystemExit(f"{name} failed ({child.returncode}): {err[-1500:]}")
+    with Registry(str(db), must_exist=True, readonly=True) as registry:
+        run = [r for r in registry.list_runs() if r.name == name][0]
+        evals = registry.evals(run.id)
+        checkpoints = registry.checkpoints(run.id)
+        steps = registry.metric_series(run.id, ["train/token_entropy", "time/step"])
+    return {
+        "evals": [(e.step, e.accuracy, e.format_rate, e.mean_response_length) for e in evals],
+        "plateau_step": plateau,
+        "checkpoint": checkpoints[-1].path if checkpoints else None,
+        "entropy": steps.get("train/token_entropy", []),
+        "cpu_s": round(cpu1.children_user + cpu1.children_system - cpu0.children_user - cpu0.children_system, 1),
+        "steps": len(steps.get("time/step", [])),
+    }
+
+
+def run_measures(run: dict) -> dict:
+    evals = run["evals"]
+    start, tail = evals[0], evals[-3:]
+    end_acc = st.mean(e[1] for e in tail)
+
+    def given_format(e):
+        return e[1] / e[2] if e[2] else 0.0
+
+    best, worst_drop = 0.0, 0.0
+    for e in evals:
+        best = max(best, e[1])
+        worst_drop = max(worst_drop, best - e[1])
+    return {
+        "start_acc": start[1],
+        "end_acc": end_acc,
+        "gain": end_acc - start[1],
+        "gain_given_format": st.mean(given_format(e) for e in tail) - given_format(start),
+        "start_len": start[3],
+        "end_len": st.mean(e[3] for e in tail),
+        "length_change": st.mean(e[3] for e in tail) / start[3] - 1,
+        "worst_drop_below_best": worst_drop,
+    }
+
+
+def runs(seeds: list[int], db: Path, emit) -> bool:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    all_ok = True
+    for seed in seeds:
+        name = f"labdyn-base-s{seed}-{stamp}"
+        print(f"  baseline, seed {seed} (until its plateau, at most 300 steps):", flush=True)
+        run = train_until(db, name, [f"seed={seed}", "loop.n_grpo_steps=300", "eval.every=5"], stop_at_plateau=True)
+        res = run_measures(run)
+        lines, ok = judge(res, RUN_GATES)
+        ok &= run["plateau_step"] is not None
+        all_ok &= ok
+        print(
+            f"baseline seed {seed}: plateau at step {run['plateau_step']}, {run['steps']} steps, "
+            f"{run['cpu_s']:.0f} CPU-s ({run['cpu_s'] / max(run['steps'], 1):.2f} CPU-s/step with evals)"
+        )
+        print("\n".join(lines))
+        print(
+            f"  reported: accuracy {res['start_acc']:.3f} -> {res['end_acc']:.3f}, "
+            f"length {res['start_len']:.1f} -> {res['end_len']:.1f} tokens"
+        )
+        if run["checkpoint"]:
+            model, tokenizer = load_model(run["checkpoint"])
+            res["end_greedy"] = greedy_measures(model, tokenizer)
+            per = res["end_greedy"]["greedy_r1_per_level"]
+            print(
+                "  at the end, per level (working rate, length): "
+                + "  ".join(f"L{lv} {per[lv]['work_rate']:.2f} {per[lv]['len']:.1f}" for lv in LEVELS)
+            )
+        emit({"part": "run", "seed": seed, "all_pass": ok, **res, **run})
+    name = f"labdyn-shuffled-s{seeds[0]}-{stamp}"
+    print(f"  shuffled-reward control, seed {seeds[0]}, 100 steps:", flush=True)
+    run = train_until(db, name, [f"seed={seeds[0]}", "loop.n_grpo_steps=100", "eval.every=10",
+                                 "reward.shuffled_control=true"], stop_at_plateau=False)  # fmt: skip
+    res = run_measures(run)
+    best_gain = max(e[1] for e in run["evals"]) - run["evals"][0][1]
+    ok = res["gain"] <= 0.02
+    all_ok &= ok
+    print(
+        f"shuffled control: gain {res['gain']:+.3f} (<= 0.02: {'PASS' if ok else 'FAIL'}); best eval "
+        f"{best_gain:+.3f} over step 0; length {res['start_len']:.1f} -> {res['end_len']:.1f}"
+    )
+    emit({"part": "shuffled", "seed": seeds[0], "all_pass": ok, "best_gain": best_gain, **res, **run})
+    return all_ok
+
+
+def sft(seed: int, emit) -> bool:
+    from grpoctl.tiny.lab_recipe import LAB_BASE, LAB_SFT, SFT_STEPS
+
+    all_ok = True
+    for path in [LAB_BASE, *(f"{LAB_SFT}@{n}" for n in SFT_STEPS)]:
+        model, tokenizer = load_model(path)
+        res = sampled_measures(model, tokenizer, seed)
+        ok = path == LAB_BASE or res["groups_mixed"] >= 0.20
+        all_ok &= ok
+        print(
+            f"{path:14s} mixed groups {res['groups_mixed']:.3f} (>= 0.20: {'PASS' if ok else 'FAIL'}), "
+            f"entropy {res['token_entropy']:.3f}, pass@8 {res['pass_at_8']:.3f}, "
+            f"working {res['working_share']:.2f}, sampled acc {res['sampled_acc']:.3f}"
+        )
+        emit({"part": "sft", "model": path, "seed": seed, "all_pass": ok, **res})
+    return all_ok
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="lab", help="lab, lab-sft@N or a model directory (step 0)")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--only", default="step0,runs,sft")
+    parser.add_argument("--quick", action="store_true", help="step 0 on seed 0 only")
+    parser.add_argument("--db", default=None, help="registry for the runs (default: a new one in a temp dir)")
+    parser.add_argument("--json", default=None, help="append one JSON row per part and seed")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    seeds = [0] if args.quick else [int(s) for s in args.seeds.split(",")]
+    parts = ["step0"] if args.quick else args.only.split(",")
+
+    def emit(row):
+        if args.json:
+            with open(args.json, "a") as f:
+                f.write(json.dumps(row, default=str) + "\n")
+
+    verdicts = {}
+    if "step0" in parts:
+        verdicts["step0"] = step0(args.model, seeds, emit)
+    if "runs" in parts:
+        db = Path(args.db) if args.db else Path(tempfile.mkdtemp(prefix="labdyn-")) / "registry.db"
+        print(f"runs (registry {db}):")
+        verdicts["runs"] = runs(seeds, db, emit)
+    if "sft" in parts:
+        verdicts["sft"] = sft(seeds[0], emit)
+    print("verdict: " + ", ".join(f"{k} {'PASS' if v else 'FAIL'}" for k, v in verdicts.items()))
+
+
+if __name__ == "__main__":
+    main()
