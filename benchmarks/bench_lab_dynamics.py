@@ -11,6 +11,8 @@ Parts (`--only`):
   runs    a baseline run per seed (experiments/lab.yaml) until its plateau (the mean of
           the last 3 evals within 2 points of the 3 before; at most 300 steps), and a
           100-step shuffled-reward control on the first seed.
+  probes  100-step probes on the first seed, lr x 3.3 and no_baseline: whether length
+          and entropy can move (figures, not gates)
   sft     the SFT starts' step-0 signal (lab-sft@N; built on first use, ~7 CPU-min).
 
 Every figure is printed with its gate and PASS/FAIL; `--json` appends one row per part and
@@ -362,6 +364,22 @@ def runs(seeds: list[int], db: Path, emit) -> bool:
     return all_ok
 
 
+def probes(seed: int, db: Path, emit) -> None:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for label, override in (("lr x 3.3", "optimizer.lr=1e-3"), ("no_baseline", "loss.loss_type=no_baseline")):
+        name = f"labdyn-probe-{override.split('=')[1]}-s{seed}-{stamp}"
+        print(f"  probe {label}, seed {seed}, 100 steps:", flush=True)
+        run = train_until(db, name, [f"seed={seed}", "loop.n_grpo_steps=100", "eval.every=10", override], False)
+        res = run_measures(run)
+        entropy = [v for _, v in run["entropy"]]
+        print(
+            f"probe {label}: accuracy {res['start_acc']:.3f} -> best {max(e[1] for e in run['evals']):.3f} -> "
+            f"{run['evals'][-1][1]:.3f} at the end; length {res['start_len']:.1f} -> {run['evals'][-1][3]:.1f}; "
+            f"train entropy {entropy[0]:.3f} -> {entropy[-1]:.3f}"
+        )
+        emit({"part": "probe", "probe": label, "seed": seed, **res, **run})
+
+
 def sft(seed: int, emit) -> bool:
     from grpoctl.tiny.lab_recipe import LAB_BASE, LAB_SFT, SFT_STEPS
 
@@ -384,7 +402,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="lab", help="lab, lab-sft@N or a model directory (step 0)")
     parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--only", default="step0,runs,sft")
+    parser.add_argument("--only", default="step0,runs,probes,sft")
     parser.add_argument("--quick", action="store_true", help="step 0 on seed 0 only")
     parser.add_argument("--db", default=None, help="registry for the runs (default: a new one in a temp dir)")
     parser.add_argument("--json", default=None, help="append one JSON row per part and seed")
@@ -401,10 +419,14 @@ def main() -> None:
     verdicts = {}
     if "step0" in parts:
         verdicts["step0"] = step0(args.model, seeds, emit)
+    if args.db is None:
+        args.db = str(Path(tempfile.mkdtemp(prefix="labdyn-")) / "registry.db")
     if "runs" in parts:
-        db = Path(args.db) if args.db else Path(tempfile.mkdtemp(prefix="labdyn-")) / "registry.db"
+        db = Path(args.db)
         print(f"runs (registry {db}):")
         verdicts["runs"] = runs(seeds, db, emit)
+    if "probes" in parts:
+        probes(seeds[0], Path(args.db), emit)
     if "sft" in parts:
         verdicts["sft"] = sft(seeds[0], emit)
     print("verdict: " + ", ".join(f"{k} {'PASS' if v else 'FAIL'}" for k, v in verdicts.items()))

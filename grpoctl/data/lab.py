@@ -149,6 +149,11 @@ MIXTURES = {
     # half working, half direct; lines slip at 5%, direct answers off 10% (3% on level 1,
     # whose all-right groups GRPO also needs), 5% cross-format
     "S5L": Mixture(p_r1=0.5, p_work=(0.5,) * 5, p_wrong=(0.03, 0.1, 0.1, 0.1, 0.1), p_slip=0.05, p_cross=0.05),
+    # S5L with fewer working traces on levels 4 and 5: the base is unsure whether to work
+    # exactly where working pays most (the lab's base; pilots' round 4)
+    "S5Lh": Mixture(
+        p_r1=0.5, p_work=(0.5, 0.5, 0.5, 0.4, 0.3), p_wrong=(0.03, 0.1, 0.1, 0.1, 0.1), p_slip=0.05, p_cross=0.05
+    ),
     # the narrow SFT traces: one style only (r1_zero with working), correct only
     "narrow": Mixture(p_r1=1.0, p_work=(1.0,) * 5, p_wrong=(0.0,) * 5, p_slip=0.0, p_cross=0.0),
 }

@@ -32,7 +32,8 @@ SFT_STEPS = (100, 400, 1500)  # lab-sft@N
 @dataclass(frozen=True)
 class Phase:
     """One supervised phase: `steps` batches of `batch` traces from a mixture (data/lab.py
-    MIXTURES), AdamW at `lr` after a linear warm-up, cosine down to `min_lr_ratio` * lr."""
+    MIXTURES), AdamW at `lr` after a linear warm-up, cosine down to `min_lr_ratio` * lr.
+    `draw` seeds which traces it draws (with the mixture and the phase it continues from)."""
 
     name: str
     mixture: str
@@ -41,6 +42,7 @@ class Phase:
     warmup: int
     min_lr_ratio: float
     batch: int = 32
+    draw: int = 0
 
 
 # Found by the pilots (docs/lab-pilots/README.md): a long phase of correct traces teaches
@@ -49,7 +51,7 @@ class Phase:
 BASE_PHASES = (
     Phase("w1", "W1", steps=3000, lr=2e-3, warmup=100, min_lr_ratio=0.1),
     Phase("w1b", "W1", steps=1000, lr=8e-4, warmup=50, min_lr_ratio=0.25),
-    Phase("s5l", "S5L", steps=300, lr=3e-4, warmup=30, min_lr_ratio=0.2),
+    Phase("s5lh", "S5Lh", steps=300, lr=3e-4, warmup=30, min_lr_ratio=0.2),
 )
 SFT_PHASE = Phase("sft", "narrow", steps=max(SFT_STEPS), lr=3e-4, warmup=30, min_lr_ratio=0.2)
 

@@ -113,7 +113,7 @@ def train_phase(model, tokenizer, phase: Phase, previous: str | None, log=print,
     from grpoctl.tiny.lab_recipe import SFT_STEPS
 
     mixture = MIXTURES[phase.mixture]
-    rng = random.Random(f"lab-warmstart:{phase.mixture}:{LAB_SEED}:{previous}")
+    rng = random.Random(f"lab-warmstart:{phase.mixture}:{phase.draw}:{previous}")
     optimizer = torch.optim.AdamW(model.parameters(), lr=phase.lr, betas=(0.9, 0.95), weight_decay=0.0)
     cpu0 = time.process_time()
     model.train()
