@@ -9,8 +9,8 @@ Parts (`--only`):
           they go) x 8 samples at the training temperature, graded by the real r1_zero
           reward; and greedy on the 640 held-out problems in r1_zero and question_only.
   runs    a baseline run per seed (experiments/lab.yaml) until its plateau (the mean of
-          the last 3 evals within 2 points of the 3 before; at most 300 steps), and a
-          100-step shuffled-reward control on the first seed.
+          the last 3 evals within 2 points of the 3 before; at most 300 steps)
+  control a 100-step shuffled-reward control on the first seed
   probes  100-step probes on the first seed, lr x 3.3 and no_baseline: whether length
           and entropy can move (figures, not gates)
   sft     the SFT starts' step-0 signal (lab-sft@N; built on first use, ~7 CPU-min).
@@ -319,13 +319,14 @@ def run_measures(run: dict) -> dict:
     }
 
 
-def runs(seeds: list[int], db: Path, emit) -> bool:
+def runs(seeds: list[int], db: Path, emit, extra: list[str]) -> bool:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     all_ok = True
     for seed in seeds:
         name = f"labdyn-base-s{seed}-{stamp}"
         print(f"  baseline, seed {seed} (until its plateau, at most 300 steps):", flush=True)
-        run = train_until(db, name, [f"seed={seed}", "loop.n_grpo_steps=300", "eval.every=5"], stop_at_plateau=True)
+        overrides = [f"seed={seed}", "loop.n_grpo_steps=300", "eval.every=5", *extra]
+        run = train_until(db, name, overrides, stop_at_plateau=True)
         res = run_measures(run)
         lines, ok = judge(res, RUN_GATES)
         ok &= run["plateau_step"] is not None
@@ -347,29 +348,40 @@ def runs(seeds: list[int], db: Path, emit) -> bool:
                 "  at the end, per level (working rate, length): "
                 + "  ".join(f"L{lv} {per[lv]['work_rate']:.2f} {per[lv]['len']:.1f}" for lv in LEVELS)
             )
-        emit({"part": "run", "seed": seed, "all_pass": ok, **res, **run})
-    name = f"labdyn-shuffled-s{seeds[0]}-{stamp}"
-    print(f"  shuffled-reward control, seed {seeds[0]}, 100 steps:", flush=True)
-    run = train_until(db, name, [f"seed={seeds[0]}", "loop.n_grpo_steps=100", "eval.every=10",
-                                 "reward.shuffled_control=true"], stop_at_plateau=False)  # fmt: skip
+        emit({"part": "run", "seed": seed, "extra": extra, "all_pass": ok, **res, **run})
+    return all_ok
+
+
+def control(seed: int, db: Path, emit, extra: list[str]) -> bool:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    name = f"labdyn-shuffled-s{seed}-{stamp}"
+    print(f"  shuffled-reward control, seed {seed}, 100 steps:", flush=True)
+    overrides = [f"seed={seed}", "loop.n_grpo_steps=100", "eval.every=10", "reward.shuffled_control=true", *extra]
+    run = train_until(db, name, overrides, stop_at_plateau=False)
     res = run_measures(run)
     best_gain = max(e[1] for e in run["evals"]) - run["evals"][0][1]
     ok = res["gain"] <= 0.02
-    all_ok &= ok
     print(
         f"shuffled control: gain {res['gain']:+.3f} (<= 0.02: {'PASS' if ok else 'FAIL'}); best eval "
         f"{best_gain:+.3f} over step 0; length {res['start_len']:.1f} -> {res['end_len']:.1f}"
     )
-    emit({"part": "shuffled", "seed": seeds[0], "all_pass": ok, "best_gain": best_gain, **res, **run})
-    return all_ok
+    emit({"part": "shuffled", "seed": seed, "extra": extra, "all_pass": ok, "best_gain": best_gain, **res, **run})
+    return ok
 
 
-def probes(seed: int, db: Path, emit) -> None:
+def probes(seed: int, db: Path, emit, extra: list[str]) -> None:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    for label, override in (("lr x 3.3", "optimizer.lr=1e-3"), ("no_baseline", "loss.loss_type=no_baseline")):
+    from grpoctl.config import load_config
+
+    lr = load_config(str(REPO / "experiments/lab.yaml"), []).optimizer.lr
+    for label, override in (
+        ("lr x 3.3", f"optimizer.lr={lr * 3.3:.3g}"),
+        ("no_baseline", "loss.loss_type=no_baseline"),
+    ):
         name = f"labdyn-probe-{override.split('=')[1]}-s{seed}-{stamp}"
         print(f"  probe {label}, seed {seed}, 100 steps:", flush=True)
-        run = train_until(db, name, [f"seed={seed}", "loop.n_grpo_steps=100", "eval.every=10", override], False)
+        overrides = [f"seed={seed}", "loop.n_grpo_steps=100", "eval.every=10", *extra, override]
+        run = train_until(db, name, overrides, False)
         res = run_measures(run)
         entropy = [v for _, v in run["entropy"]]
         print(
@@ -402,7 +414,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="lab", help="lab, lab-sft@N or a model directory (step 0)")
     parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--only", default="step0,runs,probes,sft")
+    parser.add_argument("--only", default="step0,runs,control,probes,sft")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="an override for every run")
     parser.add_argument("--quick", action="store_true", help="step 0 on seed 0 only")
     parser.add_argument("--db", default=None, help="registry for the runs (default: a new one in a temp dir)")
     parser.add_argument("--json", default=None, help="append one JSON row per part and seed")
@@ -424,9 +437,11 @@ def main() -> None:
     if "runs" in parts:
         db = Path(args.db)
         print(f"runs (registry {db}):")
-        verdicts["runs"] = runs(seeds, db, emit)
+        verdicts["runs"] = runs(seeds, db, emit, args.set)
+    if "control" in parts:
+        verdicts["control"] = control(seeds[0], Path(args.db), emit, args.set)
     if "probes" in parts:
-        probes(seeds[0], Path(args.db), emit)
+        probes(seeds[0], Path(args.db), emit, args.set)
     if "sft" in parts:
         verdicts["sft"] = sft(seeds[0], emit)
     print("verdict: " + ", ".join(f"{k} {'PASS' if v else 'FAIL'}" for k, v in verdicts.items()))
