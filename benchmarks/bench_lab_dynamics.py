@@ -322,6 +322,11 @@ def run_measures(run: dict) -> dict:
 def runs(seeds: list[int], db: Path, emit, extra: list[str]) -> bool:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     all_ok = True
+    start = greedy_measures(*load_model("lab"))["greedy_r1_per_level"]
+    print(
+        "  at step 0, per level (greedy working rate, length): "
+        + "  ".join(f"L{lv} {start[lv]['work_rate']:.2f} {start[lv]['len']:.1f}" for lv in LEVELS)
+    )
     for seed in seeds:
         name = f"labdyn-base-s{seed}-{stamp}"
         print(f"  baseline, seed {seed} (until its plateau, at most 300 steps):", flush=True)

@@ -43,6 +43,10 @@ MIXES = {
     "S8": dict(p_r1=0.5, p_work=0.5, p_wrong=0.10, p_slip=0.08, p_cross=0.05),
     # round 3: S5 with direct answers on L1 wrong 3% instead of 10% (the all-right groups come from L1)
     "S5L": dict(p_r1=0.5, p_work=0.5, p_wrong=[0.03, 0.10, 0.10, 0.10, 0.10], p_slip=0.05, p_cross=0.05),
+    # round 4: S5L with fewer working traces on the hard levels (more direct answers: entropy and all-wrong groups)
+    "S5Lh": dict(p_r1=0.5, p_work=[0.5, 0.5, 0.5, 0.4, 0.3], p_wrong=[0.03, 0.10, 0.10, 0.10, 0.10], p_slip=0.05, p_cross=0.05),
+    # round 4: S5L with working lines slipping at 8%
+    "S8L": dict(p_r1=0.5, p_work=0.5, p_wrong=[0.03, 0.10, 0.10, 0.10, 0.10], p_slip=0.08, p_cross=0.05),
     "W1": dict(p_r1=0.5, p_work=[0.5, 0.5, 1.0, 1.0, 1.0], p_wrong=0.0, p_cross=0.0),
 }
 SIZES = {
