@@ -7,7 +7,7 @@ the process's wall and CPU seconds (the default warm-start ships with the packag
 share is 0 unless the config asks for another recipe, which is then built), s/step, and
 greedy held-out accuracy at the start and at the end (with its best), from the registry.
 
-    python benchmarks/bench_default_run.py --seeds 0,1,2 [--threads 1] [key=value ...]
+    python benchmarks/bench_default_run.py --seeds 0,1,2 [--threads 1] [--config FILE] [key=value ...]
 """
 
 from __future__ import annotations
@@ -26,13 +26,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run_seed(seed: int, threads: int | None, overrides: list[str], keep: Path | None) -> dict:
+def run_seed(seed: int, threads: int | None, overrides: list[str], keep: Path | None, config: str | None) -> dict:
     workdir = Path(tempfile.mkdtemp(prefix=f"grpoctl-bench-s{seed}-", dir=keep))
     cmd = [
         sys.executable,
         "-m",
         "grpoctl",
         "train",
+        *([str(Path(config).resolve())] if config else []),
         f"seed={seed}",
         "logging.live=false",
         f"name=bench-s{seed}",
@@ -80,9 +81,12 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--threads", type=int, default=None, help="runtime.threads (default: the config's rule)")
     parser.add_argument("--keep", type=Path, default=None, help="parent directory for the run directories")
+    parser.add_argument(
+        "--config", default=None, help="a config file instead of the default, e.g. experiments/lab.yaml"
+    )
     parser.add_argument("overrides", nargs="*", help="extra key=value overrides, e.g. rollout.backend=vllm")
     args = parser.parse_args()
-    rows = [run_seed(int(s), args.threads, args.overrides, args.keep) for s in args.seeds.split(",")]
+    rows = [run_seed(int(s), args.threads, args.overrides, args.keep, args.config) for s in args.seeds.split(",")]
     print(
         f"grpoctl train (embedded default), {rows[0]['threads'] or 'threads: ?'}, backend {rows[0]['backend']}, "
         f"overrides: {' '.join(args.overrides) or 'none'}"

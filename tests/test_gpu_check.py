@@ -11,6 +11,7 @@ from conftest import REPO
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # 269 s in CI, 300+ under load: two presets' engines, each compiled on CPU
 def test_gpu_check_runs_scaled_down_on_cpu(tmp_path):
     # The checkout's grpoctl, not whichever one the interpreter has installed.
     env = dict(os.environ, PYTHONPATH=str(REPO))
