@@ -2,7 +2,8 @@
 recorded from the code as it was before the step was refactored and made faster.
 
 Refactoring the step and speeding it up must not change what it computes. Each case is
-a real `grpoctl train` (seed 0, one thread) on a tiny random model with a reward it can
+a real `grpoctl train` (seed 0, one thread; a child of the tests' fork server,
+tests/trainer_zygote.py, which shares only the imports) on a tiny random model with a reward it can
 earn (tests/digit_reward_train.py), so every step has real gradients: one on-policy run
 and one off-policy run (2 epochs, 4 optimizer steps per GRPO step). The test compares
 every recorded train/* and eval/* figure and the stored completions with
@@ -21,11 +22,11 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import trainer_zygote
 from conftest import REPO, fast_overrides
 
 GOLDEN = REPO / "tests" / "golden"
@@ -101,14 +102,7 @@ def golden_model(tmp_path_factory) -> Path:
 def test_step_matches_the_recorded_golden_run(golden_model, tmp_path, case):
     overrides = fast_overrides(golden_model, tmp_path, **CASES[case])
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    out = subprocess.run(
-        DIGIT_TRAIN + ["train", *overrides, f"name={case}"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    out = trainer_zygote.run(DIGIT_TRAIN + ["train", *overrides, f"name={case}"], tmp_path, env, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     got = recorded(tmp_path / "registry.db", case)
     path = GOLDEN / f"{case}.json"
