@@ -73,11 +73,22 @@ def sft_steps_of(path: str) -> int | None:
 
 def recipe_key(path: str) -> str:
     """What a lab model is, as a short hash: its phases (and for lab-sft@N, N)."""
-    phases = list(BASE_PHASES) + ([SFT_PHASE] if path != LAB_BASE else [])
+    return _key(path != LAB_BASE, sft_steps_of(path))
+
+
+def sft_build_key() -> str:
+    """The one SFT run that every lab-sft@N is a checkpoint of (its cache directory's key)."""
+    return _key(True, None)
+
+
+def _key(with_sft: bool, sft_steps: int | None) -> str:
+    phases = list(BASE_PHASES) + ([SFT_PHASE] if with_sft else [])
     blob = {
         "version": LAB_VERSION,
         "sizes": LAB_SIZES,
         "phases": [asdict(p) for p in phases],
-        "sft_steps": sft_steps_of(path),
+        "sft_steps": sft_steps,
     }
+    if with_sft:
+        blob["saved_at"] = list(SFT_STEPS)
     return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:12]

@@ -32,6 +32,7 @@ from grpoctl.tiny.lab_recipe import (
     SFT_PHASE,
     Phase,
     recipe_key,
+    sft_build_key,
     sft_steps_of,
 )
 from grpoctl.tiny.model import build_lab_tokenizer, build_model, save_model_dir
@@ -51,7 +52,8 @@ def resolve_lab_model(path: str, cache_dir: str | Path, log=print) -> Path:
         base = _cached(Path(cache_dir) / base.name, lambda out: build_base(out, log), log)
     if sft_steps is None:
         return base
-    root = _cached(Path(cache_dir) / f"{LAB_SFT}-{recipe_key(path)}", lambda out: build_sft(base, out, log), log)
+    # One SFT run serves every lab-sft@N: its checkpoints at SFT_STEPS.
+    root = _cached(Path(cache_dir) / f"{LAB_SFT}-{sft_build_key()}", lambda out: build_sft(base, out, log), log)
     return root / f"step-{sft_steps}"
 
 
@@ -96,7 +98,8 @@ def build_sft(base: Path, out: Path, log=print) -> Path:
 
 
 def _write_meta(out: Path, path: str, phases: list[dict]) -> None:
-    meta = {"model.path": path, "recipe_key": recipe_key(path), "seed": LAB_SEED, "phases": phases}
+    key = recipe_key(path) if path == LAB_BASE else sft_build_key()
+    meta = {"model.path": path, "build_key": key, "seed": LAB_SEED, "phases": phases}
     (out / "lab_build.json").write_text(json.dumps(meta, indent=2))
 
 
