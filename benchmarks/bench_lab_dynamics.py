@@ -13,7 +13,7 @@ Parts (`--only`):
   control a 100-step shuffled-reward control on the first seed
   probes  100-step probes on the first seed, lr x 3.3 and no_baseline: whether length
           and entropy can move (figures, not gates)
-  sft     the SFT starts' step-0 signal (lab-sft@N; built on first use, ~7 CPU-min).
+  sft     the SFT starts' step-0 signal (lab-sft@N; built on first use, ~3 CPU-min).
 
 Every figure is printed with its gate and PASS/FAIL; `--json` appends one row per part and
 seed. Runs go to a registry of their own (--db). Run it on one pinned core

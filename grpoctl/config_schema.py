@@ -69,7 +69,7 @@ class ModelConfig:
     path: str = key(
         "tiny",
         "`tiny` = the embedded default (built and warm-started by grpoctl); `tiny@N` = its warm-start at "
-        "step N; `lab` = the lab's base, `lab-sft@N` = it after N narrow SFT steps (100, 400, 1500); "
+        "step N; `lab` = the lab's base, `lab-sft@N` = it after N narrow SFT steps (100, 400, 800); "
         "else a Hugging Face directory or hub id, e.g. Qwen/Qwen2.5-Math-1.5B",
     )
     dtype: str = key("auto", "auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16")

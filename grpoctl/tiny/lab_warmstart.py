@@ -1,8 +1,8 @@
 """Build the lab's models (tiny/lab_recipe.py) from its traces (data/lab.py), once.
 
 The base ships with the package (`shipped/lab-<key>/`, 4 MB), because its three phases
-take about 20 CPU-minutes; the SFT starts (`lab-sft@N`) are built from it on first use
-(about 7 CPU-minutes for all three) and cached under `runtime.cache_dir`.
+take about 12 CPU-minutes; the SFT starts (`lab-sft@N`) are built from it on first use
+(about 3 CPU-minutes for all three: one run, three checkpoints) and cached under `runtime.cache_dir`.
 `python -m grpoctl.tiny.lab_warmstart --ship` rebuilds the shipped base from the recipe.
 
 Each phase draws its traces from its own random stream, keyed by the mixture, the seed and
