@@ -351,7 +351,10 @@ def test_load_examples_dispatches(tmp_path):
     assert len(load_examples("math", path=path)) == 20
     assert load_examples("math", path=path, n=5, seed=1) == load_examples("math", path=path, n=5, seed=1)
     assert len(load_examples("jsonl", path=path, question_key="problem", answer_key="answer", n=3)) == 3
-    with pytest.raises(ValueError, match="synthetic, math, gsm8k, jsonl, hub"):
+    evals = load_examples("lab", split="eval", n=4, seed=0)
+    assert len(evals) == 4 and all(ex.level in (1, 2, 3, 4, 5) for ex in evals)
+    assert len(load_examples("lab", split="train", n=7, seed=3)) == 7
+    with pytest.raises(ValueError, match="synthetic, lab, math, gsm8k, jsonl, hub"):
         load_examples("csv", path=path)
     with pytest.raises(ValueError, match="needs path"):
         load_examples("math")

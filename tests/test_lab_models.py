@@ -164,10 +164,6 @@ def test_model_names():
     assert not any(lab_recipe.is_lab_path(p) for p in ("tiny", "labs", "/models/lab", "lab-sft", "Lab"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: sft_steps_of reads N with int(), so lab-sft@0100 is lab-sft@100 under another run identity",
-)
 def test_a_zero_padded_step_is_not_a_second_name_for_a_model():
     with pytest.raises(ValueError):
         sft_steps_of("lab-sft@0100")

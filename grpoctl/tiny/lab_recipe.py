@@ -65,7 +65,7 @@ def sft_steps_of(path: str) -> int | None:
     if path == LAB_BASE:
         return None
     at = path.partition("@")[2]
-    if not at.isdigit() or int(at) not in SFT_STEPS:
+    if at not in {str(n) for n in SFT_STEPS}:  # not int(at): "0100" would be a second name for 100
         have = ", ".join(f"{LAB_SFT}@{n}" for n in SFT_STEPS)
         raise ValueError(f"model.path={path}: the lab's models are {LAB_BASE} and {have}")
     return int(at)
