@@ -484,7 +484,7 @@ def test_synthetic_training_with_a_file_to_evaluate_on(tmp_path):
     [
         (
             ["data.eval_source=csv"],
-            "data.eval_source='csv' is not one of: synthetic, math, gsm8k, jsonl, hub "
+            "data.eval_source='csv' is not one of: synthetic, lab, math, gsm8k, jsonl, hub "
             "(or null: the same as data.source)",
         ),
         (["data.eval_question_field=''"], "data.eval_question_field must not be empty"),
