@@ -1,12 +1,15 @@
 """grpoctl against TRL's GRPOTrainer on identical work, one core, one thread, alternating rounds.
 
-Both sides start from the same warm-started tiny model directory and get the same
-prompts in the same order (grpoctl's prompt stream for seed 0): 16 prompts x 8
-completions of at most 32 tokens per step (at least 4), sampled at temperature 1,
-ending at EOS (TRL's generate path has no stop strings, so grpoctl's are off too), graded
-by grpoctl's r1_zero reward, group-normalised advantages, on-policy, the per-sequence mean
-loss (TRL loss_type=grpo, grpoctl length_normalization=mean), microbatches of 32 with 4
-accumulation steps, AdamW lr 1e-4 constant with betas 0.9/0.95, grad clip 1.0, no KL.
+Both sides start from the same model directory and get the same prompts in the same
+order (grpoctl's prompt stream for seed 0) of a workload: `addition` (the default) is the
+embedded tiny default's warm-started model and 2-digit additions, 16 prompts x 8
+completions of at most 32 tokens per step; `lab` is the lab's base model and training
+prompts (experiments/lab.yaml, docs/lab.md), 8 prompts x 8 of at most 96 tokens. Either
+way: at least 4 tokens, sampled at temperature 1, ending at EOS (TRL's generate path has
+no stop strings, so grpoctl's are off too), graded by grpoctl's r1_zero reward,
+group-normalised advantages, on-policy, the per-sequence mean loss (TRL loss_type=grpo,
+grpoctl length_normalization=mean), microbatches of 32 (4 accumulation steps on addition,
+2 on the lab), AdamW lr 1e-4 constant with betas 0.9/0.95, grad clip 1.0, no KL.
 
 Each round runs every side once as its own process, pinned to one core (taskset) with
 one torch thread, in an order that alternates between rounds. Prints, in wall and in CPU
@@ -16,7 +19,7 @@ with the first included, the whole process, the generated token counts (asserted
 agree within 2%), and the grpoctl/TRL ratio of median step times per round.
 
     bash benchmarks/make_trl_env.sh                  # once: TRL's own venv in .venv-trl/
-    python benchmarks/bench_vs_trl.py --rounds 3 --steps 20 [--core 1]
+    python benchmarks/bench_vs_trl.py --rounds 3 --steps 20 [--core 1] [--workload lab]
     python benchmarks/bench_vs_trl.py --baseline-src /path/to/older/checkout  # adds that grpoctl as a side
 """
 
@@ -30,33 +33,54 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-STEPS, PROMPTS, GROUP, MICRO, ACCUM, MAX_TOKENS, MIN_TOKENS, LR, SEED = 20, 16, 8, 32, 4, 32, 4, 1e-4, 0
+STEPS, GROUP, MICRO, MIN_TOKENS, LR, SEED = 20, 8, 32, 4, 1e-4, 0
 
 
-def warm_started_model(cache_dir: Path) -> Path:
-    """The tiny default's warm-start (final checkpoint), built or found in cache_dir."""
+@dataclass(frozen=True)
+class Workload:
+    config: Path | None  # the grpoctl config both sides load, before the overrides (None: the defaults)
+    prompts: int  # per step, GROUP completions each
+    max_tokens: int
+
+    @property
+    def accum(self) -> int:
+        return self.prompts * GROUP // MICRO
+
+
+WORKLOADS = {"addition": Workload(None, 16, 32), "lab": Workload(REPO / "experiments" / "lab.yaml", 8, 96)}
+
+
+def model_dir_of(workload: str, cache_dir: Path) -> Path:
+    """The workload's base model: the tiny default's warm-start (final checkpoint), or the
+    lab's shipped base; built or found in cache_dir."""
     from grpoctl.config import load_config
+    from grpoctl.tiny.lab_warmstart import resolve_lab_model
     from grpoctl.tiny.warmstart import resolve_tiny_model
 
-    cfg = load_config(None, [f"runtime.cache_dir={cache_dir}"])
-    return resolve_tiny_model(cfg, log=lambda msg: print(msg, file=sys.stderr))
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr)
+
+    if workload == "lab":
+        return resolve_lab_model("lab", cache_dir, log=log)
+    return resolve_tiny_model(load_config(None, [f"runtime.cache_dir={cache_dir}"]), log=log)
 
 
-def grpoctl_overrides(model_dir: str, steps: int) -> list[str]:
+def grpoctl_overrides(model_dir: str, steps: int, w: Workload) -> list[str]:
     return [
         f"model.path={model_dir}",
         f"seed={SEED}",
         f"loop.n_grpo_steps={steps}",
-        f"rollout.rollout_batch_size={PROMPTS * GROUP}",
+        f"rollout.rollout_batch_size={w.prompts * GROUP}",
         f"rollout.group_size={GROUP}",
-        f"rollout.max_tokens={MAX_TOKENS}",
+        f"rollout.max_tokens={w.max_tokens}",
         f"rollout.min_tokens={MIN_TOKENS}",
         "rollout.stop=[]",
-        f"loop.train_batch_size={PROMPTS * GROUP}",
-        f"loop.gradient_accumulation_steps={ACCUM}",
+        f"loop.train_batch_size={w.prompts * GROUP}",
+        f"loop.gradient_accumulation_steps={w.accum}",
         f"optimizer.lr={LR}",
         "optimizer.warmup_steps=0",
         "optimizer.lr_schedule=constant",
@@ -85,7 +109,7 @@ class Clock:
         return time.perf_counter() - self.wall, time.process_time() - self.cpu
 
 
-def child_grpoctl(model_dir: str, steps: int) -> dict:
+def child_grpoctl(model_dir: str, steps: int, w: Workload) -> dict:
     """`grpoctl train` (its CLI, in this process, in a fresh directory), each step timed."""
     from grpoctl import cli
     from grpoctl.train import step as grpo
@@ -122,7 +146,8 @@ def child_grpoctl(model_dir: str, steps: int) -> dict:
     grpo.evaluate_policy = timed(grpo.evaluate_policy, "eval")  # the last step evaluates; TRL does not: left out
 
     os.chdir(tempfile.mkdtemp(prefix="bench-vs-trl-grpoctl-"))
-    sys.argv = ["grpoctl", "train", *grpoctl_overrides(model_dir, steps), "name=bench"]
+    config = [str(w.config)] if w.config else []
+    sys.argv = ["grpoctl", "train", *config, *grpoctl_overrides(model_dir, steps, w), "name=bench"]
     try:
         cli.main()
     except SystemExit as exc:
@@ -139,7 +164,7 @@ def child_grpoctl(model_dir: str, steps: int) -> dict:
     return {"steps": out}
 
 
-def child_trl(model_dir: str, steps: int) -> dict:
+def child_trl(model_dir: str, steps: int, w: Workload) -> dict:
     """TRL's GRPOTrainer on the same model, prompts, sampling, loss and optimizer."""
     import torch
     from datasets import Dataset
@@ -153,7 +178,7 @@ def child_trl(model_dir: str, steps: int) -> dict:
     from grpoctl.rewards import get_reward_fn
 
     torch.set_num_threads(1)
-    cfg = load_config(None, grpoctl_overrides(model_dir, steps))
+    cfg = load_config(w.config, grpoctl_overrides(model_dir, steps, w))
     data = load_run_data(cfg)
     stream = PromptStream(data.train, seed=cfg.seed)
     rows = []
@@ -173,9 +198,9 @@ def child_trl(model_dir: str, steps: int) -> dict:
         seed=SEED,
         max_steps=steps,
         per_device_train_batch_size=MICRO,
-        gradient_accumulation_steps=ACCUM,
+        gradient_accumulation_steps=w.accum,
         num_generations=GROUP,
-        max_completion_length=MAX_TOKENS,
+        max_completion_length=w.max_tokens,
         generation_kwargs={"min_new_tokens": MIN_TOKENS},
         temperature=1.0,
         top_p=1.0,
@@ -242,7 +267,7 @@ def child_trl(model_dir: str, steps: int) -> dict:
 # --------------------------------------------------------------------------- orchestration
 
 
-def run_side(side: str, python: str, model_dir: Path, steps: int, core: int, src: str | None) -> dict:
+def run_side(side: str, python: str, model_dir: Path, workload: str, steps: int, core: int, src: str | None) -> dict:
     env = dict(
         os.environ,
         OMP_NUM_THREADS="1",
@@ -264,6 +289,8 @@ def run_side(side: str, python: str, model_dir: Path, steps: int, core: int, src
         "trl" if side == "trl" else "grpoctl",
         "--model",
         str(model_dir),
+        "--workload",
+        workload,
         "--steps",
         str(steps),
     ]
@@ -324,6 +351,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=STEPS)
+    parser.add_argument("--workload", choices=list(WORKLOADS), default="addition")
     parser.add_argument("--core", type=int, default=max(os.sched_getaffinity(0)))
     parser.add_argument("--trl-python", default=str(REPO / ".venv-trl" / "bin" / "python"))
     parser.add_argument("--cache-dir", type=Path, default=REPO / "outputs" / "cache")
@@ -332,13 +360,14 @@ def main() -> None:
     parser.add_argument("--model", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        result = (child_trl if args.child == "trl" else child_grpoctl)(args.model, args.steps)
+        result = (child_trl if args.child == "trl" else child_grpoctl)(args.model, args.steps, WORKLOADS[args.workload])
         print(json.dumps(result))
         return
     if not Path(args.trl_python).exists():
         raise SystemExit(f"no TRL environment at {args.trl_python}: run bash benchmarks/make_trl_env.sh first")
 
-    model_dir = warm_started_model(args.cache_dir)
+    w = WORKLOADS[args.workload]
+    model_dir = model_dir_of(args.workload, args.cache_dir)
     sides = {"grpoctl": (sys.executable, None), "trl": (args.trl_python, None)}
     if args.baseline_src:
         sides["baseline"] = (sys.executable, args.baseline_src)
@@ -347,7 +376,7 @@ def main() -> None:
     for r in range(args.rounds):
         for name in names if r % 2 == 0 else names[::-1]:
             python, src = sides[name]
-            res = run_side(name, python, model_dir, args.steps, args.core, src)
+            res = run_side(name, python, model_dir, args.workload, args.steps, args.core, src)
             results[name].append(res)
             print(
                 f"round {r + 1}: {name:<8} median step {median(res['steps'], 'wall', 'total'):.3f} s wall, "
@@ -356,7 +385,7 @@ def main() -> None:
             )
 
     print(
-        f"\n{args.steps} steps x {PROMPTS} prompts x {GROUP} completions <= {MAX_TOKENS} tokens, "
+        f"\n{args.workload}: {args.steps} steps x {w.prompts} prompts x {GROUP} completions <= {w.max_tokens} tokens, "
         f"1 torch thread pinned to core {args.core}, {args.rounds} alternating rounds"
     )
     for clock in ("wall", "cpu"):
