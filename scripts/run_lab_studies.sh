@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# Run, or resume, the seven lab studies of issue 21 into docs/results/lab.db, one study
+# after another, on one core.
+#
+#   scripts/run_lab_studies.sh              # run what is left, in order
+#   nohup scripts/run_lab_studies.sh > outputs/lab-studies.log 2>&1 &
+#   kill -TERM "$(cat outputs/lab-studies.pid)"   # pause: members checkpoint, end `interrupted`
+#   scripts/run_lab_studies.sh              # ... and resume them
+#
+# The order is the cost table's (docs/lab-studies-cost.md): the lr study first, because the
+# others take its winner. Once it is done this script applies the winner rule that
+# lab-lr-sweep.yaml states (highest mean over seeds 0-2 of each run's last-3 eval mean; an
+# exact tie goes to the lower lr). It goes on only if every other study's spec already
+# has that lr. Otherwise it stops, and the specs are re-pointed (`optimizer.lr` in their
+# `common:`) and committed before it is run again.
+#
+# Resuming is `grpoctl sweep`'s own. A member whose run finished is skipped, in any study,
+# since runs are found by config hash: the arm studies share runs once. An interrupted or
+# stale run resumes from its checkpoint. A failed or diverged one is left alone (a diverged
+# lr=3.3e-4 is a result). Failures stop this script: read the logs under
+# outputs/sweeps/STUDY/, then rerun with RETRY_FAILED=1.
+#
+# Pinned: every sweep and its trainers run under `taskset -c $LAB_CORE` (default 1), one
+# member at a time (`--parallel 1`), one torch thread each, so the other core stays free.
+# To pause for a timing benchmark or a clean-clone CI run, send SIGTERM to this script
+# (its pid is in outputs/lab-studies.pid). It forwards the signal to the running sweep.
+# The sweep interrupts its trainer: it finishes its step, checkpoints and ends
+# `interrupted`, within INTERRUPT_GRACE_S (120 s). A second SIGTERM stops it at once.
+# The script then exits 130 without starting the next study. Run it again to resume.
+#
+# Environment: LAB_DB (registry, default docs/results/lab.db), LAB_CORE (default 1),
+# RETRY_FAILED=1 (rerun failed and diverged members as new runs), GRPOCTL (the command,
+# default .venv/bin/grpoctl when it exists, else grpoctl).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+DB=${LAB_DB:-docs/results/lab.db}
+CORE=${LAB_CORE:-1}
+if [[ -z "${GRPOCTL:-}" ]]; then
+  if [[ -x .venv/bin/grpoctl ]]; then GRPOCTL=.venv/bin/grpoctl; else GRPOCTL=grpoctl; fi
+fi
+PYTHON=${PYTHON:-$(dirname "$(command -v "$GRPOCTL")")/python}
+[[ -x "$PYTHON" ]] || PYTHON=python3
+# study and its cost-table estimate in CPU-minutes (docs/lab-studies-cost.md), in run order
+STUDIES=(lab-lr-sweep lab-baseline-ablation lab-length-normalization lab-std-normalization
+         lab-off-policy lab-off-policy-full lab-prompt lab-sft-init)
+declare -A ESTIMATE_MIN=([lab-lr-sweep]=24 [lab-baseline-ablation]=10 [lab-length-normalization]=36
+                         [lab-std-normalization]=10 [lab-off-policy]=80 [lab-off-policy-full]=30
+                         [lab-prompt]=5 [lab-sft-init]=18)
+export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1  # one thread per trainer (grpoctl also picks 1 for the lab's model)
+
+mkdir -p outputs "$(dirname "$DB")"
+exec 9> outputs/lab-studies.lock
+if ! flock -n 9; then
+  echo "another scripts/run_lab_studies.sh holds outputs/lab-studies.lock (pid $(cat outputs/lab-studies.pid 2>/dev/null)); not starting" >&2
+  exit 1
+fi
+echo $$ > outputs/lab-studies.pid
+
+sweep_pid=""
+stopping=0
+forward() {  # SIGTERM/SIGINT/SIGHUP: pass it on to the sweep, which interrupts its trainer
+  stopping=1
+  if [[ -n "$sweep_pid" ]] && kill -0 "$sweep_pid" 2>/dev/null; then
+    echo "$(date +%H:%M:%S) signal: interrupting the running sweep (pid $sweep_pid); its member checkpoints and ends interrupted"
+    kill -TERM "$sweep_pid" 2>/dev/null
+  fi
+}
+trap forward TERM INT HUP
+
+children_cpu() {  # CPU_S: CPU seconds (user + sys) of every child waited for so far
+  # the builtin in this shell, not in $(...) or a pipe, which would ask a subshell
+  times > outputs/lab-studies.times
+  CPU_S=$(awk 'NR == 2 {
+    n = split($0, t, " "); s = 0
+    for (i = 1; i <= n; i++) { split(t[i], p, "m"); sub("s", "", p[2]); s += p[1] * 60 + p[2] }
+    printf "%.0f", s }' outputs/lab-studies.times)
+}
+
+# The lr study's winner by the rule in lab-lr-sweep.yaml, checked against every other
+# spec's lr. Exit 0: they agree; 3: re-point the specs first; 4: the lr study is unfinished.
+read -r -d '' WINNER_PY <<'PY'
+import json, sys, yaml
+
+table = json.loads(sys.stdin.read())
+spec = yaml.safe_load(open("experiments/lab-lr-sweep.yaml"))
+lrs = {label: float(diff["optimizer.lr"]) for label, diff in spec["variants"].items()}
+ENDED = ("finished", "diverged")
+
+
+def ended(status):  # "finished", or a fold's "2 finished, 1 diverged"
+    return all(part.split()[-1] in ENDED for part in status.split(", "))
+
+
+scores = {}
+for row in table["rows"]:
+    if not ended(row["status"]) or sorted(row["seeds"]) != [0, 1, 2] or row["acc_last_k"] is None:
+        print(f"lr study not finished: {row['variant']} is {row['status']} over seeds {row['seeds']}")
+        sys.exit(4)
+    scores[row["variant"]] = row["acc_last_k"]
+if set(scores) != set(lrs):
+    print(f"lr study not finished: rows {sorted(scores)} against variants {sorted(lrs)}")
+    sys.exit(4)
+# the highest mean over seeds 0-2 of each run's last-3 eval mean; an exact tie goes to the lower lr
+winner = max(scores, key=lambda v: (scores[v], -lrs[v]))
+print("lr study, mean over seeds 0-2 of each run's last-3 eval mean:")
+for v in sorted(scores, key=lambda v: lrs[v]):
+    print(f"  {v:10s} {scores[v]:.4f}" + ("   <- winner" if v == winner else ""))
+wrong = []
+for name in sys.argv[1:]:
+    other = yaml.safe_load(open(f"experiments/{name}.yaml"))
+    lr = float((other.get("common") or {}).get("optimizer.lr", "nan"))
+    if lr != lrs[winner]:
+        wrong.append(f"{name} ({lr:g})")
+if wrong:
+    print(
+        f"the winner is {winner}: set optimizer.lr: {lrs[winner]:g} in the common: of "
+        + ", ".join(wrong)
+        + ", commit, and run this script again (lab-lr-sweep.yaml states the rule)"
+    )
+    sys.exit(3)
+print(f"every other study runs at the winner's lr, {lrs[winner]:g}")
+PY
+check_lr_winner() {
+  local table
+  if ! table=$("$GRPOCTL" compare lab-lr-sweep --format json --db "$DB" 2> outputs/lab-studies-compare.err); then
+    echo "lr study: $(cat outputs/lab-studies-compare.err)" >&2
+    return 4
+  fi
+  "$PYTHON" -c "$WINNER_PY" "${STUDIES[@]:1}" <<< "$table"
+}
+
+retry=()
+[[ "${RETRY_FAILED:-0}" == 1 ]] && retry=(--retry-failed)
+start=$(date +%s)
+total_cpu=0
+for i in "${!STUDIES[@]}"; do
+  study=${STUDIES[$i]}
+  spec="experiments/$study.yaml"
+  if (( i > 0 )); then
+    check_lr_winner
+    rc=$?
+    if (( rc != 0 )); then exit "$rc"; fi
+  fi
+  # What is left of it (a study not yet recorded lists its shared, finished arms as new:
+  # the sweep itself finds and skips them).
+  plan=$("$GRPOCTL" sweep "$spec" --dry-run --db "$DB" 2>&1) || { echo "$plan" >&2; exit 2; }
+  left=$(grep -cE '^  (new|resume|retry) ' <<< "$plan")
+  done_=$(grep -cE '^  skip ' <<< "$plan")
+  echo "=== $(date +%H:%M:%S) [$((i + 1))/${#STUDIES[@]}] $study: $(head -1 <<< "$plan" | sed 's/^ablation [^:]*: //'), $done_ skipped, $left to run or resume (estimate for the whole study: ${ESTIMATE_MIN[$study]} CPU-min)"
+  if (( stopping )); then echo "paused before $study started; run the script again to resume"; exit 130; fi
+  children_cpu
+  cpu_before=$CPU_S
+  study_start=$(date +%s)
+  taskset -c "$CORE" "$GRPOCTL" sweep "$spec" --parallel 1 --db "$DB" ${retry[@]+"${retry[@]}"} &
+  sweep_pid=$!
+  while true; do  # `wait` returns early when a trapped signal arrives: wait again until the sweep is gone
+    wait "$sweep_pid"
+    rc=$?
+    kill -0 "$sweep_pid" 2>/dev/null || break
+  done
+  sweep_pid=""
+  children_cpu
+  cpu=$(( CPU_S - cpu_before ))
+  total_cpu=$(( total_cpu + cpu ))
+  echo "=== $(date +%H:%M:%S) $study: exit $rc, $(( $(date +%s) - study_start )) s wall, $cpu CPU-s (suite so far: $total_cpu CPU-s this invocation)"
+  if (( stopping || rc == 130 )); then
+    echo "paused: $study's running member ended interrupted; run scripts/run_lab_studies.sh again to resume"
+    exit 130
+  fi
+  if (( rc != 0 )); then
+    echo "$study: exit $rc. Read the logs in outputs/sweeps/$study/, then RETRY_FAILED=1 scripts/run_lab_studies.sh" >&2
+    exit "$rc"
+  fi
+done
+echo "=== all ${#STUDIES[@]} studies done in $(( $(date +%s) - start )) s wall, $total_cpu CPU-s this invocation"
+echo "the page: python scripts/results_page.py experiments/pages/lab.yaml"
