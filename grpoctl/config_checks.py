@@ -34,6 +34,7 @@ from grpoctl.rules import (
     is_off_policy,
     reward_for_template,
 )
+from grpoctl.tiny.lab_recipe import LAB_SFT, sft_steps_of
 
 SEED_LIMIT = 2**32 - 1  # seeds are combined into torch generator seeds (< 2**63) without overflow
 
@@ -305,6 +306,11 @@ def _check_tiny(model: DictConfig) -> None:
             f"model.tiny.num_key_value_heads ({t.num_key_value_heads})"
         )
     path = model.path
+    if path.startswith(LAB_SFT + "@"):
+        try:
+            sft_steps_of(path)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
     if path.startswith("tiny@"):
         at = path.partition("@")[2]
         saved = ", ".join(str(s) for s in model.warmstart.save_steps)
