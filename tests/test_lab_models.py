@@ -468,3 +468,13 @@ def test_a_dry_run_of_the_lab_builds_nothing(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "1.04M parameters" in out.stdout
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_unknown_sft_start_is_refused_when_the_config_loads():
+    """Before any planner hashes it (sweep members), not as a ValueError from the run identity."""
+    from grpoctl.config import load_config
+    from grpoctl.errors import UserError
+
+    with pytest.raises(UserError, match="lab-sft@100, lab-sft@400"):
+        load_config(None, ["model.path=lab-sft@7"])
+    assert load_config(None, ["model.path=lab-sft@400"]).model.path == "lab-sft@400"
