@@ -199,6 +199,13 @@ def stopped(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
 
 
+def signal_pending(pid: int, sig: int) -> bool:
+    """Whether `sig` waits to be delivered to the (stopped) process `pid`."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    mask = int(fields["SigPnd"], 16) | int(fields["ShdPnd"], 16)
+    return bool(mask >> (sig - 1) & 1)
+
+
 def test_stop_one_member_follow_its_log_then_ctrl_c_and_resume(cluster, pg_url, tiny_model_dir, tmp_path):
     address, _ = cluster
     args = sweep_args(
@@ -243,7 +250,13 @@ def test_stop_one_member_follow_its_log_then_ctrl_c_and_resume(cluster, pg_url, 
         assert registry.get_run(second.id).status == "running"  # the other member goes on
 
         os.killpg(driver.pid, signal.SIGINT)  # Ctrl-C at the sweep's terminal
-        time.sleep(3)  # for the cancel to reach the member, which forwards it as SIGINT
+        # The cancel reaches the member through Ray, which forwards it as SIGINT: wake the
+        # trainer only once that is pending (a fixed 3 s was not always enough under CI load,
+        # and the member then finished its 20 steps first).
+        deadline = time.monotonic() + TIMEOUT_S
+        while not signal_pending(second.pid, signal.SIGINT):
+            assert time.monotonic() < deadline, "the sweep's Ctrl-C never reached the running member"
+            time.sleep(0.2)
         os.kill(second.pid, signal.SIGCONT)
         out, _ = driver.communicate(timeout=TIMEOUT_S)
     finally:

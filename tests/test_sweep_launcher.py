@@ -191,10 +191,11 @@ def test_ctrl_c_interrupts_children_and_says_how_to_resume(fake, tmp_path, monke
         start_new_session=True,
     )
     registry = Registry(db)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:  # wait until both children have logged a step
-        if sum(r.last_step >= 0 for r in registry.list_runs()) == 2:
-            break
+    # Until both children have logged a step: a signal sent while a child is still being
+    # spawned can land before it can handle one (seen under CI load, with a 30 s wait).
+    deadline = time.monotonic() + 120
+    while sum(r.last_step >= 0 for r in registry.list_runs()) < 2:
+        assert time.monotonic() < deadline and parent.poll() is None, "the two children never logged a step"
         time.sleep(0.1)
     if how == "ctrl-c":
         os.killpg(parent.pid, signal.SIGINT)  # what Ctrl-C at the terminal sends
