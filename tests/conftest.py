@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -300,3 +301,24 @@ def registry_rows(url: str) -> dict[str, list[tuple]]:
             }
     finally:
         engine.dispose()
+
+
+# --------------------------------------------------------------------------- signals
+
+# What a process started from a terminal has: a test that launches `grpoctl` and presses
+# Ctrl-C relies on it, because an ignored or blocked SIGINT is inherited through fork and
+# exec (a sweep that starts with SIGINT ignored takes itself for a background job and
+# ignores Ctrl-C). In-process code run by earlier tests on the same worker (a trainer's
+# stop handlers, Ray's driver, grader pools) may leave either behind.
+TERMINAL_SIGNALS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
+
+
+@pytest.fixture(autouse=True)
+def _terminal_signals():
+    """Every test starts with a terminal's SIGINT and SIGTERM handling, nothing blocked."""
+    for sig, handler in TERMINAL_SIGNALS.items():
+        if signal.getsignal(sig) != handler:
+            signal.signal(sig, handler)
+    if signal.pthread_sigmask(signal.SIG_BLOCK, []):
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    yield
