@@ -196,6 +196,26 @@ def fast_overrides(model_dir: Path, workdir: Path, **extra) -> list[str]:
     return [f"{k}={v}" for k, v in values.items()]
 
 
+def lab_overrides(model: str | Path, workdir: Path, **extra) -> list[str]:
+    """A 2-step run of experiments/lab.yaml, small enough for a test (`model` a lab model dir or name)."""
+    values = {
+        "model.path": model,
+        "loop.n_grpo_steps": 2,
+        "rollout.rollout_batch_size": 16,
+        "loop.train_batch_size": 16,
+        "rollout.group_size": 4,
+        "rollout.max_tokens": 24,
+        "eval.subset": 8,
+        "eval.max_tokens": 24,
+        "eval.every": 2,
+        "checkpoint.dir": workdir / "ckpt",
+        "runtime.cache_dir": workdir / "cache",
+        "logging.live": "false",
+        **extra,
+    }
+    return [f"{k}={v}" for k, v in values.items()]
+
+
 def grpoctl_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "grpoctl", *args]
 

@@ -17,7 +17,7 @@ import json
 import pytest
 import torch
 from cli import invoke
-from conftest import REPO
+from conftest import REPO, lab_overrides
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2ForCausalLM
 
 import grpoctl.cli.train  # noqa: F401  the trainer's imports at collection, as the suite pays them once
@@ -406,22 +406,7 @@ def test_every_lab_sft_step_comes_from_one_sft_build(short_recipe):
 
 
 def _lab_overrides(model: str, tmp_path) -> list[str]:
-    values = {
-        "model.path": model,
-        "loop.n_grpo_steps": 2,
-        "rollout.rollout_batch_size": 16,
-        "loop.train_batch_size": 16,
-        "rollout.group_size": 4,
-        "rollout.max_tokens": 24,
-        "eval.subset": 8,
-        "eval.max_tokens": 24,
-        "eval.every": 2,
-        "checkpoint.dir": tmp_path / "ckpt",
-        "runtime.cache_dir": tmp_path / "cache",
-        "runtime.threads": 1,
-        "logging.live": "false",
-    }
-    return [f"{k}={v}" for k, v in values.items()]
+    return lab_overrides(model, tmp_path, **{"runtime.threads": 1})
 
 
 def test_grpoctl_trains_the_lab_in_process(tmp_path, lab_model_dir):

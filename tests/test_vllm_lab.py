@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 import torch
-from conftest import REPO, grpoctl_cmd, record_service_start
+from conftest import REPO, grpoctl_cmd, lab_overrides, record_service_start
 
 pytestmark = [
     pytest.mark.vllm,
@@ -192,23 +192,8 @@ def test_a_two_step_lab_run_trains_on_vllm_rollouts(tmp_path, engine):
 
     _, model_dir = engine
     db = tmp_path / "registry.db"
-    overrides = {
-        "model.path": model_dir,
-        "rollout.backend": "vllm",
-        "loop.n_grpo_steps": 2,
-        "rollout.rollout_batch_size": 16,
-        "loop.train_batch_size": 16,
-        "rollout.group_size": 4,
-        "rollout.max_tokens": 24,
-        "eval.subset": 8,
-        "eval.max_tokens": 24,
-        "eval.every": 2,
-        "checkpoint.dir": tmp_path / "ckpt",
-        "runtime.cache_dir": tmp_path / "cache",
-        "logging.live": "false",
-        "name": "lab-vllm",
-    }
-    cmd = grpoctl_cmd("train", str(LAB_YAML), *ENGINE, *(f"{k}={v}" for k, v in overrides.items()), f"--db={db}")
+    overrides = lab_overrides(model_dir, tmp_path, **{"rollout.backend": "vllm", "name": "lab-vllm"})
+    cmd = grpoctl_cmd("train", str(LAB_YAML), *ENGINE, *overrides, f"--db={db}")
     env = {k: v for k, v in os.environ.items() if k != "GRPOCTL_DB"} | {"PYTHONPATH": str(REPO)}
     out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
