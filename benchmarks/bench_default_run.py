@@ -1,4 +1,4 @@
-"""The main job, timed: `grpoctl train` on the embedded default, per seed, in a fresh directory.
+"""The main job, timed: `grpoctl train` on the embedded default (the lab), per seed, in a fresh directory.
 
 Each seed runs in a fresh directory with an empty outputs/ (as a first run does) as its
 own `grpoctl train` process, one after another: with no --threads, exactly the README's
@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from grpoctl.config import BUILTIN_CONFIGS  # noqa: E402  (no torch: the config module imports none)
 
 
 def run_seed(seed: int, threads: int | None, overrides: list[str], keep: Path | None, config: str | None) -> dict:
@@ -33,7 +35,7 @@ def run_seed(seed: int, threads: int | None, overrides: list[str], keep: Path | 
         "-m",
         "grpoctl",
         "train",
-        *([str(Path(config).resolve())] if config else []),
+        *([config if config in BUILTIN_CONFIGS else str(Path(config).resolve())] if config else []),
         f"seed={seed}",
         "logging.live=false",
         f"name=bench-s{seed}",
@@ -82,7 +84,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="runtime.threads (default: the config's rule)")
     parser.add_argument("--keep", type=Path, default=None, help="parent directory for the run directories")
     parser.add_argument(
-        "--config", default=None, help="a config file instead of the default, e.g. experiments/lab.yaml"
+        "--config", default=None, help="a config file or built-in name instead of the default (lab), e.g. addition"
     )
     parser.add_argument("overrides", nargs="*", help="extra key=value overrides, e.g. rollout.backend=vllm")
     args = parser.parse_args()

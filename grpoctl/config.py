@@ -73,6 +73,32 @@ ALIASES = {
 # --------------------------------------------------------------------------- loading
 
 
+# --------------------------------------------------------------------------- built-in configs
+
+# Configs a user can name instead of giving a file: `grpoctl train lab`. The schema's
+# defaults (config_schema.py) are the tiny addition task, and every yaml is a diff from
+# them; "addition" names them. The lab's file lives in the package so that an installed
+# grpoctl has it (experiments/lab.yaml links to it, for the lab's study specs).
+BUILTIN_CONFIGS: dict[str, Path | None] = {
+    "lab": Path(__file__).parent / "configs" / "lab.yaml",
+    "addition": None,
+}
+# What `grpoctl train` runs without a config: the lab, whose GRPO has dynamics to watch
+# (length, entropy and the share of groups with signal all move; docs/lab.md). Python
+# callers of load_config(None) still get the schema's defaults.
+DEFAULT_CONFIG = "lab"
+
+
+def builtin_config(path: str | Path | None) -> tuple[bool, Path | None]:
+    """(True, its file or None) if `path` names a built-in config, else (False, path).
+
+    A file of that name in the working directory wins: a name is only a name when no
+    file answers to it."""
+    if isinstance(path, str) and path in BUILTIN_CONFIGS and not Path(path).is_file():
+        return True, BUILTIN_CONFIGS[path]
+    return False, None if path is None else Path(path)
+
+
 @functools.cache
 def _key_tree() -> dict:
     """The defaults as plain nested dicts: what resolve_key walks (building the structured
@@ -126,11 +152,13 @@ def parse_value(raw: str) -> Any:
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
-    """Defaults, then the yaml diff at `path`, then dotted `key=value` overrides; validated."""
+    """Defaults, then the yaml diff at `path` (a file, or a BUILTIN_CONFIGS name), then
+    dotted `key=value` overrides; validated. `path=None` is the schema's defaults."""
     cfg = OmegaConf.structured(Config)
-    if path is not None:
+    _, file = builtin_config(path)
+    if file is not None:
         try:
-            cfg = OmegaConf.merge(cfg, _read_yaml(Path(path)))
+            cfg = OmegaConf.merge(cfg, _read_yaml(file))
         except OmegaConfBaseException as exc:
             raise UserError(_one_line(exc)) from None
     return apply_overrides(cfg, overrides)
@@ -163,7 +191,8 @@ def from_dict(data: dict) -> DictConfig:
 
 def _read_yaml(path: Path) -> DictConfig:
     if not path.is_file():
-        raise UserError(f"no config file at {path}")
+        names = ", ".join(BUILTIN_CONFIGS)
+        raise UserError(f"no config file at {path} (or name a built-in config: {names})")
     import yaml
 
     try:

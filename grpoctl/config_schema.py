@@ -4,8 +4,9 @@ Every key has a typed default here, so a yaml file only says what differs (the s
 lesson: an ablation variant is a minimal diff, easy to read and to reproduce). Key names
 follow the seed and CS336 (rollout_batch_size, group_size, loss_type, ...).
 
-The defaults are the embedded default: a tiny model on synthetic arithmetic that learns on
-a laptop CPU in minutes. `experiments/rtx4090.yaml` and `experiments/h100.yaml` hold the
+The defaults are the addition task (`grpoctl train addition`): a tiny model on synthetic
+2-digit addition that learns on a laptop CPU in minutes. `grpoctl train`'s own default is
+the lab, a yaml diff from these (grpoctl/configs/lab.yaml). `experiments/rtx4090.yaml` and `experiments/h100.yaml` hold the
 seed's GPU configurations for Qwen2.5-Math-1.5B on MATH.
 
 Each key's help is its `help` metadata, and the README's configuration table is made
@@ -68,7 +69,7 @@ class ModelConfig:
 
     path: str = key(
         "tiny",
-        "`tiny` = the embedded default (built and warm-started by grpoctl); `tiny@N` = its warm-start at "
+        "`tiny` = the addition task's model (built and warm-started by grpoctl); `tiny@N` = its warm-start at "
         "step N; `lab` = the lab's base, `lab-sft@N` = it after N narrow SFT steps (100, 400, 800); "
         "else a Hugging Face directory or hub id, e.g. Qwen/Qwen2.5-Math-1.5B",
     )

@@ -161,7 +161,7 @@ def trained_run(tmp_path_factory) -> Path:
 
     def build(path: Path) -> None:
         model = create_tiny_model_dir(path / "model", seed=0)
-        cmd = [sys.executable, str(REPO / "tests" / "digit_reward_train.py"), "train"]
+        cmd = [sys.executable, str(REPO / "tests" / "digit_reward_train.py"), "train", "addition"]
         cmd += fast_overrides(model, path) + ["name=e2e"]
         env = {k: v for k, v in os.environ.items() if k != "GRPOCTL_DB"} | {"PYTHONPATH": str(REPO)}
         out = subprocess.run(cmd, cwd=path, env=env, capture_output=True, text=True, timeout=300)

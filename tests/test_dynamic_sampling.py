@@ -97,10 +97,12 @@ def test_a_resumed_dynamic_sampling_run_equals_an_uninterrupted_one(tmp_path, ti
         },
     )
     db = f"--db={tmp_path / 'registry.db'}"
-    straight = invoke("train", *overrides, "name=straight", db, cwd=tmp_path)
+    straight = invoke("train", "addition", *overrides, "name=straight", db, cwd=tmp_path)
     assert straight.returncode == 0, straight.stderr[-2000:]
     # SIGINT as step 3 starts: the step finishes, checkpoints, and the run is interrupted.
-    stopped = invoke("train", *overrides, "name=stopped", db, cwd=tmp_path, env={"GRPOCTL_FAULT": "step-start@3:INT"})
+    stopped = invoke(
+        "train", "addition", *overrides, "name=stopped", db, cwd=tmp_path, env={"GRPOCTL_FAULT": "step-start@3:INT"}
+    )
     assert stopped.returncode == 1, stopped.stderr[-2000:]
     resumed = invoke("train", "--resume", "stopped", db, cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-2000:]

@@ -126,7 +126,7 @@ def straight(tmp_path_factory) -> dict:
 
     def build(workdir: Path) -> None:
         model = create_tiny_model_dir(workdir / "model", seed=0)
-        args = ["train", *overrides(model, workdir), "name=straight"]
+        args = ["train", "addition", *overrides(model, workdir), "name=straight"]
         # A fresh interpreter, unlike the runs compared with it.
         out = subprocess.run(
             DIGIT_TRAIN + args, cwd=workdir, env=env(), capture_output=True, text=True, timeout=TIMEOUT_S
@@ -151,7 +151,9 @@ def resume_and_compare(name: str, workdir: Path, straight: dict, *extra: str) ->
 def test_kill_9_mid_step_or_mid_checkpoint_then_resume(point, tiny_model_dir, tmp_path, straight):
     """Killed mid-step (after its rollouts, before its update), before a checkpoint is
     written, or between writing it (step-4.tmp complete) and renaming it into place."""
-    out = run(["train", *overrides(tiny_model_dir, tmp_path), "name=killed"], tmp_path, fault=f"{point}:KILL")
+    out = run(
+        ["train", "addition", *overrides(tiny_model_dir, tmp_path), "name=killed"], tmp_path, fault=f"{point}:KILL"
+    )
     assert out.returncode == -signal.SIGKILL
     db = tmp_path / "registry.db"
     state, _, last_step = status(db, "killed")
@@ -166,7 +168,9 @@ def test_kill_9_mid_step_or_mid_checkpoint_then_resume(point, tiny_model_dir, tm
 def test_kill_9_between_the_eval_and_the_step_commit_leaves_neither_row(tiny_model_dir, tmp_path, straight):
     """Step 4 evaluates; killed once its eval is done but before the step is committed, the
     registry holds neither the eval nor the step (no eval without its step for compare to read)."""
-    out = run(["train", *overrides(tiny_model_dir, tmp_path), "name=killed"], tmp_path, fault="step-record@4:KILL")
+    out = run(
+        ["train", "addition", *overrides(tiny_model_dir, tmp_path), "name=killed"], tmp_path, fault="step-record@4:KILL"
+    )
     assert out.returncode == -signal.SIGKILL
     db = tmp_path / "registry.db"
     assert status(db, "killed")[2] == 3
@@ -182,7 +186,9 @@ def test_kill_9_between_the_eval_and_the_step_commit_leaves_neither_row(tiny_mod
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_one_signal_finishes_the_step_checkpoints_and_resumes(sig, tiny_model_dir, tmp_path, straight):
-    proc = start(["train", *overrides(tiny_model_dir, tmp_path), "name=once"], tmp_path, fault="step-rollouts@3:STOP")
+    proc = start(
+        ["train", "addition", *overrides(tiny_model_dir, tmp_path), "name=once"], tmp_path, fault="step-rollouts@3:STOP"
+    )
     wait_stopped(proc, tmp_path)
     signal_while_stopped(proc, sig)
     assert wait(proc, tmp_path) == 1
@@ -200,7 +206,7 @@ def test_one_signal_finishes_the_step_checkpoints_and_resumes(sig, tiny_model_di
 )
 def test_a_second_signal_stops_at_once_and_resume_still_works(first, second, tiny_model_dir, tmp_path, straight):
     proc = start(
-        ["train", *overrides(tiny_model_dir, tmp_path), "name=twice"],
+        ["train", "addition", *overrides(tiny_model_dir, tmp_path), "name=twice"],
         tmp_path,
         fault="step-rollouts@3:STOP,step-train@3:STOP",
     )
@@ -219,7 +225,7 @@ def test_a_second_signal_stops_at_once_and_resume_still_works(first, second, tin
 
 def test_sigterm_from_outside_during_a_plain_run(tiny_model_dir, tmp_path, straight):
     """What a scheduler does: SIGTERM at whatever moment, with no fault point involved."""
-    args = ["train", *overrides(tiny_model_dir, tmp_path), "name=preempted"]
+    args = ["train", "addition", *overrides(tiny_model_dir, tmp_path), "name=preempted"]
     proc = trainer_zygote.spawn(
         DIGIT_TRAIN + args, tmp_path, env(), stdout=subprocess.DEVNULL, stderr=open(tmp_path / "stderr.txt", "w")
     )
@@ -246,7 +252,12 @@ def test_checkpoint_now_abandons_a_step_that_has_not_updated(point, saved, tiny_
     with its prompts drawn and rollouts generated) the step is dropped, the data and RNG
     rewound, and step 3 (which had no checkpoint) saved; once step 4 is updating, it
     finishes first."""
-    args = ["train", *overrides(tiny_model_dir, tmp_path, **{"runtime.on_signal": "checkpoint_now"}), "name=now"]
+    args = [
+        "train",
+        "addition",
+        *overrides(tiny_model_dir, tmp_path, **{"runtime.on_signal": "checkpoint_now"}),
+        "name=now",
+    ]
     proc = start(args, tmp_path, fault=f"{point}:STOP")
     wait_stopped(proc, tmp_path)
     signal_while_stopped(proc, signal.SIGTERM)
@@ -263,7 +274,9 @@ def test_checkpoint_now_abandons_a_step_that_has_not_updated(point, saved, tiny_
 
 
 def test_deleted_checkpoint_files_are_named_and_can_be_skipped(tiny_model_dir, tmp_path, straight):
-    proc = start(["train", *overrides(tiny_model_dir, tmp_path), "name=lost"], tmp_path, fault="step-rollouts@4:STOP")
+    proc = start(
+        ["train", "addition", *overrides(tiny_model_dir, tmp_path), "name=lost"], tmp_path, fault="step-rollouts@4:STOP"
+    )
     wait_stopped(proc, tmp_path)
     signal_while_stopped(proc, signal.SIGTERM)  # step 4 finishes and is saved; the run ends interrupted
     assert wait(proc, tmp_path) == 1
@@ -284,7 +297,9 @@ def test_deleted_checkpoint_files_are_named_and_can_be_skipped(tiny_model_dir, t
 
 
 def test_all_checkpoint_files_deleted_is_refused_in_one_line(tiny_model_dir, tmp_path):
-    out = run(["train", *overrides(tiny_model_dir, tmp_path), "name=bare"], tmp_path, fault="step-train@5:KILL")
+    out = run(
+        ["train", "addition", *overrides(tiny_model_dir, tmp_path), "name=bare"], tmp_path, fault="step-train@5:KILL"
+    )
     assert out.returncode == -signal.SIGKILL
     db = tmp_path / "registry.db"
     for _, path in live_checkpoints(db, "bare"):
@@ -308,7 +323,11 @@ def _make_read_only(path: Path):
 
 
 def test_checkpoint_directory_turning_read_only_fails_cleanly_then_resumes(tiny_model_dir, tmp_path, straight):
-    proc = start(["train", *overrides(tiny_model_dir, tmp_path), "name=ro"], tmp_path, fault="checkpoint-write@4:STOP")
+    proc = start(
+        ["train", "addition", *overrides(tiny_model_dir, tmp_path), "name=ro"],
+        tmp_path,
+        fault="checkpoint-write@4:STOP",
+    )
     wait_stopped(proc, tmp_path)
     db = tmp_path / "registry.db"
     run_dir = Path(live_checkpoints(db, "ro")[0][1]).parent

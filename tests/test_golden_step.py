@@ -102,7 +102,9 @@ def golden_model(tmp_path_factory) -> Path:
 def test_step_matches_the_recorded_golden_run(golden_model, tmp_path, case):
     overrides = fast_overrides(golden_model, tmp_path, **CASES[case])
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    out = trainer_zygote.run(DIGIT_TRAIN + ["train", *overrides, f"name={case}"], tmp_path, env, timeout=600)
+    out = trainer_zygote.run(
+        DIGIT_TRAIN + ["train", "addition", *overrides, f"name={case}"], tmp_path, env, timeout=600
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     got = recorded(tmp_path / "registry.db", case)
     path = GOLDEN / f"{case}.json"

@@ -223,7 +223,7 @@ def test_a_tiny_run_records_each_knob_acting(tmp_path, tiny_model_dir):
         },
     )
     db = tmp_path / "registry.db"
-    out = invoke("train", *args, f"--db={db}", cwd=tmp_path)
+    out = invoke("train", "addition", *args, f"--db={db}", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     from grpoctl.registry import Registry
 

@@ -104,7 +104,7 @@ def test_a_train_file_with_one_overlong_problem_trains_and_records_the_count(tmp
         },
     )
     db = tmp_path / "registry.db"
-    out = invoke("train", *args, f"--db={db}", cwd=tmp_path)
+    out = invoke("train", "addition", *args, f"--db={db}", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "1 of 13 training problems have a prompt over 1,020 tokens" in out.stderr
     from grpoctl.registry import Registry

@@ -84,7 +84,7 @@ def straight_runs(model: Path, workdir: Path) -> dict[str, dict]:
             where,
             # a child of the tests' fork server (the members are fresh interpreters under Ray)
             trainer_zygote.spawn(
-                [sys.executable, str(REPO / "tests" / "digit_reward_train.py"), "train", *args],
+                [sys.executable, str(REPO / "tests" / "digit_reward_train.py"), "train", "addition", *args],
                 where,
                 env,
                 stdout=subprocess.DEVNULL,

@@ -63,7 +63,7 @@ def killed_run(db: str, name: str, workdir: Path, tiny_model_dir: Path) -> None:
     overrides = fast_overrides(
         tiny_model_dir, workdir, **{"loop.n_grpo_steps": STEPS, "eval.every": 3, "checkpoint.keep_last": 10}
     )
-    proc = start(["train", *overrides, f"name={name}", "--db", db], workdir)
+    proc = start(["train", "addition", *overrides, f"name={name}", "--db", db], workdir)
     wait_for_step(db, name, 3, proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=60)
@@ -104,7 +104,7 @@ def test_two_resumers_at_once_one_is_refused_and_no_row_is_duplicated(db_url, tm
 @pytest.mark.postgres_too
 def test_a_trainer_whose_claim_is_taken_over_stops_without_writing(db_url, tmp_path, tiny_model_dir):
     overrides = fast_overrides(tiny_model_dir, tmp_path, **{"loop.n_grpo_steps": 40, "checkpoint.every": 100})
-    proc = start(["train", *overrides, "name=orphan", "--db", db_url], tmp_path)
+    proc = start(["train", "addition", *overrides, "name=orphan", "--db", db_url], tmp_path)
     wait_for_step(db_url, "orphan", 2, proc)
     # Another node decides the trainer is dead (as if its lease had run out) and claims the run.
     successor = Registry(db_url)
@@ -138,7 +138,7 @@ def test_resume_from_another_directory(db_url, tmp_path, tiny_model_dir):
     db = db_url if db_url.startswith("postgresql") else str(project / "registry.db")
     overrides = fast_overrides(tiny_model_dir, project, **{"loop.n_grpo_steps": STEPS, "eval.every": 3})
     overrides = [o for o in overrides if not o.startswith("checkpoint.dir=")] + ["checkpoint.dir=ckpt"]  # relative
-    proc = start(["train", *overrides, "name=moved", "--db", db], project)
+    proc = start(["train", "addition", *overrides, "name=moved", "--db", db], project)
     wait_for_step(db, "moved", 3, proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=60)
@@ -156,7 +156,7 @@ def test_resume_from_another_directory(db_url, tmp_path, tiny_model_dir):
 @pytest.mark.slow
 def test_unnamed_runs_started_together_get_their_own_names(tmp_path, tiny_model_dir):
     overrides = fast_overrides(tiny_model_dir, tmp_path, **{"loop.n_grpo_steps": 1, "eval.at_start": "false"})
-    procs = [start(["train", *overrides], tmp_path) for _ in range(3)]
+    procs = [start(["train", "addition", *overrides], tmp_path) for _ in range(3)]
     for proc in procs:
         _, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err[-2000:]

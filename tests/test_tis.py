@@ -121,11 +121,11 @@ def test_a_stale_sampler_is_capped_and_flagged_and_a_synced_one_agrees(tmp_path,
     db = tmp_path / "registry.db"
     names = [metrics.TIS_DELTA_MEAN, metrics.TIS_DELTA_MAX, metrics.TIS_CAPPED_FRACTION, metrics.TIS_WEIGHT_MEAN]
 
-    synced = invoke("train", *base, "name=synced", f"--db={db}", cwd=tmp_path)
+    synced = invoke("train", "addition", *base, "name=synced", f"--db={db}", cwd=tmp_path)
     assert synced.returncode == 0, synced.stderr[-2000:]
     real = trainer.make_backend
     monkeypatch.setattr(trainer, "make_backend", lambda cfg, model, tokenizer, *a, **k: _StaleSampler(model, tokenizer))
-    stale = invoke("train", *base, "name=stale", f"--db={db}", cwd=tmp_path)
+    stale = invoke("train", "addition", *base, "name=stale", f"--db={db}", cwd=tmp_path)
     assert stale.returncode == 0, stale.stderr[-2000:]
     monkeypatch.setattr(trainer, "make_backend", real)
 

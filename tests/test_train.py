@@ -104,7 +104,7 @@ def test_off_policy_run_takes_several_optimizer_steps(tiny_model_dir, tmp_path):
             "eval.at_start": "false",
         },
     )
-    out = run_cli(DIGIT_TRAIN + ["train", *overrides, "name=offp"], tmp_path)
+    out = run_cli(DIGIT_TRAIN + ["train", "addition", *overrides, "name=offp"], tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     rows = metric_rows(tmp_path / "registry.db", "offp")
     opt_steps = sorted({o for _, o, n, _ in rows if o is not None and n == "train/grad_norm"})
@@ -134,14 +134,14 @@ def test_sigkilled_run_resumes_to_the_same_result(tiny_model_dir, tmp_path):
     overrides = fast_overrides(
         tiny_model_dir, tmp_path, **{"loop.n_grpo_steps": 7, "checkpoint.every": 3, "checkpoint.keep_last": 1}
     )
-    straight = run_cli(DIGIT_TRAIN + ["train", *overrides, "name=straight"], tmp_path)
+    straight = run_cli(DIGIT_TRAIN + ["train", "addition", *overrides, "name=straight"], tmp_path)
     assert straight.returncode == 0, straight.stderr[-2000:]
 
     # Killed by its own fault hook as step 6 starts (past the step-3 checkpoint, before the
     # end): a step takes a fraction of a second now, too quick to aim a kill at from outside.
     env = dict(os.environ, PYTHONPATH=str(REPO), GRPOCTL_FAULT="step-start@6:KILL")
     killed = trainer_zygote.run(
-        DIGIT_TRAIN + ["train", *overrides, "name=killed"],
+        DIGIT_TRAIN + ["train", "addition", *overrides, "name=killed"],
         tmp_path,
         env,
         timeout=300,
@@ -173,7 +173,7 @@ def test_nan_loss_marks_run_diverged(tiny_model_dir, tmp_path):
         tmp_path,
         **{"optimizer.lr": 1e30, "optimizer.max_grad_norm": 1e30, "loop.n_grpo_steps": 4, "checkpoint.every": 1},
     )
-    out = run_cli(DIGIT_TRAIN + ["train", *overrides, "name=boom"], tmp_path)
+    out = run_cli(DIGIT_TRAIN + ["train", "addition", *overrides, "name=boom"], tmp_path)
     assert out.returncode == 1
     status, error = run_status(tmp_path / "registry.db", "boom")
     assert status == "diverged" and "non-finite" in error
@@ -185,7 +185,7 @@ def test_nan_loss_marks_run_diverged(tiny_model_dir, tmp_path):
 def test_ctrl_c_checkpoints_marks_interrupted_and_resumes(tiny_model_dir, tmp_path):
     overrides = fast_overrides(tiny_model_dir, tmp_path, **{"loop.n_grpo_steps": 40, "checkpoint.every": 100})
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = trainer_zygote.spawn(DIGIT_TRAIN + ["train", *overrides, "name=ctrlc"], tmp_path, env)
+    proc = trainer_zygote.spawn(DIGIT_TRAIN + ["train", "addition", *overrides, "name=ctrlc"], tmp_path, env)
     db = tmp_path / "registry.db"
     _wait_for_step(db, "ctrlc", 2, proc)
     proc.send_signal(signal.SIGINT)
@@ -209,7 +209,7 @@ def test_ctrl_c_checkpoints_marks_interrupted_and_resumes(tiny_model_dir, tmp_pa
 def test_a_crash_marks_the_run_failed_with_its_error(tiny_model_dir, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO), GRPOCTL_TEST_CRASH="1")
     out = trainer_zygote.run(
-        DIGIT_TRAIN + ["train", *fast_overrides(tiny_model_dir, tmp_path), "name=crash"],
+        DIGIT_TRAIN + ["train", "addition", *fast_overrides(tiny_model_dir, tmp_path), "name=crash"],
         tmp_path,
         env,
         timeout=300,
@@ -221,7 +221,8 @@ def test_a_crash_marks_the_run_failed_with_its_error(tiny_model_dir, tmp_path):
 
 def test_from_run_and_eval_of_its_checkpoint(tiny_model_dir, tmp_path):
     first = run_cli(
-        DIGIT_TRAIN + ["train", *fast_overrides(tiny_model_dir, tmp_path, **{"loop.n_grpo_steps": 1}), "name=parent"],
+        DIGIT_TRAIN
+        + ["train", "addition", *fast_overrides(tiny_model_dir, tmp_path, **{"loop.n_grpo_steps": 1}), "name=parent"],
         tmp_path,
     )
     assert first.returncode == 0, first.stderr[-2000:]
@@ -252,7 +253,7 @@ def test_grading_errors_are_counted_each_step_and_flagged(tiny_model_dir, tmp_pa
     env = dict(os.environ, PYTHONPATH=str(REPO), GRPOCTL_TEST_GRADER_ERRORS="1")
     overrides = fast_overrides(tiny_model_dir, tmp_path, **{"loop.n_grpo_steps": 2, "checkpoint.every": 0})
     out = trainer_zygote.run(
-        DIGIT_TRAIN + ["train", *overrides, "name=broken-grader"],
+        DIGIT_TRAIN + ["train", "addition", *overrides, "name=broken-grader"],
         tmp_path,
         env,
         timeout=300,
@@ -286,7 +287,7 @@ def test_token_length_normalization_trains(tiny_model_dir, tmp_path):
         tmp_path,
         **{"loop.n_grpo_steps": 1, "eval.at_start": "false", "loss.length_normalization": "token"},
     )
-    out = run_cli(DIGIT_TRAIN + ["train", *overrides, "name=token"], tmp_path)
+    out = run_cli(DIGIT_TRAIN + ["train", "addition", *overrides, "name=token"], tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     losses = [v for s, o, n, v in metric_rows(tmp_path / "registry.db", "token") if n == "train/loss" and o is None]
     grads = [v for s, o, n, v in metric_rows(tmp_path / "registry.db", "token") if n == "train/grad_norm"]
@@ -320,7 +321,7 @@ def test_train_on_gsm8k_and_evaluate_on_math500(tiny_model_dir, tmp_path):
             "data.eval_path": math500,
         },
     )
-    out = run_cli(grpoctl_cmd("train", *overrides, "name=cross"), tmp_path)
+    out = run_cli(grpoctl_cmd("train", "addition", *overrides, "name=cross"), tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     db = tmp_path / "registry.db"
     with sqlite3.connect(db) as conn:

@@ -31,6 +31,24 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, message
     assert list(tmp_path.iterdir()) == []  # no registry.db, no outputs/
 
 
+def test_no_config_is_the_lab_and_addition_is_named(tmp_path):
+    env = {"GRPOCTL_DB": None}
+    default = invoke("train", "--dry-run", cwd=tmp_path, env=env)
+    assert default.returncode == 0, default.stderr
+    assert "\n  path: lab\n" in default.stdout and "\n  source: lab\n" in default.stdout
+    assert default.stdout == invoke("train", "lab", "--dry-run", cwd=tmp_path, env=env).stdout
+    overridden = invoke("train", "steps=7", "--dry-run", cwd=tmp_path, env=env)  # overrides alone: on the lab
+    assert "\n  path: lab\n" in overridden.stdout and "\n  n_grpo_steps: 7\n" in overridden.stdout
+    addition = invoke("train", "addition", "--dry-run", cwd=tmp_path, env=env)
+    assert addition.returncode == 0 and "\n  path: tiny\n" in addition.stdout
+    assert addition.stdout == invoke("train", str(REPO / "experiments" / "tiny.yaml"), "--dry-run", cwd=tmp_path).stdout
+    assert list(tmp_path.iterdir()) == []
+    # a file of the name wins over the built-in
+    (tmp_path / "lab").write_text("loop:\n  n_grpo_steps: 3\n")
+    mine = invoke("train", "lab", "--dry-run", cwd=tmp_path, env=env)
+    assert "\n  path: tiny\n" in mine.stdout and "\n  n_grpo_steps: 3\n" in mine.stdout
+
+
 def test_dry_run_prints_sizes_without_writing(tmp_path):
     out = invoke("train", str(REPO / "experiments" / "tiny.yaml"), "--dry-run", cwd=tmp_path, env={"GRPOCTL_DB": None})
     assert out.returncode == 0, out.stderr

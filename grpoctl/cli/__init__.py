@@ -30,9 +30,9 @@ NoArgsIsHelpError = getattr(click_errors, "NoArgsIsHelpError", ())
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": (
         "grpoctl.cli.train",
-        "Run GRPO. CONFIG is a yaml diff from the defaults; key=value overrides follow (dotted paths or short "
-        "aliases: lr, loss, group_size, steps, ...). With no arguments: the embedded default (tiny model, "
-        "synthetic arithmetic, CPU).",
+        "Run GRPO. CONFIG is a yaml diff from the defaults or a built-in name: lab (the default: the embedded "
+        "lab, a 1M-parameter model on CPU) or addition (the tiny addition task); key=value overrides follow "
+        "(dotted paths or short aliases: lr, loss, group_size, steps, ...).",
     ),
     "eval": ("grpoctl.cli.train", "Evaluate a checkpoint directory on a deterministic subset and record the result."),
     "sweep": ("grpoctl.cli.sweep", "Run a sweep or an ablation: every variant a run in the registry, grouped by name."),

@@ -23,9 +23,9 @@ from grpoctl.rules import reward_for_template
 def register(app: typer.Typer) -> None:
     app.command(
         "train",
-        help="Run GRPO. CONFIG is a yaml diff from the defaults; key=value overrides follow "
-        "(dotted paths or short aliases: lr, loss, group_size, steps, ...). "
-        "With no arguments: the embedded default (tiny model, synthetic arithmetic, CPU).",
+        help="Run GRPO. CONFIG is a yaml diff from the defaults or a built-in name: lab (the default: the embedded "
+        "lab, a 1M-parameter model on CPU) or addition (the tiny addition task); key=value overrides follow "
+        "(dotted paths or short aliases: lr, loss, group_size, steps, ...).",
     )(train)
     app.command("eval", help="Evaluate a checkpoint directory on a deterministic subset and record the result.")(
         evaluate_checkpoint
@@ -96,7 +96,8 @@ def train(
     if skip_missing and resume is None:
         raise UserError("--skip-missing-checkpoints goes with --resume RUN")
     # A fresh run's config is checked before the registry is even opened: bad input writes nothing.
-    cfg = None if (resume is not None or from_run is not None) else C.load_config(config_path, overrides)
+    fresh = resume is None and from_run is None
+    cfg = C.load_config(config_path or C.DEFAULT_CONFIG, overrides) if fresh else None
     if dry_run:
         from grpoctl.train.dry_run import describe_dry_run
 

@@ -1,4 +1,4 @@
-"""The embedded default task: integer arithmetic problems such as `47+38`.
+"""The addition task (`grpoctl train addition`): integer arithmetic problems such as `47+38`.
 
 Built to let a tiny character-level model learn visibly within minutes on a CPU:
 compact questions (the model sees every character), exact integer answers, and

@@ -1,4 +1,4 @@
-"""The embedded default model: a tiny Qwen2 with a character-level tokenizer.
+"""The embedded models: a tiny Qwen2 with a character-level tokenizer.
 
 It is saved as an ordinary Hugging Face model directory (config.json, safetensors,
 tokenizer.json), so it loads through `AutoModelForCausalLM` / `AutoTokenizer` from a path,
