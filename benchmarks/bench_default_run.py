@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -25,7 +24,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from grpoctl import metrics  # noqa: E402
 from grpoctl.config import BUILTIN_CONFIGS  # noqa: E402  (no torch: the config module imports none)
+from grpoctl.registry import Registry  # noqa: E402
 
 
 def run_seed(seed: int, threads: int | None, overrides: list[str], keep: Path | None, config: str | None) -> dict:
@@ -49,16 +50,14 @@ def run_seed(seed: int, threads: int | None, overrides: list[str], keep: Path | 
         raise SystemExit(f"seed {seed} failed:\n{out.stderr[-3000:]}")
     built = list((workdir / "outputs" / "cache").glob("tiny-warmstart-*/warmstart.json"))
     warm = json.loads(built[0].read_text()) if built else {"seconds": 0.0, "steps": "shipped"}
-    with sqlite3.connect(workdir / "registry.db") as conn:
-        acc = conn.execute("SELECT step, value FROM metric WHERE name='eval/accuracy' ORDER BY step").fetchall()
-        steps = [v for (v,) in conn.execute("SELECT value FROM metric WHERE name='time/step' AND opt_step IS NULL")]
-        phases = {
-            name: statistics.median(
-                v for (v,) in conn.execute("SELECT value FROM metric WHERE name=? AND opt_step IS NULL", (name,))
-            )
-            for name in ("time/rollout", "time/train", "time/weight_sync")
-        }
-        backend = conn.execute("SELECT config FROM run").fetchone()[0]
+    phase_names = [metrics.phase_time(p) for p in ("rollout", "train", "weight_sync")]
+    with Registry(str(workdir / "registry.db"), must_exist=True, readonly=True) as registry:
+        (run,) = registry.list_runs()
+        series = registry.metric_series(run.id, [metrics.EVAL_ACCURACY, metrics.STEP_TIME, *phase_names])
+    acc = series[metrics.EVAL_ACCURACY]
+    steps = [v for _, v in series[metrics.STEP_TIME]]
+    phases = {name: statistics.median(v for _, v in series[name]) for name in phase_names if name in series}
+    backend = run.config
     threads_line = next((line for line in out.stdout.splitlines() if line.startswith("torch threads:")), "")
     return {
         "seed": seed,
