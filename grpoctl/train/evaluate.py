@@ -9,12 +9,19 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from grpoctl import metrics
 from grpoctl.data import Example, subset_hash
 from grpoctl.prompts import format_prompt, template_hash
 from grpoctl.rewards import get_reward_fn, grader_info, grading_stats
 from grpoctl.rollout.base import SamplingSettings
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from grpoctl.config_schema import EvalConfig
+    from grpoctl.rollout.base import RolloutBackend
 
 
 @dataclass
@@ -36,7 +43,7 @@ class EvalOutcome:
         }
 
 
-def eval_sampling(eval_cfg, stop) -> SamplingSettings:
+def eval_sampling(eval_cfg: EvalConfig, stop: Sequence[str]) -> SamplingSettings:
     return SamplingSettings(
         temperature=eval_cfg.temperature,
         top_p=eval_cfg.top_p,
@@ -48,7 +55,7 @@ def eval_sampling(eval_cfg, stop) -> SamplingSettings:
 
 
 def evaluate(
-    backend,
+    backend: RolloutBackend,
     examples: list[Example],
     template: str,
     reward_name: str,
@@ -60,7 +67,7 @@ def evaluate(
     reward_fn = get_reward_fn(reward_name)
     before = grading_stats()
     correct = formatted = length = 0.0
-    samples = []
+    samples: list[dict] = []
     for start in range(0, len(examples), batch_size):
         chunk = examples[start : start + batch_size]
         prompts = [format_prompt(template, ex.question) for ex in chunk]

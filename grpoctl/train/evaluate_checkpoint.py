@@ -7,16 +7,33 @@ its step, so it shows up with the run's own evals.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from grpoctl.config import typed_config
 from grpoctl.data.prompt_length import prompt_budget
 from grpoctl.data.run_data import load_run_data
 from grpoctl.rollout import make_backend
 from grpoctl.train.evaluate import eval_record, eval_sampling, evaluate
 from grpoctl.train.setup import load_policy, pick_device, pick_dtype
 
+if TYPE_CHECKING:
+    from grpoctl.config import RunConfig
+    from grpoctl.data.run_data import RunData
+    from grpoctl.formatting import Say
+    from grpoctl.registry import EvalResult, Registry, Run
 
-def run_eval(cfg, registry, path: Path, run, marker: dict | None, say=print, data=None):
+
+def run_eval(
+    validated: RunConfig,
+    registry: Registry,
+    path: Path,
+    run: Run | None,
+    marker: dict | None,
+    say: Say = print,
+    data: RunData | None = None,
+) -> EvalResult:
     """Evaluate the model at `path`; `data` is the already loaded (and checked) RunData, if any."""
+    cfg = typed_config(validated)
     device = pick_device(cfg)
     data = data or load_run_data(cfg, need_train=False, budget=prompt_budget(cfg, str(path)))
     model, tokenizer = load_policy(str(path), device, pick_dtype(cfg, device), gradient_checkpointing=False)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import torch
 
 from grpoctl import metrics
-from grpoctl.config import derived_sizes
+from grpoctl.config import Config, derived_sizes
 from grpoctl.grpo import (
     collate_prompt_and_output_ids,
     get_response_log_probs_shared_prompts,
@@ -138,7 +138,7 @@ def grpo_step(run: RunContext, step: int) -> None:
     figures |= phases.metrics
     fault_point("step-record", step)
     # One transaction: the step's metrics, samples and eval are all recorded, or none is.
-    run.registry.log_step(run.run.id, step, figures, opt_metrics=per_opt_step, samples=samples, eval=eval_row)
+    run.registry.log_step(run.run_id, step, figures, opt_metrics=per_opt_step, samples=samples, eval=eval_row)
     state.step, state.data_position = step, run.stream.position
     if checkpoint_due(cfg, step):
         checkpoint(run)
@@ -187,7 +187,7 @@ def draw_round(run: RunContext, step: int, round: int, phases: Phases) -> tuple[
         return prompts, grade_rollouts(run, rollouts, truths)
 
 
-def rollout_sampling(cfg) -> SamplingSettings:
+def rollout_sampling(cfg: Config) -> SamplingSettings:
     r = cfg.rollout
     return SamplingSettings(
         temperature=r.temperature, top_p=r.top_p, min_tokens=r.min_tokens, max_tokens=r.max_tokens, stop=tuple(r.stop)
@@ -334,7 +334,7 @@ def add_old_and_ref_log_probs(run: RunContext, batch: RolloutBatch) -> None:
 
 
 @torch.inference_mode()
-def log_probs_in_batches(model, batch: RolloutBatch, microbatch: int) -> torch.Tensor:
+def log_probs_in_batches(model: torch.nn.Module, batch: RolloutBatch, microbatch: int) -> torch.Tensor:
     """Log-probs of the rollout tokens under `model`, without building a graph: (batch, seq)."""
     device = next(model.parameters()).device
     out = []
@@ -418,7 +418,7 @@ def optimizer_step_metrics(micro_stats: list[dict], grad_norm: float, lr: float)
     return out
 
 
-def check_finite_weights(model, step: int) -> None:
+def check_finite_weights(model: torch.nn.Module, step: int) -> None:
     for name, param in model.named_parameters():
         if not torch.isfinite(param).all():
             raise Diverged(f"non-finite weights in {name} after step {step}")
