@@ -58,6 +58,28 @@ def start_text(config: dict, page: dict, starts: list[str]) -> str:
     return f"- **Start:** `model.path: {path}`." + (f" {words}" if words else "") + per_start
 
 
+VARIED = {"optimizer.lr": "lr", "loop.n_grpo_steps": "GRPO steps", "eval.every": "eval every"}
+
+
+def varied_text(tables: dict) -> list[str]:
+    """The schedule's keys that differ between the page's runs, with how many runs have
+    each value: the run the card is drawn from is one of them, not all."""
+    seen: dict[str, dict[str, set[int]]] = {key: defaultdict(set) for key in VARIED}
+    for t in tables.values():
+        for row in t.rows:
+            for rd in row.runs:
+                config = json.loads(rd.run.config)
+                for key in VARIED:
+                    section, name = key.split(".")
+                    seen[key][f"{config[section][name]:g}"].add(rd.run.id)
+    parts = [
+        f"{VARIED[key]} " + ", ".join(f"{value} ({len(ids)})" for value, ids in values.items())
+        for key, values in seen.items()
+        if len(values) > 1
+    ]
+    return [f"- **Where the page's runs differ from it** (runs with each value): {'; '.join(parts)}."] if parts else []
+
+
 def _starts(tables: dict) -> list[str]:
     """Every model.path the page's runs start from, with its mean step-0 eval."""
     first: dict[str, list[float]] = defaultdict(list)
@@ -114,6 +136,7 @@ def setup_card(registry, tables: dict, out: Path, page: dict) -> list[str]:
         "ablates):",
         "",
         schedule_text(config),
+        *varied_text(tables),
         start_text(config, page, _starts(tables)),
     ]
     lines += ["", f"Sample completions of `{run.name}` (train rollouts as stored; reward after the arrow):", ""]

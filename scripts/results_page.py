@@ -122,6 +122,15 @@ def rule_text(r: F.Result) -> str:
 
 
 def measured_text(r: F.Result) -> str:
+    if r.not_run:
+        return ""
+    text = _measured(r)
+    if r.unended:
+        text += f" ({r.unended} run{'s' if r.unended > 1 else ''} not ended yet, left out)"
+    return text
+
+
+def _measured(r: F.Result) -> str:
     f = r.finding
     if r.diff is None:
         values = sorted(set(round(v, 4) for v in r.variant_values + r.baseline_values))
@@ -188,7 +197,8 @@ def robust_text(r: F.Result) -> str:
     return f"yes ({text})" if len(set(signs.values())) == 1 else f"**no** ({text})"
 
 
-def findings_table(results: list[F.Result], not_run: list[dict] | None = None) -> list[str]:
+def findings_table(results: list[F.Result], not_run: list[dict] | None = None, reports: set | None = None) -> list[str]:
+    """`reports`: the studies with a report folder to link (default: every study)."""
     lines = [
         "| Seed's finding | Study: variant vs baseline | Can this setup show it? | What it measured | 95% CI "
         "| p (page Holm) | MDE, pts | Seeds needed | Robust? (last-3, final, AUC) | Verdict |",
@@ -197,7 +207,8 @@ def findings_table(results: list[F.Result], not_run: list[dict] | None = None) -
     for r in results:
         f = r.finding
         ci = interval(f.measure, r.diff.low, r.diff.high) if r.diff else ""
-        where = f"[{f.study}]({f.study}/report.md): `{f.variant}` vs `{r.baseline}`"
+        study = f"[{f.study}]({f.study}/report.md)" if reports is None or f.study in reports else f.study
+        where = f"{study}: `{f.variant}` vs `{r.baseline or f.baseline}`"
         lines.append(
             f"| {f.claim} | {where} | {rule_text(r)} | {measured_text(r)} | {ci} | {p_text(r)} | {mde_text(r)} "
             f"| {seeds_text(r)} | {robust_text(r)} | **{r.verdict}** |"
@@ -261,14 +272,22 @@ def forest(results: list[F.Result], path: Path, task: str) -> None:
 
     acc = [r for r in results if r.finding.measure != "grad_norm" and (r.diff is not None or r.variant_values)]
     grad = [r for r in results if r.finding.measure == "grad_norm" and r.diff is not None]
+    # one panel per unit that has a measured finding (a partial page may have no grad norm yet)
+    panels = [
+        (rows, scale, unit) for rows, scale, unit in ((acc, 100, "accuracy points"), (grad, 1, "grad norm")) if rows
+    ]
+    panels = panels or [(acc, 100, "accuracy points")]
     fig, axes = plt.subplots(
-        2,
+        len(panels),
         1,
-        figsize=(10, 0.55 * (len(acc) + len(grad)) + 2.6),
+        figsize=(10, 0.55 * sum(max(len(rows), 1) for rows, _, _ in panels) + 1.6 + 1.2 * len(panels)),
         dpi=120,
-        height_ratios=[max(len(acc), 1), max(len(grad), 1)],
+        height_ratios=[max(len(rows), 1) for rows, _, _ in panels],
+        gridspec_kw={"hspace": 0.35},
+        squeeze=False,
     )
-    for ax, rows, scale, unit in ((axes[0], acc, 100, "accuracy points"), (axes[1], grad, 1, "grad norm")):
+    axes = axes[:, 0]
+    for ax, (rows, scale, unit) in zip(axes, panels, strict=True):
         for y, r in enumerate(reversed(rows)):
             f = r.finding
             color = "black" if r.testable else "0.6"
@@ -307,7 +326,11 @@ def forest(results: list[F.Result], path: Path, task: str) -> None:
         Line2D([], [], color="0.6", marker="D", lw=2, label="grey: not testable by its rule"),
     ]
     axes[0].legend(handles=legend, fontsize=7, loc="lower left", bbox_to_anchor=(0, 1.01), ncol=3, frameon=False)
-    axes[0].set_title(f"The seed's findings on {task}: effect, interval, seeds", loc="left", fontsize=11, pad=38)
+    title = f"The seed's findings on {task}: effect, interval, seeds"
+    waiting = sum(r.not_run for r in results)
+    if waiting:
+        title += f" ({len(results) - waiting} of {len(results)} findings have run)"
+    axes[0].set_title(title, loc="left", fontsize=11, pad=38)
     fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
 
@@ -383,12 +406,14 @@ def write_page(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
 
     with Registry(db, readonly=True) as registry:
-        tables = {}
+        tables, waiting = {}, []
         for study in studies:
             try:
                 tables[study] = build_compare_table(registry, [study])
-            except UserError as exc:
-                print(f"warning: {study}: {exc}", file=sys.stderr)
+            except UserError:  # not recorded yet: its findings say "not run"
+                waiting.append(study)
+        if waiting:
+            print(f"not run yet: {', '.join(waiting)}", file=sys.stderr)
         results, tables = family_results(registry, declared, tables)
         if not args.no_reports:
             from grpoctl.cli.report_view import write_report
@@ -417,7 +442,7 @@ def write_page(args) -> int:
         "",
         "## Findings",
         "",
-        *findings_table(results, spec.get("not_run")),
+        *findings_table(results, spec.get("not_run"), set(tables) if not args.no_reports else None),
         "",
         "![forest plot](forest.png)",
         "",

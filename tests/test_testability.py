@@ -183,3 +183,12 @@ def test_lab_lengths_are_tokens_not_bytes():
     shipped = AutoTokenizer.from_pretrained(resolve_lab_model("lab", "/nonexistent-cache", log=lambda *_: None))
     assert count(text) == len(shipped(text, add_special_tokens=False)["input_ids"]) == 10 and unit == "tokens"
     assert token_counter("/no/such/dir")[1] == "bytes"
+
+
+def test_a_finding_not_run_names_its_specs_baseline_and_one_seed_is_no_test():
+    (finding,) = F.read_findings(ROOT / "experiments" / "lab-prompt.yaml")[1]
+    assert finding.baseline == "r1_zero"
+    (result,) = F.evaluate({}, [finding], {}, {})  # the study has no table: not recorded yet
+    assert result.not_run and result.baseline == "r1_zero" and result.verdict == "not run"
+    one = F.Result(finding, "r1_zero", testable=True, variant_values=[0.5], baseline_values=[0.6, 0.7, 0.65])
+    assert F.verdict(one) == "no test: 1 seed(s) against 3"

@@ -82,6 +82,7 @@ class Finding:
     seed_effect: float | None = None
     delta: float = stats.EQUIVALENCE_DELTA
     after_step: int = 1
+    baseline: str = ""  # the spec's baseline, named on the page even before anything ran
 
 
 def _number(value: Any, where: str) -> float:
@@ -148,6 +149,7 @@ def parse_findings(raw: Any, study: str, variants: list[str], baseline: str | No
                 seed_effect,
                 delta,
                 after,
+                baseline,
             )
         )
     return out
@@ -321,7 +323,8 @@ def verdict(result: Result, alpha: float = stats.ALPHA) -> str:
         if len(values) == 1 and len(result.variant_values) > 1 and len(result.baseline_values) > 1:
             return f"not seen: {values.pop():g} in every run of both arms"
     if result.diff is None or result.p_family is None:
-        return "no test"
+        few = min(result.seeds) < 2
+        return "no test" + (f": {result.seeds[0]} seed(s) against {result.seeds[1]}" if few else "")
     d = result.diff
     if f.expect == "same":
         if result.p_family < alpha:
@@ -349,7 +352,7 @@ def evaluate(tables: dict, findings: list[Finding], extra: dict[int, dict], max_
     for f in findings:
         table = tables.get(f.study)
         if table is None or table.versus is None:
-            results.append(Result(f, "", not_run=True, note="not run"))
+            results.append(Result(f, f.baseline, not_run=True, note="not run"))
             continue
         rows = {r.label: r for r in table.rows}
         baseline = table.versus.baseline
