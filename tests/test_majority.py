@@ -35,8 +35,16 @@ def test_equivalent_answers_written_differently_vote_together():
     # \frac{1}{2} shares a spelling with the first class, and the second 3 with the
     # second: neither reaches the grader.
     assert all(pred != "\\frac{1}{2}" for pred, _ in calls)
-    graded_preds = [pred for pred, _ in calls]
-    assert graded_preds.count("3") == 2  # against class 0's representative, then against the truth
+    # Plain numbers are told apart by value (as the grader does): only verdicts against the
+    # truth reach the grader, one per class.
+    assert calls == [("\\dfrac{1}{2}", "\\frac{1}{2}"), ("3", "\\frac{1}{2}")]
+
+
+def test_answers_that_are_not_plain_numbers_are_merged_by_the_grader():
+    grader, calls = counting_grader()
+    classes = answer_classes(["x=2", "2", "\\sqrt{4}", "x = 2"], "2", Verdicts(grader))
+    assert classes.labels == (0, 0, 0, 0) and classes.correct == (True,)
+    assert ("2", "x=2") in calls and ("\\sqrt{4}", "x=2") in calls
 
 
 def test_verdicts_are_cached_within_an_eval():

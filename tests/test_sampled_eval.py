@@ -154,3 +154,38 @@ def test_training_rows_are_bit_identical_with_and_without_sampled_evals(tmp_path
     with sqlite3.connect(db) as conn:
         names = {n for (n,) in conn.execute("SELECT DISTINCT name FROM metric")}
     assert {metrics.pass_at(4), metrics.maj_at(4), metrics.maj_at(2)} <= names
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--samples", "0"], "--samples must be at least 1"),
+        (["--samples", "4", "--k", "1,8"], "between 1 and --samples (4)"),
+        (["--samples", "4", "--k", "1,two"], "whole numbers"),
+        (["--k", "1,4"], "--k needs --samples"),
+    ],
+)
+def test_eval_refuses_bad_sampling_flags_in_one_line(tmp_path, args, says):
+    out = invoke("eval", str(tmp_path / "no-model"), *args, f"--db={tmp_path / 'r.db'}", cwd=tmp_path)
+    assert out.returncode == 2 and says in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "r.db").exists()
+
+
+@pytest.mark.slow
+def test_eval_of_a_checkpoint_with_samples_prints_its_cost_and_records_pass_and_maj(tmp_path):
+    db = tmp_path / "registry.db"
+    args = lab_overrides("lab", tmp_path, **{"runtime.threads": 1, "loop.n_grpo_steps": 1})
+    assert invoke("train", *args, f"--db={db}", "name=one", cwd=tmp_path).returncode == 0
+    ckpt = tmp_path / "ckpt" / "one" / "step-1"
+    out = invoke("eval", str(ckpt), "--samples", "4", "--k", "1,2,4", "--subset", "6", f"--db={db}", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    cost = next(i for i, line in enumerate(lines) if line.startswith("estimated cost: 24 completions"))
+    assert cost < next(i for i, line in enumerate(lines) if line.startswith("sampling "))
+    assert "pass@4" in lines[-1] and "maj@2" in lines[-1] and "recorded for run one" in lines[-1]
+    with sqlite3.connect(db) as conn:
+        kind, n, sampling, scores = conn.execute(
+            "SELECT kind, n, sampling, scores FROM evalresult WHERE checkpoint_path IS NOT NULL"
+        ).fetchone()
+    assert (kind, n, json.loads(sampling)["k"]) == ("sampled", 6, [1, 2, 4])
+    assert set(json.loads(scores)) >= {metrics.pass_at(k) for k in (1, 2, 4)} | {metrics.maj_at(4)}

@@ -34,10 +34,11 @@ from itertools import combinations
 from math import comb
 
 from grpoctl.analysis.pass_at_k import check_k
-from grpoctl.rewards.normalize import normalize_answer
+from grpoctl.rewards.normalize import normalize_answer, plain_number
 
 EXHAUSTIVE_LIMIT = 10_000  # enumerate every k-subset up to this many
 RANDOM_SUBSETS = 1_000  # else average over this many seeded random ones
+CLASS_KEY = "class:"  # a cache key's other side when it is a class representative, not a truth
 
 
 @dataclass
@@ -45,15 +46,25 @@ class Verdicts:
     """The grader's verdicts within one eval, cached per (normalized answer, other side)."""
 
     grade: Callable[[str, str], bool]
-    cache: dict[tuple[str, str], bool] = field(default_factory=dict)
+    cache: dict[tuple[str, str], bool | None] = field(default_factory=dict)
     calls: int = 0  # grader calls actually made (the rest came from the cache)
 
     def same(self, answer: str, other: str, other_key: str | None = None) -> bool:
         key = (normalize_answer(answer), other if other_key is None else other_key)
         if key not in self.cache:
-            self.calls += 1
-            self.cache[key] = bool(self.grade(answer, other))
-        return self.cache[key]
+            self.cache[key] = self._plain_numbers_equal(key) if other_key is not None else None
+            if self.cache[key] is None:
+                self.calls += 1
+                self.cache[key] = bool(self.grade(answer, other))
+        return bool(self.cache[key])
+
+    @staticmethod
+    def _plain_numbers_equal(key: tuple[str, str]) -> bool | None:
+        """Two classes whose spellings are both plain numbers (integers, decimals, integer
+        fractions) are the same answer exactly when their values are: the grader compares
+        such numbers exactly too (README: Grading rules), so it is not asked."""
+        left, right = plain_number(key[0]), plain_number(key[1].removeprefix(CLASS_KEY))
+        return None if left is None or right is None else left == right
 
 
 @dataclass(frozen=True)
@@ -81,7 +92,7 @@ def answer_classes(answers: Sequence[str | None], truth: str, verdicts: Verdicts
                 (
                     c
                     for c, rep in enumerate(representatives)
-                    if verdicts.same(answer, rep, other_key="class:" + normalize_answer(rep))
+                    if verdicts.same(answer, rep, other_key=CLASS_KEY + normalize_answer(rep))
                 ),
                 None,
             )
