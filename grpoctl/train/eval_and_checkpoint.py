@@ -18,6 +18,15 @@ from grpoctl.train.checkpoint import SavedTrainer, capture_rng, save_checkpoint,
 from grpoctl.train.context import RunContext
 from grpoctl.train.evaluate import eval_record, eval_sampling, evaluate
 from grpoctl.train.phases import Phases
+from grpoctl.train.sampled_eval import (
+    sampled_eval_due,
+    sampled_eval_seed,
+    sampled_evaluate,
+    sampled_ks,
+    sampled_problems,
+    sampled_record,
+    sampled_sampling,
+)
 
 if TYPE_CHECKING:
     from grpoctl.config import Config
@@ -51,10 +60,27 @@ def dropped_metrics(data: RunData) -> dict:
 
 
 def eval_due(cfg: Config, step: int) -> bool:
+    """The headline eval: every eval.every steps and at the last."""
     return bool(cfg.eval.every and step % cfg.eval.every == 0) or step == cfg.loop.n_grpo_steps
 
 
-def evaluate_policy(run: RunContext, step: int) -> tuple[dict, list[dict], dict]:
+def evaluate_policy(run: RunContext, step: int) -> tuple[dict, list[dict], list[dict]]:
+    """The evals due at `step`: the headline eval on the eval subset (eval.every) and the
+    sampled one (eval.sampled.*). Returns (eval/* metrics, stored completions, eval rows)."""
+    figures: dict = {}
+    samples: list[dict] = []
+    rows: list[dict] = []
+    if step == 0 or eval_due(run.cfg, step):
+        figures, samples, row = headline_eval(run, step)
+        rows.append(row)
+    if sampled_eval_due(run.cfg, step):
+        sampled_figures, row = sampled_eval(run, step)
+        figures |= sampled_figures
+        rows.append(row)
+    return figures, samples, rows
+
+
+def headline_eval(run: RunContext, step: int) -> tuple[dict, list[dict], dict]:
     """The policy on the eval subset: (eval/* metrics, stored completions, the eval row to record)."""
     cfg, data = run.cfg, run.data
     sampling = eval_sampling(cfg.eval, cfg.rollout.stop)
@@ -80,16 +106,46 @@ def evaluate_policy(run: RunContext, step: int) -> tuple[dict, list[dict], dict]
         template_name=data.template_name,
         template=data.template,
         sampling=sampling,
+        group_by=list(cfg.eval.group_by),
     )
     return figures, outcome.samples, row
+
+
+def sampled_eval(run: RunContext, step: int) -> tuple[dict, dict]:
+    """pass@k and maj@k of the policy, from its own seed: (eval/* metrics, the eval row)."""
+    cfg, data = run.cfg, run.data
+    problems = sampled_problems(cfg, data.eval)
+    sampling = sampled_sampling(cfg)
+    outcome = sampled_evaluate(
+        run.backend,
+        problems,
+        data.template,
+        cfg.prompt.reward,
+        sampling,
+        n=cfg.eval.sampled.n,
+        ks=sampled_ks(cfg.eval.sampled),
+        seed=sampled_eval_seed(cfg.seed, step),
+        batch_size=cfg.eval.batch_size,
+    )
+    row = sampled_record(
+        outcome,
+        examples=problems,
+        data_source=data.eval_source,
+        data_hash=data.data_hash,
+        template_name=data.template_name,
+        template=data.template,
+        sampling=sampling,
+        group_by=list(cfg.eval.group_by),
+    )
+    return outcome.metrics(), row
 
 
 def evaluate_before_training(run: RunContext) -> None:
     """Step 0: the policy before any update, evaluated and recorded (eval.at_start)."""
     phases = Phases(run.memory)
     with phases("eval"):
-        figures, samples, row = evaluate_policy(run, 0)
-    run.registry.log_step(run.run_id, 0, figures | phases.metrics, samples=samples, eval=row)
+        figures, samples, rows = evaluate_policy(run, 0)
+    run.registry.log_step(run.run_id, 0, figures | phases.metrics, samples=samples, eval=rows)
 
 
 def checkpoint_due(cfg: Config, step: int) -> bool:

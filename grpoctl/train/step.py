@@ -52,6 +52,7 @@ from grpoctl.train.eval_and_checkpoint import (
 from grpoctl.train.faults import fault_point
 from grpoctl.train.graded import Graded
 from grpoctl.train.phases import Phases
+from grpoctl.train.sampled_eval import sampled_eval_due
 from grpoctl.train.stop import abortable
 
 
@@ -129,16 +130,16 @@ def grpo_step(run: RunContext, step: int) -> None:
             run.backend.sync_weights(run.model)
         figures = {**batch.stats, **step_metrics(per_opt_step, entropy), **dropped_metrics(run.data)}
         samples = sample_rows(prompts, rollouts, truths, batch.scores, cfg.logging.samples_per_step)
-        eval_row = None
-        if eval_due(cfg, step):
+        eval_rows: list[dict] = []
+        if eval_due(cfg, step) or sampled_eval_due(cfg, step):
             with phases("eval"):
-                eval_metrics, eval_samples, eval_row = evaluate_policy(run, step)
+                eval_metrics, eval_samples, eval_rows = evaluate_policy(run, step)
             figures |= eval_metrics
             samples += eval_samples
     figures |= phases.metrics
     fault_point("step-record", step)
     # One transaction: the step's metrics, samples and eval are all recorded, or none is.
-    run.registry.log_step(run.run_id, step, figures, opt_metrics=per_opt_step, samples=samples, eval=eval_row)
+    run.registry.log_step(run.run_id, step, figures, opt_metrics=per_opt_step, samples=samples, eval=eval_rows)
     state.step, state.data_position = step, run.stream.position
     if checkpoint_due(cfg, step):
         checkpoint(run)
