@@ -226,7 +226,7 @@ class SampledEvalConfig:
 
     # Off by default: n samples of `subset` problems cost n/eval.subset*subset greedy evals.
     n: int = key(0, "samples per problem; 0 = no sampled eval")
-    k: list = key([], "the k of pass@k and maj@k, each <= n; empty: 1 and n")
+    k: list[int] = key([], "the k of pass@k and maj@k, each <= n; empty: 1 and n")
     subset: int = key(128, "problems sampled, drawn from the eval subset by eval.subset_seed")
     every: int = key(50, "GRPO steps between sampled evals; the last step always has one (0: only it)")
     temperature: float = key(1.0, "sampling temperature")
