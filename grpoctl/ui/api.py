@@ -1,0 +1,257 @@
+"""The dashboard's JSON API: what the page reads, every figure computed here.
+
+    GET /api/meta                               metric names, descriptions and units; poll interval
+    GET /api/runs                               every run: status, progress, accuracy, reward, tags
+    GET /api/studies/{name}                     a sweep's variants, runs, health flags, and compare's table
+    GET /api/studies/{name}/curves?metric=...   one metric, a curve per variant (curves.py)
+    GET /api/runs/{id}                          config diff, evals, checkpoints, flags, metric names
+    GET /api/runs/{id}/curves?metric=...        one metric of one run
+    GET /api/runs/{id}/samples?step=&filter=    completions at a step, right or wrong
+    GET /api/runs/{id}/log?after_id=            what the trainer printed (as `runs logs`)
+
+Curves take `points` (buckets, 10-2000), `smoothing` (EMA weight in [0, 1)), `from` and
+`to` (a zoom, in steps) and `after_step` (a live poll: only later points). Statistics
+come from analysis/ (compare's own functions), reads from the registry's methods.
+"""
+
+from __future__ import annotations
+
+import json
+
+from starlette.requests import Request
+
+from grpoctl import metrics
+from grpoctl.analysis.compare import build_compare_table, fold_runs, load_compared_runs, resolve_runs
+from grpoctl.cli import compare_view
+from grpoctl.errors import UserError
+from grpoctl.registry import Registry, Run, effective_status
+from grpoctl.registry.models import utcnow
+from grpoctl.rules import headline_accuracy
+from grpoctl.run_identity import flatten
+from grpoctl.ui import params
+from grpoctl.ui.curves import load_points, variant_curves
+
+CURVE_PARAMS = {"metric", "points", "smoothing", "from", "to", "after_step"}
+
+
+class NotFound(Exception):
+    """A run or study that does not exist (404)."""
+
+
+def _iso(moment) -> str | None:
+    return None if moment is None else moment.isoformat()
+
+
+def _run_row(run: Run, now, accuracy, reward, tags) -> dict:
+    return {
+        "id": run.id,
+        "name": run.name,
+        "group": run.group,
+        "variant": run.variant,
+        "seed": run.seed,
+        "status": effective_status(run, now),
+        "last_step": max(run.last_step, 0),
+        "total_steps": run.total_steps,
+        "accuracy": accuracy,
+        "reward": reward,
+        "tags": tags,
+        "created_at": _iso(run.created_at),
+        "heartbeat_at": _iso(run.heartbeat_at),
+    }
+
+
+def meta(registry: Registry, request: Request, poll_s: float, location: str) -> dict:
+    params.check_known(request.query_params, set())
+    return {
+        "registry": location,
+        "poll_s": poll_s,
+        "metrics": {
+            name: {"description": i.description, "unit": i.unit, "higher_is_better": i.higher_is_better}
+            for name, i in metrics.TABLE.items()
+        },
+        "headline": metrics.EVAL_ACCURACY,
+    }
+
+
+def runs(registry: Registry, request: Request) -> dict:
+    params.check_known(request.query_params, set())
+    all_runs = registry.list_runs()
+    ids = [run.id for run in all_runs]
+    last = registry.last_metrics(ids, (metrics.REWARD,))
+    curves = registry.eval_curves(ids)
+    tags = registry.tags_of(ids)
+    now = utcnow()
+    rows = []
+    for run in all_runs:
+        point = headline_accuracy(curves.get(run.id, []))
+        rows.append(
+            _run_row(run, now, None if point is None else point[1], last[run.id].get(metrics.REWARD), tags[run.id])
+        )
+    studies = {s.name: s.kind for s in registry.sweeps()}
+    for run in all_runs:
+        if run.group and run.group not in studies:
+            studies[run.group] = "group"
+    return {"now": now.isoformat(), "runs": rows, "studies": [{"name": n, "kind": k} for n, k in studies.items()]}
+
+
+def _study_runs(registry: Registry, name: str) -> tuple[list[Run], dict[int, str]]:
+    name = params.name(name, "study")
+    try:
+        members = registry.sweep_members(name)
+    except UserError:
+        members = None
+    if members is None and not registry.runs_in_group(name):
+        raise NotFound(f"no sweep or group named '{name}'")
+    _, found, _, labels = resolve_runs(registry, [name])
+    if not found:
+        raise NotFound(f"'{name}' has no runs yet")
+    return found, labels
+
+
+def study(registry: Registry, request: Request, name: str) -> dict:
+    params.check_known(request.query_params, set())
+    found, labels = _study_runs(registry, name)
+    table = build_compare_table(registry, [name])
+    now = utcnow()
+    variants = []
+    for row in table.rows:
+        variants.append(
+            {
+                "label": row.label,
+                "best": row.best,
+                "status": row.status,
+                "runs": [
+                    {
+                        "id": rd.run.id,
+                        "name": rd.run.name,
+                        "seed": rd.run.seed,
+                        "status": effective_status(rd.run, now),
+                        "last_step": max(rd.run.last_step, 0),
+                        "flags": [{"kind": f.kind, "step": f.step, "detail": f.detail} for f in rd.flags],
+                    }
+                    for rd in row.runs
+                ],
+            }
+        )
+    return {
+        "name": name,
+        "variants": variants,
+        "metrics": registry.metric_names([run.id for run in found]),
+        "compare": json.loads(compare_view.to_json(table)),
+    }
+
+
+def _curve_options(request: Request) -> dict:
+    query = request.query_params
+    params.check_known(query, CURVE_PARAMS)
+    lo = params.integer(query, "from", None, 0, params.MAX_STEP)
+    hi = params.integer(query, "to", None, 0, params.MAX_STEP)
+    if lo is not None and hi is not None and hi < lo:
+        raise params.BadRequest("'to' must not be below 'from'")
+    return {
+        "metric": params.metric(query),
+        "buckets": params.integer(query, "points", 200, 10, 2000),
+        "smoothing": params.fraction(query, "smoothing", 0.6),
+        "lo": lo,
+        "hi": hi,
+        "after_step": params.integer(query, "after_step", None, -1, params.MAX_STEP),
+    }
+
+
+def study_curves(registry: Registry, request: Request, name: str) -> dict:
+    options = _curve_options(request)
+    found, labels = _study_runs(registry, name)
+    points = load_points(registry, found, options["metric"], options["after_step"])
+    return variant_curves(fold_runs(found, labels), points, **options)
+
+
+def _run(registry: Registry, run_id: int) -> Run:
+    if run_id > 2**63 - 1:
+        raise NotFound(f"no run with id {run_id}")
+    try:
+        return registry.get_run(run_id)
+    except UserError:
+        raise NotFound(f"no run with id {run_id}") from None
+
+
+def run(registry: Registry, request: Request, run_id: int) -> dict:
+    params.check_known(request.query_params, set())
+    found = _run(registry, run_id)
+    compared = load_compared_runs(registry, [found])[0]
+    evals = [
+        {
+            "step": e.step,
+            "n": e.n,
+            "accuracy": e.accuracy,
+            "format_rate": e.format_rate,
+            "checkpoint": e.checkpoint_path,
+        }
+        for e in registry.evals(found.id)
+    ]
+    checkpoints = [
+        {"step": c.step, "path": c.path, "eval_accuracy": c.eval_accuracy, "deleted": c.deleted}
+        for c in registry.checkpoints(found.id, include_deleted=True)
+    ]
+    point = headline_accuracy(compared.evals)
+    return {
+        "run": _run_row(found, utcnow(), None if point is None else point[1], None, registry.tags(found.id)),
+        "config_diff": flatten(json.loads(found.config_diff)),
+        "error": found.error,
+        "host": found.host,
+        "device": found.device,
+        "evals": evals,
+        "checkpoints": checkpoints,
+        "flags": [{"kind": f.kind, "step": f.step, "detail": f.detail} for f in compared.flags],
+        "metrics": registry.metric_names([found.id]),
+        "sample_steps": registry.sample_steps(found.id),
+    }
+
+
+def run_curves(registry: Registry, request: Request, run_id: int) -> dict:
+    options = _curve_options(request)
+    found = _run(registry, run_id)
+    points = load_points(registry, [found], options["metric"], options["after_step"])
+    return variant_curves([(found.name, [found])], points, **options)
+
+
+def samples(registry: Registry, request: Request, run_id: int) -> dict:
+    query = request.query_params
+    params.check_known(query, {"step", "kind", "filter", "limit"})
+    found = _run(registry, run_id)
+    step = params.integer(query, "step", None, 0, params.MAX_STEP)
+    kind = params.choice(query, "kind", ("train", "eval"), None)
+    which = params.choice(query, "filter", ("all", "right", "wrong"), "all")
+    limit = params.integer(query, "limit", 50, 1, 500)
+    steps = registry.sample_steps(found.id)
+    if step is None:
+        step = steps[-1] if steps else None
+    correct = {"all": None, "right": True, "wrong": False}[which or "all"]
+    rows = [] if step is None else registry.samples_where(found.id, step, kind, correct, limit or 50)
+    return {
+        "step": step,
+        "steps": steps,
+        "samples": [
+            {
+                "kind": s.kind,
+                "prompt": s.prompt,
+                "response": s.response,
+                "ground_truth": s.ground_truth,
+                "reward": s.reward,
+                "format_reward": s.format_reward,
+                "answer_reward": s.answer_reward,
+            }
+            for s in rows
+        ],
+    }
+
+
+def log(registry: Registry, request: Request, run_id: int) -> dict:
+    query = request.query_params
+    params.check_known(query, {"after_id"})
+    found = _run(registry, run_id)
+    after = params.integer(query, "after_id", 0, 0, 2**62) or 0
+    chunks = registry.log_chunks(found.name, after_id=after)
+    return {
+        "chunks": [{"id": i, "host": h, "text": t} for i, h, t in chunks],
+        "last_id": chunks[-1][0] if chunks else after,
+    }
