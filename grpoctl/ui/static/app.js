@@ -194,7 +194,7 @@ function mergeTail(held, tail) {
       if (ts) seed.smooth = cut(seed.smooth, ts.smooth);
     }
   }
-  held.last_step = tail.last_step;
+  if (tail.last_step !== null) held.last_step = Math.max(held.last_step ?? tail.last_step, tail.last_step);
   return true;
 }
 
@@ -221,6 +221,7 @@ function curvePanel(metricNames, flags, curvesPath, onDrawn) {
     view.held = curves;
     description.textContent = metricLabel(curves.metric) + (curves.downsampled ? " · downsampled by step buckets (first/min/max/last kept)" : "");
     const plot = drawChart(chart, curves, flags, (lo, hi) => { view.zoom = [lo, hi]; load(); });
+    chart.setAttribute("data-last-step", String(curves.last_step));
     plot.over.addEventListener("dblclick", () => { if (view.zoom) { view.zoom = null; load(); } });
     updated();
     if (onDrawn) onDrawn();
@@ -389,7 +390,7 @@ async function runView(root, runId) {
       el("div", {}, el("h3", {}, "config diff from the defaults"), diff.length ? keyValueTable("config-diff", diff.map(([k, v]) => [k, JSON.stringify(v)])) : el("p", { class: "dim" }, "none")),
       el("div", {}, el("h3", {}, "health flags"), body.flags.length ? el("ul", {}, body.flags.map((f) => el("li", { class: "flag" }, `${f.kind} from step ${f.step}: ${f.detail}`))) : el("p", { class: "dim" }, "none"),
         el("h3", {}, "evals"), keyValueTable("evals", body.evals.map((e) => [`step ${e.step ?? "–"}${e.checkpoint ? " (checkpoint)" : ""}`, `${fmt(e.accuracy)} of ${e.n} · format ${fmt(e.format_rate)}`])),
-        el("h3", {}, "checkpoints"), keyValueTable("checkpoints", body.checkpoints.map((c) => [`step ${c.step}`, `${c.path}${c.deleted ? " (deleted)" : ""} · acc ${fmt(c.eval_accuracy)}`])))),
+        el("h3", {}, "checkpoints"), body.checkpoints.length ? keyValueTable("checkpoints", body.checkpoints.map((c) => [`step ${c.step}`, `${c.path}${c.deleted ? " (deleted)" : ""} · acc ${fmt(c.eval_accuracy)}`])) : el("p", { class: "dim" }, "none"))),
     el("h3", {}, "completions"), samples,
     el("h3", {}, "log"), logBox);
   await Promise.all([panel.load(), samplesPanel(samples, runId, body.sample_steps)]);
