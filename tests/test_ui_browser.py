@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import ui_registry
-from conftest import IN_CI, REPO, fast_overrides
+from conftest import IN_CI, REPO, fast_overrides, record_service_start
 from sqlalchemy import update
 
 from grpoctl.registry import Registry, Run
@@ -39,6 +39,14 @@ def _no_browser(reason: str):
     if IN_CI:
         pytest.fail(f"browser tests cannot run under CI=true: {reason}")
     pytest.skip(reason)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _timed():
+    """The module's seconds, for .ci/run's ledger (the `ui` line)."""
+    started = time.monotonic()
+    yield
+    record_service_start("ui", time.monotonic() - started)
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +71,9 @@ def browser():
         "--window-size=1400,1000",
     ):
         options.add_argument(arg)
+    started = time.monotonic()
     driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    record_service_start("chromium", time.monotonic() - started)
     yield driver
     driver.quit()
 

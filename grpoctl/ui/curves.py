@@ -54,11 +54,16 @@ def variant_curves(
     sparse = metrics.is_eval(metric)
     edges = None if sparse or after_step is not None else bucket_edges(finite.values(), buckets, lo, hi)
 
+    dropped = False
+
     def shown(series: Points) -> list[list]:
+        nonlocal dropped
         if after_step is not None:
             series = [(s, v) for s, v in series if s > after_step]
         elif edges is not None:
-            series = downsample(series, edges)
+            kept = downsample(series, edges)
+            dropped |= len(kept) < len(series)
+            series = kept
         elif lo is not None or hi is not None:
             series = [(s, v) for s, v in series if (lo is None or s >= lo) and (hi is None or s <= hi)]
         return _columns(series)
@@ -95,7 +100,8 @@ def variant_curves(
         "metric": metric,
         "description": info.description if info else "",
         "unit": info.unit if info else "",
-        "downsampled": edges is not None,
+        "downsampled": dropped,  # some bucket held more than its 4 points
+        "buckets": buckets,
         "edges": edges,
         "smoothing": smoothing,
         "last_step": last_step,

@@ -48,6 +48,8 @@ function updated() {
 }
 
 function ready() {
+  // data-ready-ms: milliseconds since navigation started (benchmarks/bench_ui.py reads it)
+  document.body.setAttribute("data-ready-ms", String(Math.round(performance.now())));
   document.body.setAttribute("data-ready", "");
 }
 
