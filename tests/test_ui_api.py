@@ -67,14 +67,18 @@ def test_runs_lists_every_run_with_status_progress_and_tags(client, built):
 
 def test_study_has_compares_rows_and_the_health_flags(client, built):
     body = get(client, "/api/studies/abl")
+    compared = get(client, "/api/studies/abl/compare")
     with Registry(built[0], readonly=True) as registry:
         table = build_compare_table(registry, ["abl"])
     assert [v["label"] for v in body["variants"]] == [row.label for row in table.rows] == ["good", "wide", "hot"]
-    rows = {r["variant"]: r for r in body["compare"]["rows"]}
+    assert [len(v["runs"]) for v in body["variants"]] == [2, 6, 1]
+    rows = {r["variant"]: r for r in compared["compare"]["rows"]}
     assert rows["good"]["verdict"] == "baseline"
     assert rows["wide"]["final_acc"] == pytest.approx(table.rows[1].values["final_acc"].mean)
-    hot = next(v for v in body["variants"] if v["label"] == "hot")
-    assert [(f["kind"], f["step"]) for f in hot["runs"][0]["flags"]] == [("grad-norm explosion", 6)]
+    assert rows["wide"]["p_holm"] == pytest.approx(next(v.p_holm for v in table.versus.rows if v.label == "wide"))
+    hot = str(built[1]["abl-hot-s0"])
+    assert [(f["kind"], f["step"]) for f in compared["flags"][hot]] == [("grad-norm explosion", 6)]
+    assert compared["flags"][str(built[1]["abl-good-s0"])] == []
     assert metrics.GRAD_NORM in body["metrics"] and metrics.REWARD in body["metrics"]
 
 

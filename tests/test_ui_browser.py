@@ -168,8 +168,9 @@ def test_study_chart_changes_when_another_metric_is_picked(browser, shared, tmp_
     chart = browser.find_element(By.ID, "chart")
     assert chart.get_attribute("data-metric") == "eval/accuracy"
     assert chart.find_elements(By.TAG_NAME, "canvas")
-    before = chart.screenshot_as_png
+    wait_for(browser, lambda d: d.execute_script("return document.body.hasAttribute('data-compared')"))
     assert "grad-norm explosion" in browser.find_element(By.ID, "compare").text
+    before = browser.find_element(By.ID, "chart").screenshot_as_png
     Select(browser.find_element(By.ID, "metric")).select_by_value("train/reward")
     wait_for(browser, lambda d: d.find_element(By.ID, "chart").get_attribute("data-metric") == "train/reward")
     assert browser.find_element(By.ID, "chart").screenshot_as_png != before

@@ -39,6 +39,8 @@ def downsample(points: Points, edges: list[int]) -> Points:
     out: Points = []
     lo, hi = edges[0], edges[-1]
     width = edges[1] - edges[0] if len(edges) > 1 else 1
+    if width == 1:  # a bucket per step: nothing to cut
+        return [(step, value) for step, value in points if lo <= step < hi]
     bucket: Points = []
     current = None
     for step, value in points:

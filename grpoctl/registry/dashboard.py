@@ -43,11 +43,13 @@ class DashboardReads:
         return out
 
     def metric_names(self, run_ids: Iterable[int]) -> list[str]:
-        """Every per-step metric name the runs recorded, sorted."""
+        """Every metric name the runs recorded, sorted. (Per-optimizer-step figures are
+        also summarised per step under their name, so opt_step is not asked: the query
+        reads the (run_id, name, step) index alone.)"""
         ids = list(run_ids)
         if not ids:
             return []
-        query = select(Metric.name).where(Metric.run_id.in_(ids), Metric.opt_step.is_(None)).distinct()
+        query = select(Metric.name).where(Metric.run_id.in_(ids)).distinct()
         with self.engine.connect() as conn:
             return sorted(name for (name,) in _fetch(conn, query))
 

@@ -2,7 +2,8 @@
 
     GET /api/meta                               metric names, descriptions and units; poll interval
     GET /api/runs                               every run: status, progress, accuracy, reward, tags
-    GET /api/studies/{name}                     a sweep's variants, runs, health flags, and compare's table
+    GET /api/studies/{name}                     a sweep's variants, runs and recorded metrics
+    GET /api/studies/{name}/compare             compare's table (as --format json) and each run's health flags
     GET /api/studies/{name}/curves?metric=...   one metric, a curve per variant (curves.py)
     GET /api/runs/{id}                          config diff, evals, checkpoints, flags, metric names
     GET /api/runs/{id}/curves?metric=...        one metric of one run
@@ -109,36 +110,63 @@ def _study_runs(registry: Registry, name: str) -> tuple[list[Run], dict[int, str
 
 
 def study(registry: Registry, request: Request, name: str) -> dict:
+    """A study's variants and runs, and the metrics they recorded: cheap, for the first
+    draw and every poll (compare's table and the health flags are `study_compare`)."""
     params.check_known(request.query_params, set())
     found, labels = _study_runs(registry, name)
-    table = build_compare_table(registry, [name])
     now = utcnow()
-    variants = []
-    for row in table.rows:
-        variants.append(
-            {
-                "label": row.label,
-                "best": row.best,
-                "status": row.status,
-                "runs": [
-                    {
-                        "id": rd.run.id,
-                        "name": rd.run.name,
-                        "seed": rd.run.seed,
-                        "status": effective_status(rd.run, now),
-                        "last_step": max(rd.run.last_step, 0),
-                        "flags": [{"kind": f.kind, "step": f.step, "detail": f.detail} for f in rd.flags],
-                    }
-                    for rd in row.runs
-                ],
-            }
-        )
-    return {
-        "name": name,
-        "variants": variants,
-        "metrics": registry.metric_names([run.id for run in found]),
-        "compare": json.loads(compare_view.to_json(table)),
-    }
+    groups = _folded(found, labels)
+    variants = [
+        {
+            "label": label,
+            "runs": [
+                {
+                    "id": run.id,
+                    "name": run.name,
+                    "seed": run.seed,
+                    "status": effective_status(run, now),
+                    "last_step": max(run.last_step, 0),
+                }
+                for run in runs
+            ],
+        }
+        for label, runs in groups
+    ]
+    # Runs of one variant record the same metrics: ask one run of each, once while none runs.
+    representatives = tuple(runs[0].id for _, runs in groups)
+    live = any(r["status"] == "running" for v in variants for r in v["runs"])
+    names = _names.get(representatives) if not live else None
+    if names is None:
+        names = registry.metric_names(representatives)
+        if not live:
+            _names[representatives] = names
+    return {"name": name, "variants": variants, "metrics": names}
+
+
+_names: dict[tuple, list[str]] = {}
+
+
+# compare's answer for a study, by the state of its runs: recomputed only when a run moved.
+_compared: dict[tuple, dict] = {}
+
+
+def study_compare(registry: Registry, request: Request, name: str) -> dict:
+    """What `grpoctl compare NAME --format json` says, and each run's health flags."""
+    params.check_known(request.query_params, set())
+    found, _ = _study_runs(registry, name)
+    now = utcnow()
+    key = (name, *((run.id, effective_status(run, now), run.last_step) for run in found))
+    if key not in _compared:
+        if len(_compared) > 16:
+            _compared.clear()
+        table = build_compare_table(registry, [name])
+        flags = {
+            str(rd.run.id): [{"kind": f.kind, "step": f.step, "detail": f.detail} for f in rd.flags]
+            for row in table.rows
+            for rd in row.runs
+        }
+        _compared[key] = {"compare": json.loads(compare_view.to_json(table)), "flags": flags}
+    return _compared[key]
 
 
 def _curve_options(request: Request) -> dict:
@@ -158,11 +186,26 @@ def _curve_options(request: Request) -> dict:
     }
 
 
+# A study's variants by its runs' ids and labels: a run's config never changes, and
+# folding reads every config (a tenth of a second for 100 runs), so once per set of runs.
+_folds: dict[tuple, list[tuple[str, list[int]]]] = {}
+
+
+def _folded(found: list[Run], labels: dict[int, str]) -> list[tuple[str, list[Run]]]:
+    key = tuple((run.id, run.config_hash, labels.get(run.id, run.variant)) for run in found)
+    if key not in _folds:
+        if len(_folds) > 64:
+            _folds.clear()
+        _folds[key] = [(label, [run.id for run in runs]) for label, runs in fold_runs(found, labels)]
+    by_id = {run.id: run for run in found}
+    return [(label, [by_id[i] for i in ids]) for label, ids in _folds[key]]
+
+
 def study_curves(registry: Registry, request: Request, name: str) -> dict:
     options = _curve_options(request)
     found, labels = _study_runs(registry, name)
     points = load_points(registry, found, options["metric"], options["after_step"])
-    return variant_curves(fold_runs(found, labels), points, **options)
+    return variant_curves(_folded(found, labels), points, **options)
 
 
 def _run(registry: Registry, run_id: int) -> Run:

@@ -1,7 +1,7 @@
 """One metric of a set of runs, as the dashboard draws it: a curve per variant.
 
 The figures are the report's (cli/report_plots.py): a variant's curve is the mean over
-its seeds at each step (`band`); up to THIN_LINES_MAX seeds each seed is also a thin
+its seeds at each step (`step_means`); up to THIN_LINES_MAX seeds each seed is also a thin
 line, from more a band from the lowest to the highest seed at each step
 (`spread_band`), labelled so. EMA smoothing and the aggregates over seeds are computed
 here, on the raw points, and only then cut to the view's step buckets
@@ -16,7 +16,7 @@ import math
 
 from grpoctl import metrics
 from grpoctl.analysis.downsample import Points, bucket_edges, downsample, ema
-from grpoctl.cli.report_plots import THIN_LINES_MAX, band, spread_band
+from grpoctl.cli.report_plots import THIN_LINES_MAX, spread_band, step_means
 from grpoctl.registry import Registry, Run
 
 
@@ -72,7 +72,7 @@ def variant_curves(
     last_step = None
     for label, runs in groups:
         seeds = [finite[run.id] for run in runs]
-        steps, means, _ = band([s for s in seeds if s])
+        steps, means = step_means([s for s in seeds if s])
         mean_points = list(zip(steps, means, strict=True))
         if steps:
             last_step = max(last_step or steps[-1], steps[-1])

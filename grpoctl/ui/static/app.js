@@ -321,31 +321,51 @@ function compareTable(compare) {
 }
 
 async function studyView(root, name) {
-  const study = await api(`/api/studies/${encodeURIComponent(name)}`);
-  const flags = study.variants.flatMap((v) => v.runs.flatMap((r) => r.flags.map((f) => ({ ...f, who: r.name }))));
+  const base = `/api/studies/${encodeURIComponent(name)}`;
+  const study = await api(base);
+  const flags = [];  // filled by compare's answer, after the first draw
+  const flagsOf = {};
   const members = study.variants.flatMap((v) => v.runs.map((r) => ({ ...r, variant: v.label })));
   const memberTable = () => el("table", { id: "members" },
     el("thead", {}, el("tr", {}, ["variant", "run", "seed", "status", "step", "health flags"].map((h) => el("th", {}, h)))),
     el("tbody", {}, members.map((r) => el("tr", { "data-run": r.name, "data-status": r.status },
       el("td", {}, r.variant), el("td", {}, el("a", { href: `#/run/${r.id}` }, r.name)), el("td", { class: "num" }, r.seed), statusCell(r.status),
       el("td", { class: "num", "data-step": r.last_step }, r.last_step),
-      el("td", { class: "flag" }, r.flags.map((f) => `${f.kind} from step ${f.step}`).join("; "))))));
-  let drawn = false;
-  const panel = curvePanel(study.metrics, flags, (q) => `/api/studies/${encodeURIComponent(name)}/curves?${q}`, () => { if (!drawn) { drawn = true; ready(); } });
+      el("td", { class: "flag" }, (flagsOf[r.id] || []).map((f) => `${f.kind} from step ${f.step}`).join("; "))))));
+  const panel = curvePanel(study.metrics, flags, (q) => `${base}/curves?${q}`);
   const membersHolder = el("div", {}, memberTable());
+  const compareHolder = el("div", { id: "compare-holder" }, el("p", { class: "dim" }, "comparing…"));
   root.replaceChildren(el("h2", {}, `study ${study.name}`), panel.panel,
-    el("h3", {}, "compared as grpoctl compare does"), ...compareTable(study.compare),
-    el("h3", {}, "runs"), membersHolder);
+    el("h3", {}, "runs"), membersHolder,
+    el("h3", {}, "compared as grpoctl compare does"), compareHolder);
   await panel.load();
+  ready();  // the table of runs and the first chart are drawn; compare's table follows
+  const compare = async () => {
+    const body = await api(`${base}/compare`);
+    flags.length = 0;
+    for (const r of members) {
+      flagsOf[r.id] = body.flags[String(r.id)] || [];
+      flags.push(...flagsOf[r.id].map((f) => ({ ...f, who: r.name })));
+    }
+    compareHolder.replaceChildren(...compareTable(body.compare));
+    membersHolder.replaceChildren(memberTable());
+    if (panel.chart.plot) panel.chart.plot.redraw();
+    document.body.setAttribute("data-compared", "");
+  };
+  await compare();
   const running = (s) => s.variants.some((v) => v.runs.some((r) => r.status === "running"));
   const ids = (s) => s.variants.flatMap((v) => v.runs.map((r) => r.id)).join(",");
+  const states = (s) => s.variants.flatMap((v) => v.runs.map((r) => `${r.status}`)).join(",");
   const poll = async () => {
-    const fresh = await api(`/api/studies/${encodeURIComponent(name)}`);
+    const fresh = await api(base);
     const cursor = Math.min(...members.filter((r) => r.status === "running").map((r) => r.last_step), Infinity);
     if (ids(fresh) !== ids(study)) return studyView(root, name);  // a new member: draw it all again
+    const changed = states(fresh) !== states(study);
+    study.variants = fresh.variants;
     members.forEach((r, i) => Object.assign(r, fresh.variants.flatMap((v) => v.runs)[i]));
     membersHolder.replaceChildren(memberTable());
     if (Number.isFinite(cursor)) await panel.poll(cursor);
+    if (changed) await compare();
     updated();
     schedule(poll, running(fresh));
   };
