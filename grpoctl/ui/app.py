@@ -58,6 +58,8 @@ def create_app(
     registry = Registry(db, must_exist=True, readonly=True, server=True)
     import scipy.stats  # noqa: F401  (compare's tests: imported now, not by the first page that compares)
 
+    api.warm_up(registry)
+
     location = printable_location(registry.url)
     sqlite = registry.url.get_backend_name() == "sqlite"
 

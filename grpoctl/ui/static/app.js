@@ -218,8 +218,8 @@ function curvePanel(metricNames, flags, curvesPath, onDrawn) {
     if (view.zoom) { q.set("from", view.zoom[0]); q.set("to", view.zoom[1]); }
     return q.toString();
   };
-  async function load() {
-    const curves = await api(curvesPath(query({})));
+  async function load(prefetched) {
+    const curves = prefetched ? await prefetched : await api(curvesPath(query({})));
     view.held = curves;
     description.textContent = metricLabel(curves.metric) + (curves.downsampled ? " · downsampled by step buckets (first/min/max/last kept)" : "");
     const plot = drawChart(chart, curves, flags, (lo, hi) => { view.zoom = [lo, hi]; load(); });
@@ -241,8 +241,9 @@ function curvePanel(metricNames, flags, curvesPath, onDrawn) {
     chart.setAttribute("data-last-step", String(view.held.last_step));
   }
   picker.addEventListener("change", () => { view.zoom = null; load(); });
+  picker.value = state.meta.headline;
   smoothing.addEventListener("change", () => { smoothingText.textContent = "EMA " + smoothing.value; load(); });
-  return { panel, load, poll, chart };
+  return { panel, load, poll, chart, firstQuery: () => query({}) };
 }
 
 // ---------------------------------------------------------------- runs view
@@ -322,6 +323,9 @@ function compareTable(compare) {
 
 async function studyView(root, name) {
   const base = `/api/studies/${encodeURIComponent(name)}`;
+  // The first chart's curves are asked for beside the study (the headline metric).
+  const firstCurves = api(`${base}/curves?` + new URLSearchParams({ metric: state.meta.headline, smoothing: "0.6", points: "200" }));
+  firstCurves.catch(() => {});
   const study = await api(base);
   const flags = [];  // filled by compare's answer, after the first draw
   const flagsOf = {};
@@ -338,7 +342,7 @@ async function studyView(root, name) {
   root.replaceChildren(el("h2", {}, `study ${study.name}`), panel.panel,
     el("h3", {}, "runs"), membersHolder,
     el("h3", {}, "compared as grpoctl compare does"), compareHolder);
-  await panel.load();
+  await panel.load(firstCurves);
   ready();  // the table of runs and the first chart are drawn; compare's table follows
   const compare = async () => {
     const body = await api(`${base}/compare`);
