@@ -177,3 +177,17 @@ def test_postgres_password_in_no_answer_pool_of_two_and_a_statement_timeout(db_u
         for path in paths:
             assert password not in client.get(path).text, path
     registry.close()
+
+
+def test_the_command_refuses_bad_input_in_one_line(tmp_path):
+    from cli import invoke
+
+    for args, line in (
+        (["--port", "0"], "--port must be between 1 and 65535"),
+        (["--poll", "0.01"], "--poll must be between 0.2 and 600"),
+        (["--db", str(tmp_path / "missing.db")], "no registry at"),
+    ):
+        out = invoke("ui", *args, cwd=tmp_path)
+        assert out.returncode == 2 and line in out.stderr and "Traceback" not in out.stderr, (args, out.stderr)
+        assert len(out.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "missing.db").exists()
