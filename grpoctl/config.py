@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeAlias, cast
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -189,6 +189,17 @@ def from_dict(data: dict) -> DictConfig:
     return cfg
 
 
+def typed_config(cfg: DictConfig | Config) -> Config:
+    """The validated config as the typed tree of config_schema.Config, a plain dataclass.
+
+    A run's engine (train/, rollout/, data/) is handed this, converted once where the run is
+    prepared, so the type gate checks every key it reads. The DictConfig stays where a run
+    is recorded: its identity and diff are computed from it (run_identity.py)."""
+    if isinstance(cfg, Config):
+        return cfg
+    return cast(Config, OmegaConf.to_object(cfg))
+
+
 def _read_yaml(path: Path) -> DictConfig:
     if not path.is_file():
         names = ", ".join(BUILTIN_CONFIGS)
@@ -245,8 +256,11 @@ def _one_line(exc: OmegaConfBaseException) -> str:
 # --------------------------------------------------------------------------- derived
 
 
-def to_dict(cfg: DictConfig) -> dict:
-    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+def to_dict(cfg: DictConfig | object) -> dict:
+    """A config, or a part of one, as plain nested dicts: from a DictConfig, or from the typed
+    dataclasses that typed_config makes (their values are the same)."""
+    node = cfg if isinstance(cfg, DictConfig) else OmegaConf.structured(cfg)
+    return OmegaConf.to_container(node, resolve=True)  # type: ignore[return-value]
 
 
 def config_diff(cfg: DictConfig) -> dict:
@@ -267,6 +281,12 @@ def _diff(default: dict, actual: dict) -> dict:
     return out
 
 
+# A validated config as a run's parts before and after typed_config: the typed tree, or the
+# DictConfig built from it. Attribute reads are the same, and the type gate checks them
+# against Config either way (mypy checks a read on every member of the union).
+RunConfig: TypeAlias = "Config | DictConfig"
+
+
 @dataclass(frozen=True)
 class DerivedSizes:
     prompts_per_rollout_batch: int
@@ -275,7 +295,7 @@ class DerivedSizes:
     off_policy: bool
 
 
-def derived_sizes(cfg: Config) -> DerivedSizes:
+def derived_sizes(cfg: RunConfig) -> DerivedSizes:
     """The sizes that follow from a config. `cfg` is typed as the tree it was built from
     (a DictConfig of it reads the same), so the type gate checks every key read here."""
     r, loop = cfg.rollout, cfg.loop

@@ -149,6 +149,12 @@ RANGES: dict[str, Rule] = {
     "eval.temperature": rule("(0, inf)", "eval.greedy=true decodes greedily"),
     "eval.top_p": rule("(0, 1]"),
     "eval.max_tokens": rule("[1, inf)"),
+    "eval.sampled.n": rule("[0, 1024]", "0 is off"),
+    "eval.sampled.k": rule("[1, 1024]", "each at most eval.sampled.n"),
+    "eval.sampled.subset": rule("[1, inf)"),
+    "eval.sampled.every": rule("[0, inf)", "0 samples only at the last step"),
+    "eval.sampled.temperature": rule("(0, inf)"),
+    "eval.sampled.top_p": rule("(0, 1]"),
     "checkpoint.every": rule("[0, inf)", "0 saves only the last step"),
     "checkpoint.keep_last": rule("[1, inf)", "resume needs the newest"),
     "checkpoint.keep_best": rule("[0, inf)"),
@@ -271,6 +277,17 @@ def validate(cfg: DictConfig) -> None:
         raise UserError(f"data.source={cfg.data.source} needs data.train_path (a jsonl file or hub dataset name)")
     _check_synthetic(cfg.data.synthetic)
     _check_tiny(cfg.model)
+    _check_sampled_eval(cfg.eval)
+
+
+def _check_sampled_eval(ev: DictConfig) -> None:
+    """k of pass@k and maj@k must be drawable from the n samples; group_by names fields."""
+    n = ev.sampled.n
+    if n and any(k > n for k in ev.sampled.k):
+        raise UserError(f"eval.sampled.k={list(ev.sampled.k)} has a k above eval.sampled.n={n}: each k must be <= n")
+    for name in ev.group_by:
+        if not isinstance(name, str) or not name.strip():
+            raise UserError(f"eval.group_by must be a list of record field names, got {list(ev.group_by)}")
 
 
 def _check_label(key: str, value: str | None) -> None:

@@ -221,6 +221,19 @@ class LoopConfig:
 
 
 @dataclass
+class SampledEvalConfig:
+    """pass@k and maj@k: n samples per problem on a subset of the eval problems (off while n is 0)."""
+
+    # Off by default: n samples of `subset` problems cost n/eval.subset*subset greedy evals.
+    n: int = key(0, "samples per problem; 0 = no sampled eval")
+    k: list = key([], "the k of pass@k and maj@k, each <= n; empty: 1 and n")
+    subset: int = key(128, "problems sampled, drawn from the eval subset by eval.subset_seed")
+    every: int = key(50, "GRPO steps between sampled evals; the last step always has one (0: only it)")
+    temperature: float = key(1.0, "sampling temperature")
+    top_p: float = key(1.0, "nucleus sampling")
+
+
+@dataclass
 class EvalConfig:
     """Evals on a held-out subset."""
 
@@ -233,6 +246,12 @@ class EvalConfig:
     top_p: float = key(1.0, "nucleus sampling when not greedy")
     max_tokens: int = key(32, "most new tokens")
     at_start: bool = key(True, "also evaluate before the first step (step 0)")
+    group_by: list = key(
+        [],
+        "record fields to break accuracy down by, beside level and subject (which are always broken down "
+        "where the data has them)",
+    )
+    sampled: SampledEvalConfig = section(SampledEvalConfig)
 
 
 @dataclass

@@ -7,7 +7,11 @@ trainer's progress line write the same figure the same way.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
+
+# What writes a run's messages: print, typer.echo, or a sweep member's line writer.
+Say = Callable[..., Any]
 
 # The colour of each run status in rich tables.
 STATUS_STYLES = {

@@ -156,6 +156,35 @@ OVERLONG_EVAL_DROPPED = _metric(
     None,
 )
 
+
+# The sampled eval (eval.sampled.*, train/sampled_eval.py): n samples per problem.
+SAMPLED_FORMAT_RATE = _metric(
+    "eval/sampled_format_rate", "share of the sampled eval's samples in the answer format", "fraction", True
+)
+SAMPLED_RESPONSE_LENGTH = _metric(
+    "eval/sampled_response_length", "mean response length of the sampled eval's samples", "tokens", None
+)
+
+
+def pass_at(k: int) -> str:
+    """pass@k of the sampled eval (`eval/pass@4`): some one of k samples is right."""
+    return _metric(
+        f"{EVAL_PREFIX}pass@{k}", f"chance that at least one of {k} samples is right (unbiased)", "fraction", True
+    )
+
+
+def maj_at(k: int) -> str:
+    """maj@k of the sampled eval (`eval/maj@4`): the most common answer of k samples is right."""
+    return _metric(
+        f"{EVAL_PREFIX}maj@{k}", f"chance that the majority answer of {k} samples is right", "fraction", True
+    )
+
+
+def is_sampled_score(name: str) -> bool:
+    """A pass@k or maj@k series (any k)."""
+    return name.startswith((f"{EVAL_PREFIX}pass@", f"{EVAL_PREFIX}maj@"))
+
+
 # --------------------------------------------------------------------------- time/ and mem/
 
 STEP_TIME = _metric("time/step", "seconds of one whole GRPO step", "s", False)
@@ -206,9 +235,19 @@ def is_cost(name: str) -> bool:
     return name.startswith((TIME_PREFIX, MEM_PREFIX))
 
 
+def _entry(name: str) -> MetricInfo | None:
+    """The table's entry; a pass@k or maj@k of any k is made on first sight (a reader may
+    see a k its own process never wrote)."""
+    if name not in TABLE and is_sampled_score(name):
+        kind, _, k = name.removeprefix(EVAL_PREFIX).partition("@")
+        if k.isdigit() and int(k) >= 1:
+            (pass_at if kind == "pass" else maj_at)(int(k))
+    return TABLE.get(name)
+
+
 def lower_is_better(name: str) -> bool:
     """How `compare` picks a metric's best point: the table's direction, else by its family."""
-    info = TABLE.get(name)
+    info = _entry(name)
     if info is not None and info.higher_is_better is not None:
         return not info.higher_is_better
     return is_cost(name) or "loss" in name or "grad_norm" in name
@@ -216,4 +255,4 @@ def lower_is_better(name: str) -> bool:
 
 def describe(name: str) -> MetricInfo | None:
     """The table's entry for a name, or None for a name no writer of grpoctl's makes."""
-    return TABLE.get(name)
+    return _entry(name)

@@ -64,6 +64,19 @@ NEUTRAL_DEFAULTS: dict[str, Any] = {
     "loss.tis_cap": None,  # no importance correction for the sampler
     "rollout.dynamic_sampling": False,  # every group was trained on
     "rollout.dynamic_sampling_max_rounds": 10,  # ... (the cap only acts with dynamic sampling)
+    # The sampled eval (pass@k, maj@k) and the breakdowns change no training row: the
+    # sampled eval draws from its own generator (train/sampled_eval.py), and a breakdown
+    # only groups verdicts already made. They still enter the identity when set, as
+    # eval.every does: they change what the run records, and a sweep that finds its
+    # members by hash must not take a finished run without pass@k for one that has it.
+    # At these values (off, and no extra fields) they are left out, so no run moves.
+    "eval.group_by": [],  # level and subject only, as every run had (none were recorded)
+    "eval.sampled.n": 0,  # no sampled eval, as every run had
+    "eval.sampled.k": [],  # ... (the sampled eval's settings only act with n > 0)
+    "eval.sampled.subset": 128,
+    "eval.sampled.every": 50,
+    "eval.sampled.temperature": 1.0,
+    "eval.sampled.top_p": 1.0,
 }
 
 

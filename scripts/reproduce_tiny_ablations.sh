@@ -1,27 +1,75 @@
 #!/usr/bin/env bash
-# Regenerate docs/results/addition/: the tiny ablation suite (6 studies, 22 variants, 3
-# seeds), one `grpoctl report` page per study, and the page of the seed's findings that
-# the studies' specs declare (scripts/results_page.py experiments/pages/addition.yaml).
+# Regenerate the results pages from the committed registries, running what is missing
+# first: the addition page (docs/results/addition/, the tiny suite: 6 studies, 22
+# variants, 3 seeds, into docs/results/registry.db) and the lab's page (docs/results/,
+# the seed's seven studies on the lab, issue 21, into docs/results/lab.db).
 #
-#   scripts/reproduce_tiny_ablations.sh [REGISTRY]     # default: docs/results/registry.db
+#   scripts/reproduce_tiny_ablations.sh [all|pages|lab|addition]
 #
-# Sweeps are resumable: a member whose run finished is skipped, an interrupted one resumes,
-# so with the committed registry this only rewrites the pages (about a minute here). From an empty
-# registry it runs all 51 distinct runs (a config two studies share runs once): their
-# wall times, each run on one thread, summed to 1.81 h here, so about 1 h on 2 cores
-# with PARALLEL=2. Never in CI.
+#   all       (the default) run or resume both suites, then write both pages
+#   pages     write both pages from the registries as they are; run nothing
+#   lab       run or resume the lab's studies (scripts/run_lab_studies.sh: in order, on
+#             one core, the lr winner checked), then write the lab's page
+#   addition  run or resume the tiny suite, then write the addition page
+#
+# Sweeps are resumable: a member whose run finished is skipped (runs are found by config
+# hash, so an arm two studies share runs once), an interrupted one resumes. With the
+# committed registries this only rewrites the pages. From an empty registry the tiny
+# suite is 51 distinct runs (their wall times, each on one thread, summed to 1.81 h here:
+# about 1 h on 2 cores with PARALLEL=2), and the lab's is 123 runs, about 3.5 CPU-hours on
+# one core (docs/lab-studies-cost.md). Never in CI.
+#
+# Environment: ADDITION_DB (default docs/results/registry.db), SEEDS (the tiny suite's,
+# default 0,1,2), PARALLEL (the tiny suite's, default 2), LAB_DB and LAB_CORE (passed on
+# to scripts/run_lab_studies.sh), GRPOCTL and PYTHON (the commands; default the
+# checkout's .venv when it has one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-DB=${1:-docs/results/registry.db}
+what=${1:-all}
+case "$what" in
+  all|pages|lab|addition) ;;
+  *) echo "usage: scripts/reproduce_tiny_ablations.sh [all|pages|lab|addition] (got '$what')" >&2; exit 2 ;;
+esac
+if [[ -z "${GRPOCTL:-}" ]]; then
+  if [[ -x .venv/bin/grpoctl ]]; then GRPOCTL=.venv/bin/grpoctl; else GRPOCTL=grpoctl; fi
+fi
+if [[ -z "${PYTHON:-}" ]]; then
+  if [[ -x .venv/bin/python ]]; then PYTHON=.venv/bin/python; else PYTHON=python; fi
+fi
+export GRPOCTL PYTHON
+ADDITION_DB=${ADDITION_DB:-docs/results/registry.db}
+LAB_DB=${LAB_DB:-docs/results/lab.db}
 SEEDS=${SEEDS:-0,1,2}
 PARALLEL=${PARALLEL:-2}
 STUDIES=(tiny-lr-sweep tiny-baseline-ablation tiny-length-normalization tiny-std-normalization
          tiny-off-policy tiny-sft-init)
 start=$(date +%s)
-mkdir -p "$(dirname "$DB")"
-for study in "${STUDIES[@]}"; do
-  echo "=== $study"
-  grpoctl sweep "experiments/$study.yaml" --seeds "$SEEDS" --parallel "$PARALLEL" --db "$DB"
-done
-python scripts/results_page.py experiments/pages/addition.yaml --db "$DB" --out docs/results/addition
-echo "regenerated in $(( $(date +%s) - start )) s"
+
+addition_runs() {
+  mkdir -p "$(dirname "$ADDITION_DB")"
+  for study in "${STUDIES[@]}"; do
+    echo "=== $study"
+    "$GRPOCTL" sweep "experiments/$study.yaml" --seeds "$SEEDS" --parallel "$PARALLEL" --db "$ADDITION_DB"
+  done
+}
+addition_page() {
+  "$PYTHON" scripts/results_page.py experiments/pages/addition.yaml --db "$ADDITION_DB" --out docs/results/addition
+}
+lab_runs() {
+  LAB_DB="$LAB_DB" scripts/run_lab_studies.sh
+}
+lab_page() {
+  if [[ ! -f "$LAB_DB" ]]; then
+    echo "no lab registry at $LAB_DB: run 'scripts/reproduce_tiny_ablations.sh lab' first" >&2
+    return 2
+  fi
+  "$PYTHON" scripts/results_page.py experiments/pages/lab.yaml --db "$LAB_DB" --out docs/results
+}
+
+case "$what" in
+  all) addition_runs; addition_page; lab_runs; lab_page ;;
+  pages) addition_page; lab_page ;;
+  lab) lab_runs; lab_page ;;
+  addition) addition_runs; addition_page ;;
+esac
+echo "regenerated ($what) in $(( $(date +%s) - start )) s"

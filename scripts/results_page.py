@@ -1,46 +1,70 @@
-"""Write a results page (docs/results/addition/): the seed's findings that a page file
-declares, tested on a registry, with what this setup can and cannot show.
+"""Write a results page: the seed's findings that a page file declares, tested on a
+registry, with what this setup can and cannot show.
 
     python scripts/results_page.py experiments/pages/addition.yaml [--db REGISTRY] [--out DIR]
 
-Everything on the page is computed here from the registry and the study specs; nothing
-is typed in by hand. It writes, into the page's folder:
+Every number on the page is computed here from the registry and the study specs; the
+words that are not numbers (its title, what the task is, how to regenerate it, findings
+no study here tests) come from the page file. It writes, into the page's folder:
 
-- index.md: the findings table (can this setup show it, by the finding's own rule and
-  the number behind it; what it measured, with its 95% interval, p after Holm over the
+- index.md: the findings table (can this setup show it, by the finding's own rules and
+  the numbers behind them; what it measured, with its 95% interval, p after Holm over the
   page's testable findings, the minimum detectable effect, the verdict), the same
   comparisons under other measures (last-3, final, area under the curve), the
-  exploratory comparisons nobody declared (unadjusted), and the setup card;
+  exploratory comparisons nobody declared (unadjusted), and the setup card
+  (scripts/results_card.py);
 - forest.png: each finding's difference with its interval and per-seed dots, the seed's
   own effect where it gives one, the MDE and equivalence bands;
-- lengths.png: the distribution of the stored completions' lengths;
+- lengths.png: the distribution of the stored completions' lengths, in tokens;
 - one `grpoctl report` folder per study.
 
-It succeeds scripts/results_index.py (docs/results/index.md), whose verdicts rested on
-one measure for every claim, a Holm family per study and a "+-5 points" rule for "does
-not matter" that 3 seeds can hardly meet.
+A page whose studies are still running is written all the same: a finding whose arms
+have no ended run says "not run", and stays out of the family.
+
+The page file's keys: name, registry, out, studies (the study specs), and optionally
+title, intro (markdown), task (a few words, for the plot's title), start (the setup
+card's words on the model), not_run (rows for findings no study of the page tests:
+claim and why), regenerate (the command that remakes everything) and testable (rules
+set on this page in place of a spec's: analysis/findings.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 import time
-from collections import defaultdict
 from pathlib import Path
 
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's grpoctl, whatever is installed
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # results_card, beside this script
+
+from results_card import setup_card  # noqa: E402
+
 from grpoctl.analysis import findings as F  # noqa: E402
 from grpoctl.analysis import stats  # noqa: E402
 from grpoctl.analysis.compare import build_compare_table, family_results  # noqa: E402
+from grpoctl.analysis.testability import PAIR_RULES, PERCENT_RULES  # noqa: E402
 from grpoctl.errors import UserError  # noqa: E402
 from grpoctl.registry import Registry  # noqa: E402
+
+PAGE_KEYS = {
+    "name",
+    "registry",
+    "out",
+    "studies",
+    "title",
+    "intro",
+    "task",
+    "start",
+    "not_run",
+    "regenerate",
+    "testable",
+}
 
 UNITS = {"grad_norm": "grad norm"}  # every other measure is accuracy, shown in points
 
@@ -63,26 +87,50 @@ def pvalue(p: float | None) -> str:
     return "" if p is None else ("<0.001" if p < 0.001 else f"{p:.3g}")
 
 
-def rule_text(r: F.Result) -> str:
-    """ "yes: 72% of groups mixed at step 1 (>= 20%, every arm)"."""
-    rule = r.finding.testable
-    if r.rule_value is None:
-        return f"unknown: {r.note}"
-    percent = rule.rule in ("mixed_groups_at_start",)
-    value = f"{100 * r.rule_value:.1f}%" if percent else f"{r.rule_value:.3f}"
+def _rule_value(rule, value: float) -> str:
+    return f"{100 * value:.1f}%" if rule.rule in PERCENT_RULES else f"{value:.3f}"
+
+
+def check_text(c) -> str:
+    """ "groups with mixed rewards at step 1 72.0% (worst arm; needs >= 20%)"."""
+    rule = c.rule
+    if c.value is None:
+        return f"{F.RULES[rule.rule]} not measured"
+    percent = rule.rule in PERCENT_RULES
     bound = rule.at_least if rule.at_least is not None else rule.at_most
     sign = ">=" if rule.at_least is not None else "<="
     limit = f"{100 * bound:g}%" if percent else f"{bound:g}"
     where = {"every_arm": "worst arm", "baseline": "baseline", "variant": "variant"}[rule.arms]
+    if rule.rule in PAIR_RULES:
+        where = "worst seed"
+    elif rule.arms != "every_arm" or len(c.per_arm) > 1:
+        where = f"worst seed, {where}"
     per_arm = ""
-    if rule.arms == "every_arm" and len(set(round(v, 4) for v in r.rule_values.values())) > 1:
-        per_arm = "; " + ", ".join(
-            f"{k} {100 * v:.1f}%" if percent else f"{k} {v:.3f}" for k, v in r.rule_values.items()
-        )
-    return f"{'yes' if r.testable else '**no**'}: {F.RULES[rule.rule]} {value} ({where}; needs {sign} {limit}{per_arm})"
+    if rule.arms == "every_arm" and len(set(round(v, 4) for v in c.per_arm.values())) > 1:
+        per_arm = "; " + ", ".join(f"{k} {_rule_value(rule, v)}" for k, v in c.per_arm.items())
+    return f"{F.RULES[rule.rule]} {_rule_value(rule, c.value)} ({where}; needs {sign} {limit}{per_arm})"
+
+
+def rule_text(r: F.Result) -> str:
+    """ "yes: <each rule's number and threshold>", or "**no**: <the failing ones>"."""
+    if r.not_run:
+        return f"not run yet: {r.note.removeprefix('not run: ')}" if r.note != "not run" else "not run yet"
+    if not r.checks or any(c.value is None for c in r.checks):
+        return f"unknown: {r.note}"
+    shown = r.checks if r.testable else [c for c in r.checks if not c.holds]
+    return f"{'yes' if r.testable else '**no**'}: " + "; ".join(check_text(c) for c in shown)
 
 
 def measured_text(r: F.Result) -> str:
+    if r.not_run:
+        return ""
+    text = _measured(r)
+    if r.unended:
+        text += f" ({r.unended} run{'s' if r.unended > 1 else ''} not ended yet, left out)"
+    return text
+
+
+def _measured(r: F.Result) -> str:
     f = r.finding
     if r.diff is None:
         values = sorted(set(round(v, 4) for v in r.variant_values + r.baseline_values))
@@ -149,7 +197,8 @@ def robust_text(r: F.Result) -> str:
     return f"yes ({text})" if len(set(signs.values())) == 1 else f"**no** ({text})"
 
 
-def findings_table(results: list[F.Result]) -> list[str]:
+def findings_table(results: list[F.Result], not_run: list[dict] | None = None, reports: set | None = None) -> list[str]:
+    """`reports`: the studies with a report folder to link (default: every study)."""
     lines = [
         "| Seed's finding | Study: variant vs baseline | Can this setup show it? | What it measured | 95% CI "
         "| p (page Holm) | MDE, pts | Seeds needed | Robust? (last-3, final, AUC) | Verdict |",
@@ -158,15 +207,14 @@ def findings_table(results: list[F.Result]) -> list[str]:
     for r in results:
         f = r.finding
         ci = interval(f.measure, r.diff.low, r.diff.high) if r.diff else ""
-        where = f"[{f.study}]({f.study}/report.md): `{f.variant}` vs `{r.baseline}`"
+        study = f"[{f.study}]({f.study}/report.md)" if reports is None or f.study in reports else f.study
+        where = f"{study}: `{f.variant}` vs `{r.baseline or f.baseline}`"
         lines.append(
             f"| {f.claim} | {where} | {rule_text(r)} | {measured_text(r)} | {ci} | {p_text(r)} | {mde_text(r)} "
             f"| {seeds_text(r)} | {robust_text(r)} | **{r.verdict}** |"
         )
-    lines.append(
-        "| The r1_zero prompt beats question-only. | none: not run | no: the tiny model learns its one answer "
-        "format in the warm-start, so a template swap would test the warm-start | | | | | | | **not run** |"
-    )
+    for row in not_run or []:  # findings no study of the page tests, with the page's reason
+        lines.append(f"| {row['claim']} | none: not run | no: {row['why']} | | | | | | | **not run** |")
     return lines
 
 
@@ -216,7 +264,7 @@ def exploratory(tables: dict, results: list[F.Result]) -> list[str]:
 # --------------------------------------------------------------------------- the forest plot
 
 
-def forest(results: list[F.Result], path: Path) -> None:
+def forest(results: list[F.Result], path: Path, task: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -224,10 +272,22 @@ def forest(results: list[F.Result], path: Path) -> None:
 
     acc = [r for r in results if r.finding.measure != "grad_norm" and (r.diff is not None or r.variant_values)]
     grad = [r for r in results if r.finding.measure == "grad_norm" and r.diff is not None]
+    # one panel per unit that has a measured finding (a partial page may have no grad norm yet)
+    panels = [
+        (rows, scale, unit) for rows, scale, unit in ((acc, 100, "accuracy points"), (grad, 1, "grad norm")) if rows
+    ]
+    panels = panels or [(acc, 100, "accuracy points")]
     fig, axes = plt.subplots(
-        2, 1, figsize=(10, 0.55 * (len(acc) + len(grad)) + 2.6), dpi=120, height_ratios=[len(acc), max(len(grad), 1)]
+        len(panels),
+        1,
+        figsize=(10, 0.55 * sum(max(len(rows), 1) for rows, _, _ in panels) + 1.6 + 1.2 * len(panels)),
+        dpi=120,
+        height_ratios=[max(len(rows), 1) for rows, _, _ in panels],
+        gridspec_kw={"hspace": 0.35},
+        squeeze=False,
     )
-    for ax, rows, scale, unit in ((axes[0], acc, 100, "accuracy points"), (axes[1], grad, 1, "grad norm")):
+    axes = axes[:, 0]
+    for ax, (rows, scale, unit) in zip(axes, panels, strict=True):
         for y, r in enumerate(reversed(rows)):
             f = r.finding
             color = "black" if r.testable else "0.6"
@@ -266,138 +326,56 @@ def forest(results: list[F.Result], path: Path) -> None:
         Line2D([], [], color="0.6", marker="D", lw=2, label="grey: not testable by its rule"),
     ]
     axes[0].legend(handles=legend, fontsize=7, loc="lower left", bbox_to_anchor=(0, 1.01), ncol=3, frameon=False)
-    axes[0].set_title("The seed's findings on tiny addition: effect, interval, seeds", loc="left", fontsize=11, pad=38)
+    title = f"The seed's findings on {task}: effect, interval, seeds"
+    waiting = sum(r.not_run for r in results)
+    if waiting:
+        title += f" ({len(results) - waiting} of {len(results)} findings have run)"
+    axes[0].set_title(title, loc="left", fontsize=11, pad=38)
     fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
-
-
-# --------------------------------------------------------------------------- the setup card
-
-
-def lengths_plot(groups: dict[str, list[int]], max_tokens: int, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7.5, 3.4), dpi=120)
-    low = min(min(v) for v in groups.values() if v)
-    bins = [x - 0.5 for x in range(low - 1, max_tokens + 3)]  # one bar per length, centred on it
-    for label, values in sorted(groups.items(), key=lambda kv: int(kv[0].split()[1].split("-")[0])):
-        ax.hist(values, bins=bins, alpha=0.55, label=f"{label} ({len(values)} completions)")
-    ax.axvline(max_tokens, color="tab:red", lw=1, ls="--", label=f"token limit ({max_tokens})")
-    ax.set_xlabel("completion length (bytes = tokens on the tiny model)")
-    ax.set_ylabel("stored completions")
-    ax.set_title("Response lengths of the stored train completions", loc="left", fontsize=11)
-    ax.legend(fontsize=8, frameon=False)
-    fig.savefig(path, bbox_inches="tight")
-    plt.close(fig)
-
-
-def setup_card(registry, tables: dict, out: Path) -> list[str]:
-    rows = {(s, r.label): r for s, t in tables.items() for r in t.rows}
-    reference = next(iter(tables.values()))
-    base_row = next(r for r in reference.rows if r.label == reference.versus.baseline)
-    run = sorted(base_row.runs, key=lambda rd: rd.run.seed)[0].run
-    config = json.loads(run.config)
-    lines = ["## Setup card", ""]
-    lines += [
-        f"What every run shares (from `{run.name}`, the default `grpoctl train` config; each study's spec changes "
-        "only what it ablates):",
-        "",
-    ]
-    opt, loop, roll, ev = config["optimizer"], config["loop"], config["rollout"], config["eval"]
-    lines += [
-        f"- **Schedule:** {loop['n_grpo_steps']} GRPO steps of {roll['rollout_batch_size']} rollouts "
-        f"({roll['rollout_batch_size'] // roll['group_size']} prompts x {roll['group_size']}); lr {opt['lr']:g}, "
-        f"{opt['warmup_steps']} optimizer steps of linear warm-up, then {opt['lr_schedule']} decay to "
-        f"{opt['min_lr_ratio']:g}x; AdamW betas {opt['betas']}, grad clip {opt['max_grad_norm']:g}; sampling "
-        f"temperature {roll['temperature']:g}, {roll['min_tokens']}-{roll['max_tokens']} new tokens; "
-        f"{'greedy' if ev['greedy'] else 'sampled'} eval on {ev['subset']} held-out problems every {ev['every']} steps "
-        "and before training.",
-    ]
-    ws = config["model"]["warmstart"]
-    starts = []
-    for (study, _label), row in rows.items():
-        if study != "tiny-sft-init":
-            continue
-        first = [rd.evals[0][1] for rd in row.runs if rd.evals and rd.evals[0][0] == 0]
-        path = json.loads(row.runs[0].run.config)["model"]["path"]
-        if first:
-            starts.append(f"`{path}` {statistics.fmean(first):.3f}")
-    lines.append(
-        f"- **Warm-start:** `model.path: {config['model']['path']}`, the tiny model's own supervised run on worked "
-        f"solutions (up to {ws['steps']} steps, batch {ws['batch_size']}, lr {ws['lr']:g}, stopped at a probe "
-        f"accuracy of {ws['target_accuracy']:g}; checkpoints kept at steps {ws['save_steps']}). Eval accuracy before "
-        "GRPO, per start: " + ", ".join(dict.fromkeys(starts)) + "."
-    )
-    # completions at the start and the end
-    lines += ["", f"Sample completions of `{run.name}` (train rollouts as stored; reward after the arrow):", ""]
-    for step in (1, run.last_step):
-        samples = registry.samples(run.id, step=step, kind="train")[:3]
-        lines.append(f"- step {step}:")
-        for s in samples:
-            text = (s.prompt + s.response).replace("\n", "⏎")
-            lines.append(f"  - `{text}` → {s.reward:g} (truth {s.ground_truth})")
-    # lengths
-    stored: dict[str, list[int]] = defaultdict(list)
-    for rd in base_row.runs:
-        for s in registry.samples(rd.run.id, kind="train"):
-            when = (
-                "steps 1-10"
-                if s.step <= 10
-                else (f"steps {run.last_step - 9}-{run.last_step}" if s.step > run.last_step - 10 else None)
-            )
-            if when:
-                stored[when].append(len(s.response.encode()))
-    every = [n for v in stored.values() for n in v]
-    lengths_plot(dict(stored), roll["max_tokens"], out / "lengths.png")
-    mean_len = statistics.fmean(every)
-    lines += [
-        "",
-        f"- **Response lengths** (stored completions of `{base_row.label}`, {len(every)} of them): "
-        f"{min(every)}-{max(every)} bytes, median {statistics.median(every):g}, sd/mean "
-        f"{statistics.stdev(every) / mean_len:.3f}, against a limit of {roll['max_tokens']} tokens. With every "
-        f"response within a few bytes of {mean_len:.0f}, the per-sequence length normalizations are one "
-        "operation: the length-normalization study is an A/A test here, and its rules say so.",
-        "",
-        "![response lengths](lengths.png)",
-        "",
-    ]
-    # health flags that cannot fire here
-    early = mean_len
-    lines.append(
-        f"- **Health flags on this setup:** length blow-up by its 3x route needs {3 * early:.0f} tokens, past the "
-        f"{roll['max_tokens']}-token limit, so only its cut-off route (over half the responses at the limit) can "
-        f"fire; length collapse needs responses under {0.4 * early:.0f} tokens (min_tokens is {roll['min_tokens']}). "
-        "Every flag's definition is in each study's report, under Health."
-    )
-    # code commits: every run once, then each study's own mix (shared runs count in each study)
-    everyone: dict[str, set[int]] = defaultdict(set)
-    for t in tables.values():
-        for r in t.rows:
-            for rd in r.runs:
-                everyone[rd.run.git_commit or "unknown"].add(rd.run.id)
-    lines += ["", "- **Code commit of every run** (the `git_commit` each run recorded):", ""]
-    for commit, ids in everyone.items():
-        lines.append(f"  - `{commit[:12]}`: {len(ids)} runs")
-    if len(everyone) > 1:
-        lines += ["", f"  **These runs came from {len(everyone)} different commits.** Study by study:", ""]
-        for study, t in tables.items():
-            by_commit: dict[str, list[str]] = defaultdict(list)
-            for r in t.rows:
-                for commit in dict.fromkeys(rd.run.git_commit or "unknown" for rd in r.runs):
-                    n = sum((rd.run.git_commit or "unknown") == commit for rd in r.runs)
-                    by_commit[commit].append(f"{r.label} ({n})")
-            if len(by_commit) == 1:
-                lines.append(f"  - {study}: every run from `{next(iter(by_commit))[:12]}`.")
-            else:
-                parts = "; ".join(f"`{c[:12]}`: {', '.join(v)}" for c, v in by_commit.items())
-                lines.append(f"  - {study}: **its comparisons are across commits**: {parts}.")
-    return lines
 
 
 # --------------------------------------------------------------------------- main
+
+
+def read_page(path: Path) -> dict:
+    """The page file, its keys checked: one line for the first problem."""
+    try:
+        spec = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise UserError(f"cannot read the page file {path}: {str(exc).splitlines()[0]}") from None
+    if not isinstance(spec, dict):
+        raise UserError(f"{path}: a page file is a mapping (name, registry, out, studies, ...)")
+    unknown = sorted(set(map(str, spec)) - PAGE_KEYS)
+    if unknown:
+        raise UserError(f"{path}: unknown key {unknown[0]!r} (known: {', '.join(sorted(PAGE_KEYS))})")
+    for key in ("name", "registry", "out", "studies"):
+        if key not in spec:
+            raise UserError(f"{path}: missing '{key}'")
+    for i, row in enumerate(spec.get("not_run") or []):
+        if not isinstance(row, dict) or set(row) != {"claim", "why"}:
+            raise UserError(f"{path}: not_run: row {i + 1} must have exactly 'claim' and 'why'")
+    return spec
+
+
+HOW_TO_READ = [
+    "How to read it:",
+    "",
+    "- **Can this setup show it?** The finding's rules, evaluated on the runs (each number at its worst case, "
+    "and its threshold). A finding that fails a rule gets no verdict and stays out of the Holm family; one whose "
+    'arms have no ended run yet says "not run yet".',
+    "- **What it measured:** variant minus baseline on the finding's own measure (the mean of the last 3 evals "
+    'for a plateau, the lowest eval after warm-up for "collapses", best minus final for "peaks then '
+    "declines\", the area under the eval curve, the mean per-step grad norm), with Welch's 95% interval over seeds.",
+    "- **p (page Holm):** Holm's correction over the page's {tested} testable findings at once "
+    "(Welch's t for a direction, TOST for equivalence). Comparisons nobody declared are listed below as "
+    "exploratory, unadjusted.",
+    "- **MDE:** the smallest difference these seeds detect at α 0.05 with power 0.8 (noncentral t), and in "
+    'brackets at α/m, Holm\'s first step over the family. A "not resolved" below it says little.',
+    "- **Seeds needed:** per arm, to resolve the observed difference; and the seed's own effect, where it gives "
+    "one. **Verdict:** reproduced / contradicted (resolved, in the other direction) / inconclusive; for "
+    '"does not matter", equivalence by TOST within ±δ ({delta:g} points by default).',
+]
 
 
 def main() -> int:
@@ -407,65 +385,64 @@ def main() -> int:
     parser.add_argument("--out", help="the page's folder (default: the page's)")
     parser.add_argument("--no-reports", action="store_true", help="skip the per-study reports")
     args = parser.parse_args()
+    try:
+        return write_page(args)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def write_page(args) -> int:
     start = time.monotonic()
     page = Path(args.page)
-    spec = yaml.safe_load(page.read_text())
+    spec = read_page(page)
     # paths as the page file names them, relative to here when they can be: the reports print the registry's
     db = args.db or os.path.relpath((page.parent / spec["registry"]).resolve())
     out = Path(args.out or os.path.relpath((page.parent / spec["out"]).resolve()))
-    out.mkdir(parents=True, exist_ok=True)
-    declared = [f for path in F.family_specs(page) for f in F.read_findings(path)[1]]
+    declared = F.family_findings(page)
     studies = list(dict.fromkeys(F.read_findings(p)[0] for p in F.family_specs(page)))
+    if not Path(db).is_file() and "://" not in db:
+        raise UserError(f"no registry at {db}")
+    out.mkdir(parents=True, exist_ok=True)
 
     with Registry(db, readonly=True) as registry:
-        tables = {}
+        tables, waiting = {}, []
         for study in studies:
             try:
                 tables[study] = build_compare_table(registry, [study])
-            except UserError as exc:
-                print(f"warning: {study}: {exc}", file=sys.stderr)
+            except UserError:  # not recorded yet: its findings say "not run"
+                waiting.append(study)
+        if waiting:
+            print(f"not run yet: {', '.join(waiting)}", file=sys.stderr)
         results, tables = family_results(registry, declared, tables)
         if not args.no_reports:
             from grpoctl.cli.report_view import write_report
 
             for study in tables:
                 write_report(registry, study, out / study, findings=str(page))  # the page's one family
-        card = setup_card(registry, tables, out)
-    forest(results, out / "forest.png")
+        card = setup_card(registry, tables, out, spec)
+    forest(results, out / "forest.png", str(spec.get("task") or spec["name"]))
 
     tested = sum(r.p_family is not None for r in results)
+    ran = sum(not r.not_run for r in results)
     runs = {rd.run.id for t in tables.values() for r in t.rows for rd in r.runs}
+    title = spec.get("title") or f"What the seed's findings say here: {spec['name']}"
+    intro = str(spec.get("intro") or "").strip()
+    counted = (
+        f"{len(runs)} distinct runs in `{spec['registry'].removeprefix('../../')}`; {ran} of the {len(declared)} "
+        f"declared findings have ended runs in both arms, {tested} of them testable and tested."
+    )
     lines = [
-        f"# What the tiny suite can and cannot say about the seed's findings: {spec['name']}",
+        f"# {title}",
         "",
-        "Each finding of the seed's GRPO ablations (Qwen2.5-Math-1.5B on MATH) is declared in a tiny study's spec "
-        'in `experiments/`: its measure, its expected direction, for "does not matter" claims a margin δ, and a '
-        "rule, with a threshold, for whether this setup can show it at all. This page only reads those "
-        "declarations; nothing on it is judged afterwards. For these six studies, though, the declarations were "
-        "written after the runs (from issue 18, which had seen an earlier page's numbers): they are fixed rules, "
-        "not a pre-registration. A study declared before it runs earns the stronger reading. The tiny model "
-        "trains on 2-digit addition, 60 GRPO steps, 3 seeds per variant, "
-        f"{len(runs)} distinct runs in `docs/results/registry.db`.",
+        *([intro, ""] if intro else []),
+        counted,
         "",
-        "How to read it:",
-        "",
-        "- **Can this setup show it?** The finding's rule, evaluated on the runs (the number and its threshold). "
-        "A finding that fails its rule gets no verdict and stays out of the Holm family.",
-        "- **What it measured:** variant minus baseline on the finding's own measure (the mean of the last 3 evals "
-        'for a plateau, the lowest eval after warm-up for "collapses", best minus final for "peaks then '
-        "declines\", the mean per-step grad norm), with Welch's 95% interval over seeds.",
-        f"- **p (page Holm):** Holm's correction over the page's {tested} testable findings at once "
-        "(Welch's t for a direction, TOST for equivalence). Comparisons nobody declared are listed below as "
-        "exploratory, unadjusted.",
-        "- **MDE:** the smallest difference these seeds detect at α 0.05 with power 0.8 (noncentral t), and in "
-        'brackets at α/m, Holm\'s first step over the family. A "not resolved" below it says little.',
-        "- **Seeds needed:** per arm, to resolve the observed difference; and the seed's own effect, where it gives "
-        "one. **Verdict:** reproduced / contradicted (resolved, in the other direction) / inconclusive; for "
-        f'"does not matter", equivalence by TOST within ±δ ({100 * stats.EQUIVALENCE_DELTA:g} points by default).',
+        *(line.format(tested=tested, delta=100 * stats.EQUIVALENCE_DELTA) for line in HOW_TO_READ),
         "",
         "## Findings",
         "",
-        *findings_table(results),
+        *findings_table(results, spec.get("not_run"), set(tables) if not args.no_reports else None),
         "",
         "![forest plot](forest.png)",
         "",
@@ -488,16 +465,23 @@ def main() -> int:
         "## The studies",
         "",
     ]
-    for study, t in tables.items():
-        lines.append(f"- [{study}]({study}/report.md): {len(t.rows)} variants, {sum(len(r.runs) for r in t.rows)} runs")
+    for study in studies:
+        t = tables.get(study)
+        if t is None:
+            lines.append(f"- {study}: not run yet")
+        else:
+            lines.append(
+                f"- [{study}]({study}/report.md): {len(t.rows)} variants, {sum(len(r.runs) for r in t.rows)} runs"
+            )
+    again = spec.get("regenerate") or f"python scripts/results_page.py {page}"
     lines += [
         "",
         f"Regenerate: `python scripts/results_page.py {page}` ({time.monotonic() - start:.0f} s for this page), or "
-        "`scripts/reproduce_tiny_ablations.sh` to rerun missing runs first.",
+        f"`{again}` to run what is missing first.",
     ]
     (out / "index.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {out / 'index.md'}")
-    print("\n".join(findings_table(results)))
+    print("\n".join(findings_table(results, spec.get("not_run"))))
     return 0
 
 

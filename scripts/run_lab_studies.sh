@@ -142,8 +142,8 @@ for i in "${!STUDIES[@]}"; do
     rc=$?
     if (( rc != 0 )); then exit "$rc"; fi
   fi
-  # What is left of it (a study not yet recorded lists its shared, finished arms as new:
-  # the sweep itself finds and skips them).
+  # What is left of it: the dry run finds runs by config hash, so the arms another study
+  # already finished show as skip even before this study is recorded.
   plan=$("$GRPOCTL" sweep "$spec" --dry-run --db "$DB" 2>&1) || { echo "$plan" >&2; exit 2; }
   left=$(grep -cE '^  (new|resume|retry) ' <<< "$plan")
   done_=$(grep -cE '^  skip ' <<< "$plan")

@@ -42,7 +42,7 @@ def test_every_tiny_study_declares_its_findings():
         ids += [f.id for f in found]
     assert len(ids) == len(set(ids)) == 13
     std = next(f for study in TINY for f in F.read_findings(ROOT / "experiments" / f"{study}.yaml")[1])
-    assert std.testable.rule in F.RULES
+    assert all(rule.rule in F.RULES for rule in std.testable)
 
 
 @pytest.mark.parametrize(
@@ -105,33 +105,38 @@ def test_the_measures_of_one_run():
     assert F.auc(EVALS) == pytest.approx(18.5 / 40)
 
 
-def rd(run_id: int, evals=EVALS, grad=(), length=()):
+def rd(run_id: int, evals=EVALS, grad=(), length=(), seed=None, status="finished"):
     return SimpleNamespace(
-        run=SimpleNamespace(id=run_id),
+        run=SimpleNamespace(id=run_id, seed=run_id if seed is None else seed, status=status),
         evals=evals,
         series={"train/grad_norm": list(grad), "train/response_length": list(length)},
     )
 
 
 def test_testability_rules_measure_the_runs():
+    from grpoctl.analysis.testability import check, run_values
+
     extra = {1: {"zero_std_at_start": 0.95, "sample_lengths": [30, 30, 31, 29]}, 2: {"zero_std_at_start": 0.30}}
     variant, base = (
-        F.Arm("v", [rd(1, grad=[(1, 0.1)])], extra),
-        F.Arm("b", [rd(2, grad=[(1, 0.2)], length=[(1, 16)])], extra),
+        F.Arm("v", [rd(1, grad=[(1, 0.1)], seed=0)], extra),
+        F.Arm("b", [rd(2, grad=[(1, 0.2)], length=[(1, 16)], seed=0)], extra),
     )
-    assert F.rule_value("mixed_groups_at_start", variant, base, 32) == pytest.approx(0.05)
-    assert F.rule_value("mixed_groups_at_start", base, variant, 32) == pytest.approx(0.70)
+    assert run_values("mixed_groups_at_start", variant, base, 32) == pytest.approx([0.05])
+    assert run_values("mixed_groups_at_start", base, variant, 32) == pytest.approx([0.70])
     # statistics.stdev([30, 30, 31, 29]) / 30
-    assert F.rule_value("length_cv", variant, base, 32) == pytest.approx(0.816496580927726 / 30)
-    assert F.rule_value("length_fill", base, variant, 32) == pytest.approx(0.5)
-    assert F.rule_value("step1_grad_norm_gap", variant, base, 32) == pytest.approx(0.5)
-    finding = F.Finding("f", "c", "s", "v", "plateau", "higher", F.Rule("mixed_groups_at_start", "every_arm", 0.2))
+    assert run_values("length_cv", variant, base, 32) == pytest.approx([0.816496580927726 / 30])
+    assert run_values("length_fill", base, variant, 32) == pytest.approx([0.5])
+    assert run_values("step1_grad_norm_gap", variant, base, 32) == pytest.approx([0.5])  # the seed-0 pair
+    rule = F.Rule("mixed_groups_at_start", "every_arm", 0.2)
+    finding = F.Finding("f", "c", "s", "v", "plateau", "higher", (rule,))
     result = F.Result(finding, "b")
     F.decide_testable(result, variant, base, 32)
     assert not result.testable and result.rule_value == pytest.approx(0.05)  # the worse arm decides
+    assert result.rule_values == pytest.approx({"v": 0.05, "b": 0.70})
     result = F.Result(finding, "b")
     F.decide_testable(result, F.Arm("b2", base.runs, extra), base, 32)
     assert result.testable
+    assert check(rule, variant, F.Arm("x", [rd(3, seed=0)], extra), 32).holds is None  # run 3 has no step 1
 
 
 def table(study, base_label, arms):
@@ -153,7 +158,7 @@ def test_one_family_over_the_testable_findings_and_the_verdicts():
     same = [rd(20 + i, curve(m)) for i, m in enumerate([0.605, 0.612, 0.611])]
     dead = [rd(90 + i, curve(m)) for i, m in enumerate([0.01, 0.02, 0.00])]
     tables = {"s": table("s", "base", {"base": base, "worse": worse, "same": same, "dead": dead})}
-    rule = F.Rule("mixed_groups_at_start", "every_arm", 0.2)
+    rule = (F.Rule("mixed_groups_at_start", "every_arm", 0.2),)
     declared = [
         F.Finding("w", "c", "s", "worse", "plateau", "lower", rule),
         F.Finding("e", "c", "s", "same", "plateau", "same", rule),
@@ -237,7 +242,7 @@ def test_a_finding_no_run_shows_is_not_seen():
     flat = [(0, 0.4, 512), (10, 0.5, 512), (20, 0.6, 512)]  # rising to the end: best minus final is 0
     extra = {i: {"zero_std_at_start": 0.3} for i in range(10)}
     tables = {"s": table("s", "b", {"b": [rd(i, flat) for i in range(3)], "v": [rd(5 + i, flat) for i in range(3)]})}
-    rule = F.Rule("mixed_groups_at_start", "every_arm", 0.2)
+    rule = (F.Rule("mixed_groups_at_start", "every_arm", 0.2),)
     (result,) = F.evaluate(tables, [F.Finding("p", "c", "s", "v", "peak_decline", "higher", rule)], extra, {"s": 32})
     assert result.testable and result.diff is None and result.p_family is None
     assert result.verdict == "not seen: 0 in every run of both arms"

@@ -438,7 +438,7 @@ def _findings(registry: Registry, refs: list[str], table: CompareTable, path: st
     from grpoctl.analysis import findings as F
 
     if path is not None:
-        declared = [f for spec in F.family_specs(path) for f in F.read_findings(spec)[1]]
+        declared = F.family_findings(path)
         where = str(path)
     else:
         try:

@@ -8,7 +8,7 @@ threshold, for whether this setup can show it at all:
       - id: std-accuracy
         claim: "Dividing by the group's reward std gives higher accuracy (Qwen: 0.72 vs 0.65)."
         variant: std_off            # set against the spec's baseline
-        measure: plateau            # plateau | collapse | peak_decline | grad_norm
+        measure: plateau            # plateau | collapse | peak_decline | auc | grad_norm
         expect: lower               # higher | lower | same (the variant's measure against the baseline's)
         seed_effect: -0.07          # optional: the seed's own difference, in the measure's units
         delta: 0.03                 # expect: same only: the equivalence margin (default 3 points)
@@ -22,27 +22,22 @@ Measures, one number per run (then per seed against the baseline's mean):
   for claims that a run "collapses", a trajectory the last evals can miss;
 - peak_decline: its best eval (after step 0) minus its final eval, for "peaks then
   declines";
+- auc: the area under its eval curve over its length in steps (the mean accuracy over
+  training, trapezoids between evals), for "converges fastest";
 - grad_norm: the mean of its per-step `train/grad_norm` over its steps (the one
   gradient-norm measure, also compare's column).
 
-Testability rules (`testable.rule`), each a number measured on the runs, never judged
-afterwards; the finding can be shown when it is `at_least` / `at_most` the threshold in
-the arms named by `in` (baseline | variant | every_arm: the lowest, or for at_most the
-highest, of them):
+`testable:` is one rule or a list of rules, each a number measured on the runs with a
+threshold (analysis/testability.py has them). A finding is measured only on runs that
+ended (finished or diverged): a running member's evals so far are not its plateau.
 
-- mixed_groups_at_start: the share of rollout groups at the first step whose rewards
-  are not all equal (1 - train/zero_std_group_fraction at step 1): with none, GRPO has no
-  signal to learn from, so a start is tested only where it can learn;
-- length_cv: sd / mean of the lengths of the stored train completions; this spread
-  includes the spread between prompts, so it bounds the within-group spread from
-  above: below the threshold, the per-sequence length normalizations cannot differ;
-- length_fill: mean train/response_length over max_tokens: near 1, dividing by the
-  limit (constant) is dividing by each response's length (mean);
-- step1_grad_norm_gap: |variant / baseline - 1| of train/grad_norm at step 1, where both
-  arms start from the same weights: a gap there is the loss's arithmetic, not learning.
+A finding's verdict, in the order it is decided: "not run" (its study, its variant or
+its baseline has no ended run yet), "not testable here" (a rule fails), "not seen" (every
+run of both arms measured the same number: no run of either "peaks then declines", say),
+then what the test says. Only testable findings with a test are in the Holm family.
 
-A finding whose runs all measure the same number in both arms (no run of either "peaks
-then declines", say) needs no test: its verdict says it was not seen.
+A page file (experiments/pages/*.yaml) may set a finding's rules in its own
+`testable:` (finding id -> rules), in place of the spec's (see `family_findings`).
 
 A spec that breaks the format is refused in one line (exit 2), like its other fields.
 """
@@ -50,16 +45,16 @@ A spec that breaks the format is refused in one line (exit 2), like its other fi
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from pathlib import Path
-from statistics import fmean
 from typing import Any
 
 from grpoctl import metrics
 from grpoctl.analysis import stats
 from grpoctl.analysis.baseline import LAST_K, last_evals
 from grpoctl.analysis.health import grad_norm_measure
+from grpoctl.analysis.testability import RULES, Check, Rule, check_all, load_extra, parse_rules
 from grpoctl.errors import UserError
 from grpoctl.sweep.spec_file import read_spec
 
@@ -67,31 +62,12 @@ MEASURES = {
     "plateau": f"mean of the last {LAST_K} evals",
     "collapse": "minimum eval after warm-up",
     "peak_decline": "best eval minus final eval",
+    "auc": "area under the eval curve",
     "grad_norm": "mean train/grad_norm over steps",
 }
 EXPECT = ("higher", "lower", "same")
-RULES = {
-    "mixed_groups_at_start": "groups with mixed rewards at step 1",
-    "length_cv": "sd/mean of train completion lengths",
-    "length_fill": "mean response length / max tokens",
-    "step1_grad_norm_gap": "grad norm ratio's distance from 1 at step 1",
-}
-ARMS = ("baseline", "variant", "every_arm")
 FINDING_KEYS = {"id", "claim", "variant", "measure", "expect", "seed_effect", "delta", "after_step", "testable"}
-RULE_KEYS = {"rule", "in", "at_least", "at_most"}
-
-
-@dataclass(frozen=True)
-class Rule:
-    rule: str
-    arms: str  # baseline | variant | every_arm
-    at_least: float | None = None
-    at_most: float | None = None
-
-    def describe(self) -> str:
-        bound = f">= {self.at_least:g}" if self.at_least is not None else f"<= {self.at_most:g}"
-        where = {"every_arm": "in every arm", "baseline": "in the baseline", "variant": "in the variant"}[self.arms]
-        return f"{RULES[self.rule]} {bound} {where}"
+ENDED = ("finished", "diverged")  # a diverged run is a result (lr x 3.3), not an accident
 
 
 @dataclass(frozen=True)
@@ -102,10 +78,11 @@ class Finding:
     variant: str
     measure: str
     expect: str
-    testable: Rule
+    testable: tuple[Rule, ...]  # every one must hold
     seed_effect: float | None = None
     delta: float = stats.EQUIVALENCE_DELTA
     after_step: int = 1
+    baseline: str = ""  # the spec's baseline, named on the page even before anything ran
 
 
 def _number(value: Any, where: str) -> float:
@@ -168,31 +145,14 @@ def parse_findings(raw: Any, study: str, variants: list[str], baseline: str | No
                 variant,
                 item["measure"],
                 item["expect"],
-                _parse_rule(item["testable"], at),
+                parse_rules(item["testable"], at),
                 seed_effect,
                 delta,
                 after,
+                baseline,
             )
         )
     return out
-
-
-def _parse_rule(raw: Any, at: str) -> Rule:
-    if not isinstance(raw, dict):
-        raise UserError(f"{at}: 'testable' must be a mapping with rule, in and at_least or at_most")
-    unknown = sorted(set(map(str, raw)) - RULE_KEYS)
-    if unknown:
-        raise UserError(f"{at}: testable: unknown key {unknown[0]!r} (known: {', '.join(sorted(RULE_KEYS))})")
-    if raw.get("rule") not in RULES:
-        raise UserError(f"{at}: testable: rule {raw.get('rule')!r} is not one of: {', '.join(RULES)}")
-    arms = raw.get("in", "every_arm")
-    if arms not in ARMS:
-        raise UserError(f"{at}: testable: in {arms!r} is not one of: {', '.join(ARMS)}")
-    if ("at_least" in raw) == ("at_most" in raw):
-        raise UserError(f"{at}: testable needs exactly one threshold, at_least or at_most")
-    least = _number(raw["at_least"], f"{at}: testable: at_least") if "at_least" in raw else None
-    most = _number(raw["at_most"], f"{at}: testable: at_most") if "at_most" in raw else None
-    return Rule(raw["rule"], arms, least, most)
 
 
 def read_findings(path: str | Path) -> tuple[str, list[Finding]]:
@@ -221,6 +181,8 @@ def run_measure(measure: str, evals: list, grad_norm: list, after_step: int = 1)
         return min(after) if after else None
     if measure == "peak_decline":
         return max(a for _, a in trained) - trained[-1][1] if trained else None
+    if measure == "auc":
+        return auc(evals)
     if measure == "grad_norm":
         return grad_norm_mean(grad_norm)
     raise ValueError(measure)
@@ -265,8 +227,9 @@ class Result:
 
     finding: Finding
     baseline: str
-    rule_value: float | None = None  # the testability measurement
-    rule_values: dict[str, float] = field(default_factory=dict)  # per arm
+    not_run: bool = False  # its study, variant or baseline has no ended run
+    checks: list[Check] = field(default_factory=list)  # one per rule
+    deciding: Check | None = None  # the rule the verdict rests on (testability.check_all)
     testable: bool = False
     variant_values: list[float] = field(default_factory=list)
     baseline_values: list[float] = field(default_factory=list)
@@ -278,6 +241,7 @@ class Result:
     mde_family: float | None = None  # at Holm's strictest alpha (alpha / family size)
     seeds_for_seed_effect: tuple[int, bool] | None = None
     robustness: dict[str, stats.Difference | None] = field(default_factory=dict)
+    unended: int = 0  # runs of its arms still running (or interrupted, failed): left out
     note: str = ""
     verdict: str = ""
 
@@ -285,60 +249,21 @@ class Result:
     def seeds(self) -> tuple[int, int]:
         return len(self.variant_values), len(self.baseline_values)
 
+    @property
+    def rule_value(self) -> float | None:
+        """The deciding rule's number (its worst case)."""
+        return None if self.deciding is None else self.deciding.value
 
-def rule_value(rule: str, arm: Arm, other: Arm | None, max_tokens: int | None) -> float | None:
-    """The testability measurement of one arm (step1_grad_norm_gap: of the pair)."""
-    values = []
-    if rule == "mixed_groups_at_start":
-        for rd in arm.runs:
-            zero = arm.extra.get(rd.run.id, {}).get("zero_std_at_start")
-            if zero is not None:
-                values.append(1 - zero)
-        return min(values) if values else None
-    if rule == "length_cv":
-        lengths = [n for rd in arm.runs for n in arm.extra.get(rd.run.id, {}).get("sample_lengths", [])]
-        if len(lengths) < 2 or fmean(lengths) == 0:
-            return None
-        return stats.spread(lengths) / fmean(lengths)
-    if rule == "length_fill":
-        means = [m for rd in arm.runs if (m := _series_mean(rd.series.get(metrics.RESPONSE_LENGTH, []))) is not None]
-        return fmean(means) / max_tokens if means and max_tokens else None
-    if rule == "step1_grad_norm_gap":
-        if other is None:
-            return None
-        mine, theirs = _step1(arm), _step1(other)
-        return abs(mine / theirs - 1) if mine and theirs else None
-    raise ValueError(rule)
-
-
-def _series_mean(series: list) -> float | None:
-    values = [v for _, v in series if v is not None and math.isfinite(v)]
-    return fmean(values) if values else None
-
-
-def _step1(arm: Arm) -> float | None:
-    values = [v for rd in arm.runs for s, v in rd.series.get(metrics.GRAD_NORM, []) if s == 1 and math.isfinite(v)]
-    return fmean(values) if values else None
+    @property
+    def rule_values(self) -> dict[str, float]:
+        return {} if self.deciding is None else self.deciding.per_arm
 
 
 def decide_testable(result: Result, variant: Arm, base: Arm, max_tokens: int | None) -> None:
-    rule = result.finding.testable
-    arms = {"baseline": [base], "variant": [variant], "every_arm": [variant, base]}[rule.arms]
-    for a in arms:
-        other = base if a is variant else variant
-        value = rule_value(rule.rule, a, other, max_tokens)
-        if value is not None:
-            result.rule_values[a.label] = value
-    if len(result.rule_values) < len(arms):
-        result.note = f"not measurable: {RULES[rule.rule]} is missing from the runs"
-        return
-    values = list(result.rule_values.values())
-    if rule.at_least is not None:
-        result.rule_value = min(values)
-        result.testable = result.rule_value >= rule.at_least
-    else:
-        result.rule_value = max(values)
-        result.testable = result.rule_value <= rule.at_most
+    result.checks, result.deciding = check_all(result.finding.testable, variant, base, max_tokens)
+    result.testable = bool(result.checks) and all(c.holds for c in result.checks)
+    if result.deciding is not None and result.deciding.holds is None:
+        result.note = f"not measurable: {RULES[result.deciding.rule.rule]} is missing from the runs"
 
 
 def measure_against(result: Result, variant: Arm, base: Arm) -> None:
@@ -389,6 +314,8 @@ ROBUSTNESS = {
 def verdict(result: Result, alpha: float = stats.ALPHA) -> str:
     """The verdict's words, from the family-adjusted p and the expected direction."""
     f = result.finding
+    if result.not_run:
+        return "not run"
     if not result.testable:
         return "not testable here"
     if result.diff is None and result.variant_values and result.baseline_values:
@@ -396,7 +323,8 @@ def verdict(result: Result, alpha: float = stats.ALPHA) -> str:
         if len(values) == 1 and len(result.variant_values) > 1 and len(result.baseline_values) > 1:
             return f"not seen: {values.pop():g} in every run of both arms"
     if result.diff is None or result.p_family is None:
-        return "no test"
+        few = min(result.seeds) < 2
+        return "no test" + (f": {result.seeds[0]} seed(s) against {result.seeds[1]}" if few else "")
     d = result.diff
     if f.expect == "same":
         if result.p_family < alpha:
@@ -410,29 +338,43 @@ def verdict(result: Result, alpha: float = stats.ALPHA) -> str:
     return "inconclusive: not resolved at these seeds"
 
 
+def _ended(runs: list) -> tuple[list, int]:
+    """The runs that ended (finished or diverged), and how many others were left out."""
+    kept = [rd for rd in runs if getattr(rd.run, "status", "finished") in ENDED]
+    return kept, len(runs) - len(kept)
+
+
 def evaluate(tables: dict, findings: list[Finding], extra: dict[int, dict], max_tokens: dict[str, int]) -> list[Result]:
     """Every finding against its study's table (analysis.compare.CompareTable by study),
     with one Holm family over the testable ones. `extra`: per run id, the numbers the
-    testability rules need beyond the table (zero_std_at_start, sample_lengths)."""
+    testability rules need beyond the table (testability.load_extra)."""
     results = []
     for f in findings:
         table = tables.get(f.study)
         if table is None or table.versus is None:
-            results.append(Result(f, "", note="not run"))
+            results.append(Result(f, f.baseline, not_run=True, note="not run"))
             continue
         rows = {r.label: r for r in table.rows}
         baseline = table.versus.baseline
         result = Result(f, baseline)
-        if f.variant not in rows:
-            result.note = "not run"
+        arms = {}
+        for label in (f.variant, baseline):
+            runs, left_out = _ended(rows[label].runs) if label in rows else ([], 0)
+            result.unended += left_out
+            arms[label] = runs
+        missing = [label for label, runs in arms.items() if not runs]
+        if missing:
+            result.not_run = True
+            result.note = "not run: " + " and ".join(f"`{m}`" for m in missing) + " has no ended run yet"
             results.append(result)
             continue
-        variant = Arm(f.variant, rows[f.variant].runs, extra)
-        base = Arm(baseline, rows[baseline].runs, extra)
+        variant = Arm(f.variant, arms[f.variant], extra)
+        base = Arm(baseline, arms[baseline], extra)
         decide_testable(result, variant, base, max_tokens.get(f.study))
         measure_against(result, variant, base)
         results.append(result)
-    family = {i: r.p for i, r in enumerate(results) if r.testable and r.p is not None}
+    # the family: findings that ran, are testable by every rule, and have a test
+    family = {i: r.p for i, r in enumerate(results) if not r.not_run and r.testable and r.p is not None}
     adjusted = stats.holm_family(family)
     m = len(family)
     for i, r in enumerate(results):
@@ -442,21 +384,6 @@ def evaluate(tables: dict, findings: list[Finding], extra: dict[int, dict], max_
             r.mde_family = stats.mde(sd, *r.seeds, alpha=stats.ALPHA / m)
         r.verdict = verdict(r)
     return results
-
-
-def load_extra(registry, run_ids: list[int]) -> dict[int, dict]:
-    """Per run, what the testability rules read beyond compare's table: the share of
-    zero-variance groups at step 1, and the lengths (bytes; one token per byte on the tiny
-    model) of its stored train completions."""
-    out = {}
-    for run_id in run_ids:
-        zero = registry.metric_series(run_id, [metrics.ZERO_STD_GROUP_FRACTION]).get(
-            metrics.ZERO_STD_GROUP_FRACTION, []
-        )
-        first = next((v for s, v in zero if s == 1 and math.isfinite(v)), None)
-        lengths = [len(s.response.encode()) for s in registry.samples(run_id, kind="train")]
-        out[run_id] = {"zero_std_at_start": first, "sample_lengths": lengths}
-    return out
 
 
 # --------------------------------------------------------------------------- families
@@ -482,6 +409,27 @@ def family_specs(path: str | Path) -> list[Path]:
     return out
 
 
+def family_findings(path: str | Path) -> list[Finding]:
+    """Every finding of a family (a page file's, or a study spec's own), with the rules a
+    page sets in place of its specs': a page's `testable:` maps a finding's id to its
+    rules there, for a rule the spec could not state when it was declared. The spec
+    itself is left as it ran."""
+    path = Path(path)
+    declared = [f for spec in family_specs(path) for f in read_findings(spec)[1]]
+    data = read_spec(path)
+    overrides = data.get("testable") if data.get("studies") is not None else None
+    if overrides is None:
+        return declared
+    if not isinstance(overrides, dict):
+        raise UserError(f"{path}: 'testable' must map finding ids to their rules on this page")
+    ids = {f.id for f in declared}
+    unknown = sorted(set(map(str, overrides)) - ids)
+    if unknown:
+        raise UserError(f"{path}: testable: {unknown[0]!r} is not a finding of the page's studies")
+    rules = {str(k): parse_rules(v, f"{path}: testable: {k}") for k, v in overrides.items()}
+    return [replace(f, testable=rules[f.id]) if f.id in rules else f for f in declared]
+
+
 def stored_findings(spec: dict) -> list[Finding]:
     """A recorded sweep's declared findings: in its stored spec, or (for a sweep recorded
     before it declared any) in its spec file, when that file is here."""
@@ -505,11 +453,11 @@ def measure_family(registry, findings: list[Finding], tables: dict) -> list[Resu
     """
     import json
 
-    run_ids = [rd.run.id for t in tables.values() for row in t.rows for rd in row.runs]
-    extra = load_extra(registry, list(dict.fromkeys(run_ids)))
+    runs = {rd.run.id: rd.run for t in tables.values() for row in t.rows for rd in row.runs}
+    extra = load_extra(registry, list(runs.values()))
     max_tokens = {}
     for study, t in tables.items():
-        runs = [rd for row in t.rows for rd in row.runs]
-        if runs:
-            max_tokens[study] = json.loads(runs[0].run.config).get("rollout", {}).get("max_tokens")
+        members = [rd for row in t.rows for rd in row.runs]
+        if members:
+            max_tokens[study] = json.loads(members[0].run.config).get("rollout", {}).get("max_tokens")
     return evaluate(tables, findings, extra, max_tokens)

@@ -243,9 +243,16 @@ def findings_cells(r) -> list[str]:
     from grpoctl.analysis.findings import MEASURES, RULES
 
     f = r.finding
-    show = "unknown" if r.rule_value is None else f"{'yes' if r.testable else 'no'}: {RULES[f.testable.rule]} "
-    if r.rule_value is not None:
-        show += f"{r.rule_value:.3g} (needs {f.testable.describe().split(RULES[f.testable.rule], 1)[1].strip()})"
+    rule = r.deciding.rule if r.deciding is not None else f.testable[0]
+    if r.not_run:
+        show = "not run"
+    elif r.rule_value is None:
+        show = "unknown"
+    else:
+        needs = rule.describe().split(RULES[rule.rule], 1)[1].strip()
+        show = f"{'yes' if r.testable else 'no'}: {RULES[rule.rule]} {r.rule_value:.3g} (needs {needs})"
+        if len(f.testable) > 1:
+            show += f"; {'every' if r.testable else 'the first failing'} of {len(f.testable)} rules"
     diff = f"{r.diff.diff:+.3f} {_interval(r.diff.low, r.diff.high)}" if r.diff else "-"
     return [f.id, f.variant, MEASURES[f.measure], show, diff, pvalue(r.p_family), r.verdict]
 
@@ -322,8 +329,9 @@ def _finding_record(r) -> dict[str, Any]:
         "measure": f.measure,
         "expect": f.expect,
         "testable": r.testable,
-        "rule": f.testable.describe(),
+        "rule": "; ".join(rule.describe() for rule in f.testable),
         "rule_value": r.rule_value,
+        "rules": [{"rule": c.rule.describe(), "value": c.value, "holds": c.holds} for c in r.checks],
         "diff": r.diff.diff if r.diff else None,
         "diff_ci_low": r.diff.low if r.diff else None,
         "diff_ci_high": r.diff.high if r.diff else None,

@@ -249,13 +249,25 @@ def evaluate_checkpoint(
         bool | None, typer.Option("--greedy/--sample", help="Decoding; default: the run's eval setting.")
     ] = None,
     max_tokens: Annotated[int | None, typer.Option(help="Max new tokens; default: the run's.")] = None,
+    samples: Annotated[
+        int | None,
+        typer.Option(
+            help="Sample N completions per problem (eval.sampled.temperature) and record pass@k and maj@k "
+            "instead of the headline accuracy.",
+            show_default=False,
+        ),
+    ] = None,
+    k: Annotated[
+        str | None, typer.Option(help="With --samples: the ks of pass@k and maj@k, e.g. 1,4,16 [default: 1 and N].")
+    ] = None,
     db: DbOption = None,
 ) -> None:
     from grpoctl import config as C
 
-    for flag, value in (("--subset", subset), ("--max-tokens", max_tokens)):
+    for flag, value in (("--subset", subset), ("--max-tokens", max_tokens), ("--samples", samples)):
         if value is not None and value < 1:
             raise UserError(f"{flag} must be at least 1, got {value}")
+    ks = _parse_ks(k, samples)
     path = Path(ckpt_dir)
     if not (path / "config.json").is_file():
         raise UserError(f"{ckpt_dir} is not a model directory (no config.json)")
@@ -291,6 +303,11 @@ def evaluate_checkpoint(
         overrides.append(f"eval.greedy={str(greedy).lower()}")
     if max_tokens is not None:
         overrides += [f"eval.max_tokens={max_tokens}"]
+    if samples is not None:
+        # Every problem of the eval subset is sampled: --subset sizes both.
+        subset_size = subset if subset is not None else (base.get("eval", {}).get("subset") or 1024)
+        overrides += [f"eval.sampled.n={samples}", f"eval.sampled.k=[{','.join(map(str, ks))}]"]
+        overrides.append(f"eval.sampled.subset={subset_size}")
     cfg = C.apply_overrides(C.from_dict(base) if base else C.load_config(None, []), overrides)
     check_model_dir(path, cfg)
     eval_data = _preflight(cfg, need_model=False, need_train=False, writes=False)
@@ -308,11 +325,36 @@ def evaluate_checkpoint(
     from grpoctl.train.evaluate_checkpoint import run_eval
 
     result = run_eval(cfg, registry, path, run, marker, say=typer.echo, data=eval_data)
+    if result.kind == "sampled":
+        scores = json.loads(result.scores)
+        typer.echo(
+            ", ".join(f"{name.split('/', 1)[1]} {value:.4f}" for name, value in scores.items() if "@" in name)
+            + f" (n={result.n} problems x {samples} samples)"
+            + (f" → recorded for run {run.name}" if run else " → recorded (no run known for this checkpoint)")
+        )
+        return
     typer.echo(
         f"accuracy {result.accuracy:.4f} (n={result.n}), format rate {result.format_rate:.3f}, "
         f"mean response length {result.mean_response_length:.1f}"
         + (f" → recorded for run {run.name}" if run else " → recorded (no run known for this checkpoint)")
     )
+
+
+def _parse_ks(text: str | None, samples: int | None) -> list[int]:
+    """--k 1,4,16: each k a whole number from 1 to --samples; none given: 1 and --samples."""
+    if samples is None:
+        if text is not None:
+            raise UserError("--k needs --samples N (the samples per problem it draws from)")
+        return []
+    if text is None:
+        return sorted({1, samples})
+    try:
+        ks = sorted({int(part) for part in text.split(",")})
+    except ValueError:
+        raise UserError(f"--k must be whole numbers separated by commas, e.g. 1,4,16; got {text!r}") from None
+    if not ks or ks[0] < 1 or ks[-1] > samples:
+        raise UserError(f"--k values must be between 1 and --samples ({samples}), got {text}")
+    return ks
 
 
 def _registry_of(db: str | None, marker: dict | None):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -13,7 +13,10 @@ class Example:
     synthetic question such as `add:47+38`), because the registry identifies eval
     subsets and stored completions by it.
     `solution` is a worked solution, used for warm-start SFT; None when unknown.
-    `level` is the problem's difficulty where the source grades it (the lab task: 1-5).
+    `level` is the problem's difficulty where the source grades it (the lab task: 1-5;
+    MATH500's `level: 3` and the MATH release's `level: "Level 3"` both give 3), and
+    `subject` its subject (MATH500's `subject`, the MATH release's `type`). `fields` are
+    the record's other short scalar fields as text, for `eval.group_by` breakdowns.
     """
 
     id: str
@@ -21,6 +24,17 @@ class Example:
     answer: str
     solution: str | None = None
     level: int | None = None
+    subject: str | None = None
+    # Not part of what makes two problems the same: the record's extra keys are along for breakdowns.
+    fields: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+
+    def group_value(self, name: str) -> str | None:
+        """The value this problem is broken down by for `name` (level, subject or a record field)."""
+        if name == "level":
+            return None if self.level is None else str(self.level)
+        if name == "subject":
+            return self.subject
+        return dict(self.fields).get(name)
 
 
 class DataError(ValueError):

@@ -10,6 +10,7 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO, NoReturn
 
 from grpoctl.data.examples import DataError, Example
 from grpoctl.data.records import example_from_record
@@ -20,7 +21,7 @@ MAX_LINE_BYTES = 4 * 1024 * 1024
 
 
 @contextmanager
-def _open(path: str | Path):
+def _open(path: str | Path) -> Iterator[BinaryIO]:
     """The file opened for reading, with the usual OS errors turned into one-line DataErrors."""
     try:
         handle = open(path, "rb")
@@ -34,7 +35,7 @@ def _open(path: str | Path):
         yield handle
 
 
-def _no_constants(name: str):
+def _no_constants(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
 
 

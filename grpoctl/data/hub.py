@@ -6,13 +6,15 @@ the embedded default never needs it, so it is imported only when this is called.
 
 from __future__ import annotations
 
+from types import ModuleType
+
 from grpoctl.data.examples import DataError, Example
 from grpoctl.data.records import example_from_record
 
 INSTALL_HINT = "loading a hub dataset needs the 'datasets' package: pip install 'grpoctl[hub]'"
 
 
-def _import_datasets():
+def _import_datasets() -> ModuleType:
     try:
         import datasets
     except ImportError:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from grpoctl.data.examples import Example
 from grpoctl.data.files import load_gsm8k_jsonl, load_jsonl, load_math_jsonl
@@ -20,7 +21,7 @@ def load_examples(
     split: str = "train",
     n: int | None = None,
     seed: int = 0,
-    **kw,
+    **kw: Any,
 ) -> list[Example]:
     """Examples from `source`:
 

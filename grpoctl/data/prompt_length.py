@@ -20,12 +20,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from grpoctl.data.examples import Example
 from grpoctl.errors import UserError
 from grpoctl.prompts import format_prompt
 from grpoctl.rules import resolve_backend, vllm_installed
 from grpoctl.tiny.lab_recipe import is_lab_path
+
+if TYPE_CHECKING:
+    from grpoctl.config import RunConfig
 
 PREFIX_CHARS_PER_TOKEN = 16  # characters per token a long prompt's prefix is allowed before all is tokenized
 
@@ -34,7 +38,7 @@ PREFIX_CHARS_PER_TOKEN = 16  # characters per token a long prompt's prefix is al
 class PromptBudget:
     """How many prompt tokens a problem may have, and the tokenizer that counts them."""
 
-    tokenizer: object  # a transformers tokenizer (anything with __call__ -> input_ids)
+    tokenizer: Any  # a transformers tokenizer (anything with __call__ -> input_ids)
     context: int  # the positions a sequence may use in all
     source: str  # where the context came from, for messages
 
@@ -69,10 +73,11 @@ def model_positions(model_dir: str | Path) -> int | None:
     return value if isinstance(value, int) and value > 0 else None
 
 
-def prompt_budget(cfg, model_source: str) -> PromptBudget:
+def prompt_budget(cfg: RunConfig, model_source: str) -> PromptBudget:
     """The tokenizer and context of the model a run will load from `model_source`: the tiny
     model's own (built in-process, no files needed), a model directory's, or a hub id's."""
     uses_vllm = resolve_backend(cfg.rollout.backend, vllm_installed()) == "vllm"
+    positions: int | None
     if model_source == "tiny" or model_source.startswith("tiny@"):
         from grpoctl.tiny.model import TINY_MAX_POSITIONS, build_tokenizer
 
@@ -86,9 +91,12 @@ def prompt_budget(cfg, model_source: str) -> PromptBudget:
 
         try:
             tokenizer = AutoTokenizer.from_pretrained(model_source)
-            positions = model_positions(model_source) if Path(model_source).is_dir() else None
-            if positions is None:
-                positions = getattr(AutoConfig.from_pretrained(model_source), "max_position_embeddings", None)
+            found = model_positions(model_source) if Path(model_source).is_dir() else None
+            positions = (
+                found
+                if found is not None
+                else getattr(AutoConfig.from_pretrained(model_source), "max_position_embeddings", None)
+            )
         except (OSError, ValueError, KeyError) as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise UserError(f"cannot load the tokenizer of {model_source}: {first}") from None

@@ -12,6 +12,7 @@ Shared by the file loaders and the hub loader so both apply the same rules:
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from grpoctl.data.answers import GSM8K_MARKER, split_gsm8k
@@ -96,4 +97,43 @@ def example_from_record(
         (str(record[key]) for key in ID_KEYS if record.get(key) not in (None, "")),
         default_id,
     )
-    return Example(id=example_id, question=question, answer=answer, solution=solution)
+    return Example(
+        id=example_id,
+        question=question,
+        answer=answer,
+        solution=solution,
+        level=parse_level(record.get("level")),
+        subject=_label(record.get("subject", record.get("type"))),
+        fields=_short_fields(record, (question_key, answer_key, SOLUTION_KEY)),
+    )
+
+
+LEVEL_TEXT = re.compile(r"^\s*(?:level\s*)?(\d{1,3})\s*$", re.IGNORECASE)
+FIELD_CHARS = 100  # longer values (a rationale, a passage) are no group anyone breaks down by
+
+
+def parse_level(value: Any) -> int | None:
+    """A difficulty level: MATH500 writes 3, the MATH release "Level 3" (and "Level ?"
+    for a few problems, which has none)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    match = LEVEL_TEXT.match(value) if isinstance(value, str) else None
+    return int(match.group(1)) if match else None
+
+
+def _label(value: Any) -> str | None:
+    text = str(value).strip() if isinstance(value, str | int) and not isinstance(value, bool) else ""
+    return text[:FIELD_CHARS] or None
+
+
+def _short_fields(record: dict, skip: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """The record's short scalar fields as text (for eval.group_by), but its question,
+    answer and solution."""
+    out = []
+    for key, value in record.items():
+        if key in skip or isinstance(value, bool) or not isinstance(value, str | int | float):
+            continue
+        text = str(value).strip()
+        if text and len(text) <= FIELD_CHARS:
+            out.append((str(key), text))
+    return tuple(out)

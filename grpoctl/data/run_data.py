@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from grpoctl.data.examples import DataError, Example
 from grpoctl.data.fingerprints import file_hash
@@ -23,6 +24,11 @@ from grpoctl.data.subsets import eval_subset
 from grpoctl.data.synthetic import ENUMERATE_LIMIT, problem_count
 from grpoctl.errors import UserError
 from grpoctl.prompts import load_template
+
+if TYPE_CHECKING:
+    from grpoctl.config import RunConfig
+    from grpoctl.config_schema import DataConfig
+    from grpoctl.formatting import Say
 
 
 @dataclass
@@ -38,7 +44,9 @@ class RunData:
     overlong_eval_dropped: int = 0
 
 
-def load_run_data(cfg, need_train: bool = True, warn=None, budget: PromptBudget | None = None) -> RunData:
+def load_run_data(
+    cfg: RunConfig, need_train: bool = True, warn: Say | None = None, budget: PromptBudget | None = None
+) -> RunData:
     """The run's train problems (none when not `need_train`: an eval of a checkpoint), eval
     subset and template; `warn` hears of a subset larger than the eval data (all of it is
     used) and of problems dropped for their length. `budget` (the model's tokenizer and
@@ -86,7 +94,9 @@ def load_run_data(cfg, need_train: bool = True, warn=None, budget: PromptBudget 
     )
 
 
-def _fitting(examples: list[Example], template: str, budget: PromptBudget, max_new: int, what: str, warn):
+def _fitting(
+    examples: list[Example], template: str, budget: PromptBudget, max_new: int, what: str, warn: Say | None
+) -> tuple[list[Example], int]:
     """`examples` without the overlong ones, and their count; none left is refused in one line."""
     key = "rollout.max_tokens" if what.startswith("training") else "eval.max_tokens"
     kept, dropped = drop_overlong(examples, template, budget, max_new)
@@ -97,7 +107,7 @@ def _fitting(examples: list[Example], template: str, budget: PromptBudget, max_n
     return kept, dropped
 
 
-def _synthetic_knobs(d) -> dict:
+def _synthetic_knobs(d: DataConfig) -> dict:
     return dict(
         min_digits=d.synthetic.min_digits,
         max_digits=d.synthetic.max_digits,
@@ -115,7 +125,7 @@ def _fields(source: str, question: str, answer: str) -> dict:
     return {}
 
 
-def _train_examples(cfg) -> list[Example]:
+def _train_examples(cfg: RunConfig) -> list[Example]:
     d = cfg.data
     if d.source == "synthetic":
         knobs = _synthetic_knobs(d)
@@ -137,7 +147,7 @@ def _train_examples(cfg) -> list[Example]:
     return train[: d.train_size] if d.train_size else train
 
 
-def _eval_pool(cfg, source: str) -> tuple[list[Example], str]:
+def _eval_pool(cfg: RunConfig, source: str) -> tuple[list[Example], str]:
     """Every eval problem (the subset is drawn from these), and the hash of where they came from."""
     d = cfg.data
     if source == "synthetic":

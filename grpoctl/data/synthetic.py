@@ -16,7 +16,7 @@ import hashlib
 import itertools
 import math
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from grpoctl.config_checks import SYNTHETIC_OPERATORS as OPERATORS  # canonical order: ("*", "+") == ("+", "*")
 from grpoctl.data.examples import Example
@@ -90,7 +90,9 @@ class _Space:
         return operands, operators
 
 
-def _check(split: str, n: int | None, min_digits: int, max_digits: int, ops, num_operands: int) -> tuple[str, ...]:
+def _check(
+    split: str, n: int | None, min_digits: int, max_digits: int, ops: Iterable[str], num_operands: int
+) -> tuple[str, ...]:
     """Validate the arguments; return the operators in canonical order."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")

@@ -22,6 +22,8 @@ from sqlmodel import Field, Index, SQLModel, UniqueConstraint
 
 from grpoctl.rules import RUN_STATUSES  # noqa: F401  (the statuses a run row may hold)
 
+EVAL_KINDS = ("greedy", "sampled")  # EvalResult.kind: the headline eval, and pass@k / maj@k
+
 
 def utcnow() -> datetime:
     # Aware, in UTC: SQLModel's datetime columns refuse naive datetimes, and they read
@@ -114,6 +116,12 @@ class EvalResult(SQLModel, table=True):
     grader: str = ""  # e.g. "math-verify 0.9.0"
     grading_timeouts: int = 0
     created_at: datetime = Field(default_factory=utcnow)
+    # "greedy": the headline eval (eval.*, whatever its decoding); "sampled": pass@k and
+    # maj@k from eval.sampled.n samples per problem (train/sampled_eval.py). Migration 0006.
+    kind: str = Field(default=EVAL_KINDS[0], sa_column_kwargs={"server_default": EVAL_KINDS[0]})
+    sampling: str = Field(default="{}", sa_column_kwargs={"server_default": "{}"})  # JSON: n, k, seed, subsets
+    scores: str = Field(default="{}", sa_column_kwargs={"server_default": "{}"})  # JSON: eval/pass@k, eval/maj@k
+    breakdown: str = Field(default="{}", sa_column_kwargs={"server_default": "{}"})  # JSON: field -> value -> figures
 
 
 # The EvalResult fields that make two evals comparable (`compare` warns when they differ).

@@ -218,10 +218,11 @@ class Registry(SweepRecords, ClaimRecords, RunSummaries, MemberRecords, Dashboar
         metrics: dict[str, float],
         opt_metrics: Iterable[tuple[int, dict[str, float]]] = (),
         samples: Iterable[dict] = (),
-        eval: dict | None = None,
+        eval: dict | list[dict] | None = None,
     ) -> None:
         """Commit one GRPO step: its metrics, per-optimizer-step metrics, samples and eval
-        (the EvalResult fields but run and step), if it evaluated.
+        (the EvalResult fields but run and step), if it evaluated; a list when it had more
+        than one (the headline eval and a sampled one).
 
         One transaction, so a step is either fully recorded or absent, and `last_step`
         always names a complete step (resume starts after it): an eval is never left
@@ -239,15 +240,16 @@ class Registry(SweepRecords, ClaimRecords, RunSummaries, MemberRecords, Dashboar
                 if v is not None
             )
         sample_rows = [{"run_id": run_id, "step": step, **{k: stored_text(v) for k, v in s.items()}} for s in samples]
-        eval_row = None if eval is None else EvalResult(run_id=run_id, step=step, **eval).model_dump(exclude={"id"})
+        evals = [] if eval is None else [eval] if isinstance(eval, dict) else eval
+        eval_rows = [EvalResult(run_id=run_id, step=step, **row).model_dump(exclude={"id"}) for row in evals]
         with self._writer.begin() as conn:
             self._fence(conn, run_id, last_step=step, heartbeat_at=utcnow())
             if rows:
                 conn.execute(insert(Metric), rows)
             if sample_rows:
                 conn.execute(insert(Sample), sample_rows)
-            if eval_row is not None:
-                conn.execute(insert(EvalResult), [eval_row])
+            if eval_rows:
+                conn.execute(insert(EvalResult), eval_rows)
 
     def heartbeat(self, run_id: int) -> None:
         """The trainer is alive: renews its claim's lease (and fails if it was lost)."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import func, select
 
 from grpoctl import metrics
-from grpoctl.registry.models import COMPARABLE_EVAL_FIELDS, EvalResult, Metric
+from grpoctl.registry.models import COMPARABLE_EVAL_FIELDS, EVAL_KINDS, EvalResult, Metric
 from grpoctl.rules import EvalPoint, eval_curve
 
 ACCURACY_METRIC = metrics.EVAL_ACCURACY
@@ -34,9 +34,10 @@ class RunSummary:
 
 
 def _trainer_evals(run_ids: list[int]):
-    """The eval rows of the runs' own trainers: a `grpoctl eval CKPT` (which records its
-    checkpoint path) may use other data or decoding and is no point of a run's curve."""
-    return (EvalResult.run_id.in_(run_ids)) & EvalResult.checkpoint_path.is_(None)
+    """The headline (greedy) eval rows of the runs' own trainers: a `grpoctl eval CKPT`
+    (which records its checkpoint path) may use other data or decoding, and a sampled
+    eval is another measure; neither is a point of a run's accuracy curve."""
+    return (EvalResult.run_id.in_(run_ids)) & EvalResult.checkpoint_path.is_(None) & (EvalResult.kind == EVAL_KINDS[0])
 
 
 def _fetch(conn, query) -> list[tuple]:

@@ -72,15 +72,26 @@ class SweepRecords:
             members = list(
                 session.exec(select(SweepMember).where(SweepMember.sweep_id == sweep.id).order_by(SweepMember.id))
             )
-            hashes = [m.config_hash for m in members]
-            runs = session.exec(select(Run).where(Run.config_hash.in_(hashes))).all()
+        best = self.runs_by_config_hash([m.config_hash for m in members], group=name)
+        return [(m, best.get(m.config_hash)) for m in members]
+
+    def runs_by_config_hash(self, hashes: list[str], group: str | None = None) -> dict[str, Run]:
+        """{config_hash: run} for the hashes some run has, whichever sweep (if any) made it.
+
+        Where several runs share a hash, the one in `group` wins, then the newest. A sweep
+        not yet recorded (a dry run's) finds the arms other sweeps already ran this way,
+        as the real sweep does once it has recorded its members."""
+        if not hashes:
+            return {}
+        with self._read() as session:
+            runs = session.exec(select(Run).where(Run.config_hash.in_(list(dict.fromkeys(hashes))))).all()
 
         def preference(run: Run) -> tuple:
-            return (run.group == name, run.created_at, run.id)
+            return (group is not None and run.group == group, run.created_at, run.id)
 
         best: dict[str, Run] = {}
         for run in runs:
             current = best.get(run.config_hash)
             if current is None or preference(run) > preference(current):
                 best[run.config_hash] = run
-        return [(m, best.get(m.config_hash)) for m in members]
+        return best

@@ -40,3 +40,18 @@ def question_only_reward(response: str, ground_truth: str) -> dict[str, float]:
     if answer is None:
         return _scores(False, False)
     return _scores(True, bool(answer) and grade(answer, ground_truth))
+
+
+def r1_zero_extracted(response: str) -> str | None:
+    """The answer r1_zero_reward grades, or None when the response is not in its format."""
+    formatted, answer = r1_zero_answer(response)
+    return answer if formatted and answer else None
+
+
+def question_only_extracted(response: str) -> str | None:
+    """The answer question_only_reward grades (the last `\\boxed{}`), or None."""
+    return last_boxed(response) or None
+
+
+# The answer each reward grades, by reward name (maj@k votes on these).
+ANSWER_EXTRACTORS = {"r1_zero": r1_zero_extracted, "question_only": question_only_extracted}

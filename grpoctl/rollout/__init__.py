@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from grpoctl.errors import UserError
 from grpoctl.rollout.base import RolloutBackend, Rollouts, SamplingSettings
 from grpoctl.rules import resolve_backend, vllm_installed
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-def make_backend(cfg, model, tokenizer, model_dir: str, say=print) -> RolloutBackend:
+    from grpoctl.config import Config
+    from grpoctl.formatting import Say
+
+
+def make_backend(
+    cfg: Config, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, model_dir: str, say: Say = print
+) -> RolloutBackend:
     """The backend `rollout.backend` names (auto: see grpoctl.rules.resolve_backend); says which."""
     if resolve_backend(cfg.rollout.backend, vllm_installed()) == "vllm":
         from grpoctl.rollout.vllm import VLLMRolloutBackend, vllm_available

@@ -8,7 +8,10 @@ log-probs must be those of the sequence that was actually sampled.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,7 @@ class RolloutBackend(Protocol):
         """Sample `n` completions for each prompt."""
         ...
 
-    def sync_weights(self, model) -> float:
+    def sync_weights(self, model: torch.nn.Module) -> float:
         """Make the backend sample from `model`'s current weights; returns seconds spent."""
         ...
 

@@ -12,11 +12,16 @@ reference the lean loop is tested against.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from grpoctl.rollout.base import Rollouts, SamplingSettings
 from grpoctl.rollout.lean import LeanSampler
 from grpoctl.rollout.qwen2_decoder import unsupported_reason
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 ENGINES = ("auto", "lean", "generate")
 
@@ -24,7 +29,9 @@ ENGINES = ("auto", "lean", "generate")
 class HFRolloutBackend:
     name = "hf"
 
-    def __init__(self, model, tokenizer, batch_size: int = 256, engine: str = "auto"):
+    def __init__(
+        self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, batch_size: int = 256, engine: str = "auto"
+    ) -> None:
         if engine not in ENGINES:
             raise ValueError(f"engine {engine!r} is not one of {ENGINES}")
         self.model = model
@@ -107,7 +114,7 @@ class HFRolloutBackend:
                     return generated[: i + 1], False
         return generated, True
 
-    def sync_weights(self, model) -> float:
+    def sync_weights(self, model: torch.nn.Module) -> float:
         return 0.0  # generates with the policy module itself
 
     def before_training(self) -> None:

@@ -16,21 +16,27 @@ once; the forward pass is `qwen2_decoder`'s, not the module's.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from grpoctl.rollout import qwen2_decoder as dec
 from grpoctl.rollout.base import SamplingSettings
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+    from transformers.generation.stopping_criteria import StoppingCriteria
+
 
 class LeanSampler:
     """Generate from a transformers Qwen2 model with `generate`'s sampling semantics."""
 
-    def __init__(self, model, tokenizer):
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
         self.model = model
         self.tokenizer = tokenizer
-        self._stop_criteria: dict[tuple[str, ...], object] = {}
+        self._stop_criteria: dict[tuple[str, ...], StoppingCriteria | None] = {}
 
-    def stop_criteria(self, stop: tuple[str, ...]):
+    def stop_criteria(self, stop: tuple[str, ...]) -> StoppingCriteria | None:
         if stop not in self._stop_criteria:
             from transformers.generation.stopping_criteria import StopStringCriteria
 

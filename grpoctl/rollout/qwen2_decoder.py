@@ -58,7 +58,7 @@ class Qwen2Weights:
         return self.embed.dtype
 
 
-def unsupported_reason(model) -> str | None:
+def unsupported_reason(model: torch.nn.Module) -> str | None:
     """Why this module cannot use the lean forward (None when it can)."""
     config = getattr(model, "config", None)
     if config is None or getattr(config, "model_type", None) != "qwen2":
@@ -75,11 +75,11 @@ def unsupported_reason(model) -> str | None:
     return None
 
 
-def read_weights(model) -> Qwen2Weights:
+def read_weights(model: torch.nn.Module) -> Qwen2Weights:
     """The parameters of a transformers Qwen2ForCausalLM, as they are now (no copies)."""
     config, inner = model.config, model.model
 
-    def bias(linear):
+    def bias(linear: torch.nn.Linear) -> torch.Tensor | None:
         return None if linear.bias is None else linear.bias.detach()
 
     layers = []
@@ -122,7 +122,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * x32.to(x.dtype)
 
 
-def rotary_tables(w: Qwen2Weights, positions: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+def rotary_tables(w: Qwen2Weights, positions: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin: (positions, D) in the weights' dtype, as Qwen2RotaryEmbedding computes them."""
     freqs = torch.arange(positions, device=device).float()[:, None] * w.inv_freq.to(device)
     emb = torch.cat((freqs, freqs), dim=-1)
@@ -148,7 +148,7 @@ class KVCache:
     valid: torch.Tensor
 
     @classmethod
-    def empty(cls, w: Qwen2Weights, rows: int, slots: int, device) -> KVCache:
+    def empty(cls, w: Qwen2Weights, rows: int, slots: int, device: torch.device) -> KVCache:
         shape = (rows, w.kv_heads, slots, w.head_dim)
         return cls(
             [torch.empty(shape, dtype=w.dtype, device=device) for _ in w.layers],

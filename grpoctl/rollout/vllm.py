@@ -28,10 +28,18 @@ import json
 import logging
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from grpoctl.rollout.base import Rollouts, SamplingSettings
 from grpoctl.rules import resolve_dtype
+
+if TYPE_CHECKING:
+    import torch
+    from vllm import SamplingParams
+
+    from grpoctl.config import Config
 
 log = logging.getLogger("grpoctl")
 
@@ -56,7 +64,7 @@ def vllm_available() -> tuple[bool, str]:
     return True, f"vllm {getattr(vllm, '__version__', '?')}"
 
 
-def _reload_in_worker(worker, weights) -> None:
+def _reload_in_worker(worker: Any, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
     """Runs inside vLLM's worker: copy `weights` ((name, tensor) pairs) into its model.
 
     `reload_weights` takes checkpoint-format names (the Hugging Face ones, which the
@@ -71,7 +79,7 @@ def _reload_in_worker(worker, weights) -> None:
     lm_head = getattr(model, "lm_head", None)
     embed = getattr(getattr(model, "model", None), "embed_tokens", None)
     tied = lm_head is not None and embed is not None and lm_head.weight is embed.weight
-    if tied and hasattr(lm_head, "quant_method"):
+    if tied and lm_head is not None and hasattr(lm_head, "quant_method"):
         # With tied embeddings the checkpoint has no lm_head.weight, so the reload
         # processes only the embedding. On CPU the lm_head multiplies with a packed
         # copy of that weight made at load time, which would keep the OLD values:
@@ -81,7 +89,7 @@ def _reload_in_worker(worker, weights) -> None:
 
 
 def _repeat_rows(r: Rollouts, n: int) -> Rollouts:
-    def rep(rows):
+    def rep(rows: list) -> list:
         return [list(row) if isinstance(row, list) else row for row in rows for _ in range(n)]
 
     return Rollouts(rep(r.prompt_ids), rep(r.response_ids), rep(r.response_texts), rep(r.truncated))
@@ -112,7 +120,7 @@ def _fit_max_model_len(model_dir: str, wanted: int) -> int:
 class VLLMRolloutBackend:
     name = "vllm"
 
-    def __init__(self, model_dir: str, cfg):
+    def __init__(self, model_dir: str, cfg: Config) -> None:
         _in_process_engine()
         import torch
         from vllm import LLM
@@ -166,7 +174,7 @@ class VLLMRolloutBackend:
 
     # ------------------------------------------------------------------ generation
 
-    def _sampling_params(self, n: int, sampling: SamplingSettings, seed: int | None, logprobs: bool):
+    def _sampling_params(self, n: int, sampling: SamplingSettings, seed: int | None, logprobs: bool) -> SamplingParams:
         from vllm import SamplingParams
 
         return SamplingParams(
@@ -225,7 +233,7 @@ class VLLMRolloutBackend:
 
     # ------------------------------------------------------------------ weights
 
-    def push_weights(self, model) -> None:
+    def push_weights(self, model: torch.nn.Module) -> None:
         """Copy the policy's parameters into vLLM's model, and nothing else.
 
         Callers want `sync_weights`, which also resets the prefix cache; this step is
@@ -242,7 +250,7 @@ class VLLMRolloutBackend:
             # vLLM refuses while requests are running; between steps none are.
             raise RuntimeError("vLLM refused to reset its prefix cache (requests still running?)")
 
-    def sync_weights(self, model) -> float:
+    def sync_weights(self, model: torch.nn.Module) -> float:
         """Make the engine sample from `model`'s current weights; seconds spent."""
         t0 = time.perf_counter()
         if self._sleeping:

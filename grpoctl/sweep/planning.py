@@ -16,7 +16,6 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grpoctl.errors import UserError
 from grpoctl.registry import Registry, Run, effective_status
 from grpoctl.sweep.member import MemberSpec
 from grpoctl.sweep.spec import SweepPlan, Variant
@@ -77,12 +76,10 @@ def record_plan(plan: SweepPlan, registry: Registry) -> None:
 
 
 def existing_runs(plan: SweepPlan, registry: Registry) -> dict[str, Run]:
-    """{config_hash: run} for the plan's variants that some run already answers."""
-    try:
-        members = registry.sweep_members(plan.name)
-    except UserError:  # no such sweep yet: nothing ran
-        return {}
-    return {m.config_hash: run for m, run in members if run is not None}
+    """{config_hash: run} for the plan's variants that some run already answers: found by
+    config hash, so a dry run of a sweep not yet recorded sees the arms other sweeps ran
+    (the one in this sweep's group preferred, as registry.sweep_members prefers it)."""
+    return registry.runs_by_config_hash([v.config_hash for v in plan.variants], group=plan.name)
 
 
 def decide(plan: SweepPlan, registry: Registry | None, retry_failed: bool, log_root: Path) -> SweepResult:

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import torch
 
+from grpoctl.config import to_dict
 from grpoctl.data import synthetic_examples
 from grpoctl.errors import UserError
 from grpoctl.grpo import collate_prompt_and_output_ids, get_response_log_probs, sft_microbatch_train_step
@@ -64,14 +65,14 @@ class WarmStartSpec:
         return cls(
             seed=WARMSTART_SEED,
             template=load_template(cfg.prompt.template),
-            sizes=dict(cfg.model.tiny),
+            sizes=to_dict(cfg.model.tiny),
             steps=ws.steps,
             batch_size=ws.batch_size,
             lr=ws.lr,
             target_accuracy=ws.target_accuracy,
             check_every=ws.check_every,
             save_steps=tuple(ws.save_steps),
-            synthetic=dict(cfg.data.synthetic) | {"ops": list(cfg.data.synthetic.ops)},
+            synthetic=to_dict(cfg.data.synthetic),
         )
 
     def key(self) -> str:

@@ -17,12 +17,18 @@ import random
 import shutil
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from grpoctl.errors import UserError
 from grpoctl.train.faults import fault_point
 from grpoctl.train.state import TrainState
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from grpoctl.config import RunConfig
 
 STATE_FILE = "trainer_state.pt"
 RUN_FILE = "grpoctl_run.json"  # lets `grpoctl eval CKPT_DIR` link its result to the run
@@ -38,7 +44,7 @@ class SavedTrainer:
     rng: dict  # torch's and Python's generators (capture_rng)
 
 
-def checkpoint_dir(cfg, run_name: str) -> Path:
+def checkpoint_dir(cfg: RunConfig, run_name: str) -> Path:
     """Where a run's checkpoints go: one folder per run under checkpoint.dir."""
     return Path(cfg.checkpoint.dir) / run_name.replace("/", "_")
 
@@ -56,7 +62,9 @@ class CheckpointWriteError(Exception):
     """A checkpoint could not be written (a full disk, a read-only directory): one line."""
 
 
-def save_checkpoint(path: Path, model, tokenizer, saved: SavedTrainer, run_name: str) -> Path:
+def save_checkpoint(
+    path: Path, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, saved: SavedTrainer, run_name: str
+) -> Path:
     state = saved.state
     tmp = path.with_name(path.name + ".tmp")
     fault_point("checkpoint-write", state.step)

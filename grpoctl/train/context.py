@@ -13,9 +13,9 @@ from grpoctl.train.state import TrainState
 
 if TYPE_CHECKING:
     import torch
-    from omegaconf import DictConfig
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+    from grpoctl.config import Config
     from grpoctl.data import PromptStream
     from grpoctl.data.run_data import RunData
     from grpoctl.grpo import PolicyGradientLoss
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 @dataclass
 class RunContext:
-    cfg: DictConfig  # the run's resolved, validated config
+    cfg: Config  # the run's resolved, validated config, typed (config.typed_config)
     registry: Registry
     model: PreTrainedModel  # the policy, trained in place
     tokenizer: PreTrainedTokenizerBase
@@ -44,3 +44,18 @@ class RunContext:
     state: TrainState = field(default_factory=TrainState)
     run: Run | None = None  # the registry's row, once created (start) or claimed (resume)
     stop: StopRequest | None = None  # the signal handling of the outer loop, while it runs
+
+    @property
+    def row(self) -> Run:
+        """The registry's row: every step runs after start() created it or resume() claimed it."""
+        if self.run is None:
+            raise RuntimeError("this run has no registry row yet")
+        return self.run
+
+    @property
+    def run_id(self) -> int:
+        """The registry row's id (a stored row always has one)."""
+        run_id = self.row.id
+        if run_id is None:
+            raise RuntimeError("this run's registry row is not stored")
+        return run_id

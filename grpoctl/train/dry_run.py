@@ -8,6 +8,7 @@ device: the seed's first 24 GB attempt died of OOM, which a dry run would have s
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 from omegaconf import OmegaConf
 
@@ -21,8 +22,11 @@ from grpoctl.train.memory_estimate import (
     visible_device_bytes,
 )
 
+if TYPE_CHECKING:
+    from grpoctl.config import RunConfig
 
-def describe_dry_run(cfg, device_total_bytes: int | None = None) -> str:
+
+def describe_dry_run(cfg: RunConfig, device_total_bytes: int | None = None) -> str:
     """Plain text: config yaml, derived sizes, memory table, and a fit verdict.
 
     device_total_bytes: the memory to compare with (and to size vLLM's share by);
@@ -50,7 +54,7 @@ def describe_dry_run(cfg, device_total_bytes: int | None = None) -> str:
     return "\n".join(out)
 
 
-def _verdict(cfg, peak: int, device: str, total: int | None) -> str:
+def _verdict(cfg: RunConfig, peak: int, device: str, total: int | None) -> str:
     if total is None:
         return (
             f"estimated peak {peak / GiB:.1f} GiB; no {device} device visible here to compare with "

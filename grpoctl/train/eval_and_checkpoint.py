@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from grpoctl import metrics
 from grpoctl.rollout.base import Rollouts
@@ -17,6 +18,19 @@ from grpoctl.train.checkpoint import SavedTrainer, capture_rng, save_checkpoint,
 from grpoctl.train.context import RunContext
 from grpoctl.train.evaluate import eval_record, eval_sampling, evaluate
 from grpoctl.train.phases import Phases
+from grpoctl.train.sampled_eval import (
+    sampled_eval_due,
+    sampled_eval_seed,
+    sampled_evaluate,
+    sampled_ks,
+    sampled_problems,
+    sampled_record,
+    sampled_sampling,
+)
+
+if TYPE_CHECKING:
+    from grpoctl.config import Config
+    from grpoctl.data.run_data import RunData
 
 
 def sample_rows(prompts: list[str], rollouts: Rollouts, truths: list[str], scores: list[dict], k: int) -> list[dict]:
@@ -39,17 +53,34 @@ def sample_rows(prompts: list[str], rollouts: Rollouts, truths: list[str], score
     return rows
 
 
-def dropped_metrics(data) -> dict:
+def dropped_metrics(data: RunData) -> dict:
     """The count of training problems dropped for their length, recorded with every step
     when there were any (data/prompt_length.py), so a run's rows say what it trained on."""
     return {metrics.OVERLONG_TRAIN_DROPPED: data.overlong_train_dropped} if data.overlong_train_dropped else {}
 
 
-def eval_due(cfg, step: int) -> bool:
+def eval_due(cfg: Config, step: int) -> bool:
+    """The headline eval: every eval.every steps and at the last."""
     return bool(cfg.eval.every and step % cfg.eval.every == 0) or step == cfg.loop.n_grpo_steps
 
 
-def evaluate_policy(run: RunContext, step: int) -> tuple[dict, list[dict], dict]:
+def evaluate_policy(run: RunContext, step: int) -> tuple[dict, list[dict], list[dict]]:
+    """The evals due at `step`: the headline eval on the eval subset (eval.every) and the
+    sampled one (eval.sampled.*). Returns (eval/* metrics, stored completions, eval rows)."""
+    figures: dict = {}
+    samples: list[dict] = []
+    rows: list[dict] = []
+    if step == 0 or eval_due(run.cfg, step):
+        figures, samples, row = headline_eval(run, step)
+        rows.append(row)
+    if sampled_eval_due(run.cfg, step):
+        sampled_figures, row = sampled_eval(run, step)
+        figures |= sampled_figures
+        rows.append(row)
+    return figures, samples, rows
+
+
+def headline_eval(run: RunContext, step: int) -> tuple[dict, list[dict], dict]:
     """The policy on the eval subset: (eval/* metrics, stored completions, the eval row to record)."""
     cfg, data = run.cfg, run.data
     sampling = eval_sampling(cfg.eval, cfg.rollout.stop)
@@ -75,25 +106,55 @@ def evaluate_policy(run: RunContext, step: int) -> tuple[dict, list[dict], dict]
         template_name=data.template_name,
         template=data.template,
         sampling=sampling,
+        group_by=list(cfg.eval.group_by),
     )
     return figures, outcome.samples, row
+
+
+def sampled_eval(run: RunContext, step: int) -> tuple[dict, dict]:
+    """pass@k and maj@k of the policy, from its own seed: (eval/* metrics, the eval row)."""
+    cfg, data = run.cfg, run.data
+    problems = sampled_problems(cfg, data.eval)
+    sampling = sampled_sampling(cfg)
+    outcome = sampled_evaluate(
+        run.backend,
+        problems,
+        data.template,
+        cfg.prompt.reward,
+        sampling,
+        n=cfg.eval.sampled.n,
+        ks=sampled_ks(cfg.eval.sampled),
+        seed=sampled_eval_seed(cfg.seed, step),
+        batch_size=cfg.eval.batch_size,
+    )
+    row = sampled_record(
+        outcome,
+        examples=problems,
+        data_source=data.eval_source,
+        data_hash=data.data_hash,
+        template_name=data.template_name,
+        template=data.template,
+        sampling=sampling,
+        group_by=list(cfg.eval.group_by),
+    )
+    return outcome.metrics(), row
 
 
 def evaluate_before_training(run: RunContext) -> None:
     """Step 0: the policy before any update, evaluated and recorded (eval.at_start)."""
     phases = Phases(run.memory)
     with phases("eval"):
-        figures, samples, row = evaluate_policy(run, 0)
-    run.registry.log_step(run.run.id, 0, figures | phases.metrics, samples=samples, eval=row)
+        figures, samples, rows = evaluate_policy(run, 0)
+    run.registry.log_step(run.run_id, 0, figures | phases.metrics, samples=samples, eval=rows)
 
 
-def checkpoint_due(cfg, step: int) -> bool:
+def checkpoint_due(cfg: Config, step: int) -> bool:
     return bool(cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or step == cfg.loop.n_grpo_steps
 
 
 def checkpoint(run: RunContext) -> None:
     """Save the run at run.state.step (weights, tokenizer, state), then apply retention."""
-    cfg, state, row = run.cfg, run.state, run.run
+    cfg, state, row, run_id = run.cfg, run.state, run.row, run.run_id
     saved = SavedTrainer(
         replace(state, last_checkpoint_step=state.step),
         optimizer=run.optimizer.state_dict(),
@@ -102,12 +163,12 @@ def checkpoint(run: RunContext) -> None:
     )
     # Renew the claim first: no other process can take the run over while the files are
     # written (the lease outlasts any save), so a fenced-out trainer never overwrites them.
-    run.registry.heartbeat(row.id)
-    path = save_checkpoint(Path(row.output_dir) / f"step-{state.step}", run.model, run.tokenizer, saved, row.name)
-    run.registry.add_checkpoint(row.id, state.step, str(path), eval_accuracy=state.accuracy_at(state.step))
+    run.registry.heartbeat(run_id)
+    path = save_checkpoint(Path(str(row.output_dir)) / f"step-{state.step}", run.model, run.tokenizer, saved, row.name)
+    run.registry.add_checkpoint(run_id, state.step, str(path), eval_accuracy=state.accuracy_at(state.step))
     state.last_checkpoint_step = state.step
     for old in select_for_deletion(
-        run.registry.checkpoints(row.id), cfg.checkpoint.keep_last, cfg.checkpoint.keep_best
+        run.registry.checkpoints(run_id), cfg.checkpoint.keep_last, cfg.checkpoint.keep_best
     ):
         shutil.rmtree(old.path, ignore_errors=True)
         run.registry.mark_checkpoint_deleted(old.id)

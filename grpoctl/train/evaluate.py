@@ -9,12 +9,21 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from grpoctl import metrics
+from grpoctl.analysis.breakdown import breakdown
 from grpoctl.data import Example, subset_hash
 from grpoctl.prompts import format_prompt, template_hash
 from grpoctl.rewards import get_reward_fn, grader_info, grading_stats
 from grpoctl.rollout.base import SamplingSettings
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from grpoctl.config_schema import EvalConfig
+    from grpoctl.rollout.base import RolloutBackend
+ACCURACY = "accuracy"  # a problem's figure in the breakdown: 1 when it was answered right
 
 
 @dataclass
@@ -26,6 +35,7 @@ class EvalOutcome:
     timeouts: int
     errors: int = 0  # gradings that failed (scored 0): should stay at zero
     samples: list[dict] = field(default_factory=list)
+    per_problem: list[dict[str, float]] = field(default_factory=list)  # {"accuracy": 0 or 1}, for breakdowns
 
     def metrics(self) -> dict[str, float]:
         return {
@@ -36,7 +46,7 @@ class EvalOutcome:
         }
 
 
-def eval_sampling(eval_cfg, stop) -> SamplingSettings:
+def eval_sampling(eval_cfg: EvalConfig, stop: Sequence[str]) -> SamplingSettings:
     return SamplingSettings(
         temperature=eval_cfg.temperature,
         top_p=eval_cfg.top_p,
@@ -48,7 +58,7 @@ def eval_sampling(eval_cfg, stop) -> SamplingSettings:
 
 
 def evaluate(
-    backend,
+    backend: RolloutBackend,
     examples: list[Example],
     template: str,
     reward_name: str,
@@ -60,14 +70,17 @@ def evaluate(
     reward_fn = get_reward_fn(reward_name)
     before = grading_stats()
     correct = formatted = length = 0.0
-    samples = []
+    samples: list[dict] = []
+    per_problem: list[dict] = []
     for start in range(0, len(examples), batch_size):
         chunk = examples[start : start + batch_size]
         prompts = [format_prompt(template, ex.question) for ex in chunk]
         out = backend.generate(prompts, 1, sampling, seed=seed + start)
         for prompt, ex, text, ids in zip(prompts, chunk, out.response_texts, out.response_ids, strict=True):
             scores = reward_fn(text, ex.answer)
-            correct += scores["answer_reward"] * scores["format_reward"]
+            right = scores["answer_reward"] * scores["format_reward"]
+            correct += right
+            per_problem.append({ACCURACY: right})
             formatted += scores["format_reward"]
             length += len(ids)
             if len(samples) < n_samples:
@@ -81,6 +94,7 @@ def evaluate(
         timeouts=after["timeouts"] - before["timeouts"],
         errors=after["errors"] - before["errors"],
         samples=samples,
+        per_problem=per_problem,
     )
 
 
@@ -93,8 +107,10 @@ def eval_record(
     template_name: str,
     template: str,
     sampling: SamplingSettings,
+    group_by: Sequence[str] = (),
 ) -> dict:
-    """The EvalResult row's fields (without run, step and checkpoint)."""
+    """The EvalResult row's fields (without run, step and checkpoint), with the accuracy by
+    level, subject and eval.group_by's fields where the data has them."""
     grader = grader_info()
     return dict(
         n=outcome.n,
@@ -111,4 +127,5 @@ def eval_record(
         # decimals), so two evals graded under different rules are told apart.
         grader=f"{grader['name']} {grader['version']} ({grader['normalization']})",
         grading_timeouts=outcome.timeouts,
+        breakdown=json.dumps(breakdown(examples, outcome.per_problem, group_by), sort_keys=True),
     )

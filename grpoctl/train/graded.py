@@ -53,7 +53,7 @@ class Graded:
             rollouts.truncated += part.rollouts.truncated
         drawn = [p.rollouts.sampled_log_probs for p in parts]
         if all(d is not None for d in drawn):
-            rollouts.sampled_log_probs = [row for d in drawn for row in d]
+            rollouts.sampled_log_probs = [row for d in drawn if d is not None for row in d]
         penalties = [p.penalty for p in parts]
         return Graded(
             rollouts,

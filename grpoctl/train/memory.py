@@ -11,9 +11,13 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from grpoctl import metrics
 from grpoctl.formatting import MiB
+
+if TYPE_CHECKING:
+    import torch
 
 
 class MemoryTracker:
@@ -26,7 +30,7 @@ class MemoryTracker:
     system's available memory. vLLM on CPU lives in this process, so RSS includes it.
     """
 
-    def __init__(self, device="cpu"):
+    def __init__(self, device: torch.device | str = "cpu") -> None:
         import torch
 
         self.torch = torch

@@ -12,11 +12,17 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from grpoctl.config import to_dict
 from grpoctl.errors import UserError
 from grpoctl.formatting import GiB, format_bytes, format_count
 from grpoctl.rules import resolve_backend, resolve_device, resolve_dtype, vllm_installed
 from grpoctl.tiny.lab_recipe import LAB_SIZES, LAB_VOCAB, is_lab_path
+
+if TYPE_CHECKING:
+    from grpoctl.config import RunConfig
+    from grpoctl.config_schema import TinyModelConfig
 
 # ============================================================================ architecture
 
@@ -83,7 +89,7 @@ KNOWN_CONFIGS = {
 TINY_VOCAB = 2 + 256  # pad, eos and one token per byte (grpoctl.tiny.model)
 
 
-def arch_from_model_path(path: str, tiny=None) -> Arch:
+def arch_from_model_path(path: str, tiny: TinyModelConfig | None = None) -> Arch:
     """Sizes from config.json (a directory, the local hub cache, or KNOWN_CONFIGS); no weights read.
 
     "tiny" is the embedded default: pass cfg.model.tiny for its sizes.
@@ -92,7 +98,7 @@ def arch_from_model_path(path: str, tiny=None) -> Arch:
         if tiny is None:
             raise ValueError("model 'tiny' needs its sizes (cfg.model.tiny)")
         return arch_from_hf_config(
-            {"model_type": "qwen2", "vocab_size": TINY_VOCAB, "tie_word_embeddings": True, **dict(tiny)}
+            {"model_type": "qwen2", "vocab_size": TINY_VOCAB, "tie_word_embeddings": True, **to_dict(tiny)}
         )
     if is_lab_path(path):
         return arch_from_hf_config(
@@ -212,7 +218,7 @@ class MemoryEstimate:
         return "\n".join([head, *rows, *self.notes])
 
 
-def estimate_device(cfg) -> str:
+def estimate_device(cfg: RunConfig) -> str:
     """The device a run of `cfg` would take here (runtime.device=auto asks torch)."""
     if cfg.runtime.device != "auto":
         return cfg.runtime.device
@@ -221,7 +227,7 @@ def estimate_device(cfg) -> str:
     return resolve_device("auto", torch.cuda.is_available())
 
 
-def estimate_prompt_tokens(cfg) -> int:
+def estimate_prompt_tokens(cfg: RunConfig) -> int:
     """The longest prompt to plan for: the template plus a question allowance.
 
     tiny: one token per character, synthetic questions under 16 characters. Otherwise
@@ -241,7 +247,7 @@ def estimate_prompt_tokens(cfg) -> int:
 
 def estimate_peak_memory(
     arch: Arch,
-    cfg,
+    cfg: RunConfig,
     device_total_bytes: int | None = None,
     prompt_tokens: int | None = None,
     fp32_master_weights: bool = False,

@@ -9,15 +9,22 @@ values (norm weights, biases) in 32-bit states, a negligible share.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from grpoctl.errors import UserError
 
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
-def build_optimizer(params, optimizer_cfg) -> torch.optim.Optimizer:
+    from grpoctl.config_schema import OptimizerConfig
+
+
+def build_optimizer(params: Iterable[torch.nn.Parameter], optimizer_cfg: OptimizerConfig) -> torch.optim.Optimizer:
     """`optimizer.name`: adamw | adamw8bit, with lr, betas and weight_decay from the config."""
-    params = [p for p in params if p.requires_grad]
-    if not params:
+    trainable = [p for p in params if p.requires_grad]
+    if not trainable:
         raise ValueError("build_optimizer got no trainable parameters")
     kwargs = dict(
         lr=float(optimizer_cfg.lr),
@@ -26,14 +33,14 @@ def build_optimizer(params, optimizer_cfg) -> torch.optim.Optimizer:
     )
     name = optimizer_cfg.name
     if name == "adamw":
-        return torch.optim.AdamW(params, **kwargs)
+        return torch.optim.AdamW(trainable, **kwargs)
     if name == "adamw8bit":
-        adamw8bit = _bitsandbytes_adamw8bit(params[0].device)
-        return adamw8bit(params, **kwargs)
+        adamw8bit = _bitsandbytes_adamw8bit(trainable[0].device)
+        return adamw8bit(trainable, **kwargs)
     raise UserError(f"optimizer.name={name!r} is not one of: adamw, adamw8bit")
 
 
-def _bitsandbytes_adamw8bit(device: torch.device):
+def _bitsandbytes_adamw8bit(device: torch.device) -> type[torch.optim.Optimizer]:
     """bitsandbytes' AdamW8bit class, after checking it can step on `device`."""
     try:
         import bitsandbytes as bnb

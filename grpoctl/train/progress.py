@@ -6,12 +6,17 @@ token entropy, response length and gradient norm, which move before a collapse s
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
 from grpoctl import metrics
 from grpoctl.formatting import format_number
+
+if TYPE_CHECKING:
+    from grpoctl.config import Config
 
 
 def eta_seconds(recent_step_seconds: list[float], step: int, total: int) -> tuple[float, float]:
@@ -28,7 +33,7 @@ def _clock(seconds: float) -> str:
 
 
 class Progress:
-    def __init__(self, cfg, live: bool = True):
+    def __init__(self, cfg: Config, live: bool = True) -> None:
         self.total = cfg.loop.n_grpo_steps
         self.console = Console(stderr=True)
         self.live = live and self.console.is_terminal
@@ -37,15 +42,15 @@ class Progress:
         self._step = 0  # the last step shown
         self._every = 1 if self.total <= 200 else max(1, self.total // 100)
 
-    def __enter__(self):
+    def __enter__(self) -> Progress:
         if self.live:
             self._live = Live(self._panel(0, {}, None), console=self.console, refresh_per_second=4, transient=False)
             self._live.__enter__()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         if self._live is not None:
-            self._live.__exit__(*exc)
+            self._live.__exit__(None, None, None)
             self._live = None
 
     def update(self, step: int, figures: dict, eval_accuracy: float | None) -> None:
@@ -59,7 +64,7 @@ class Progress:
     def _rate(self) -> tuple[float, float]:
         return eta_seconds(self._times[-10:], self._step, self.total)
 
-    def _line(self, step: int, m: dict, acc) -> str:
+    def _line(self, step: int, m: dict, acc: float | None) -> str:
         per_step, eta = self._rate()
         return (
             f"step {step}/{self.total}  reward {format_number(m.get(metrics.REWARD))}  "
@@ -70,7 +75,7 @@ class Progress:
             f"mem {format_number(m.get(metrics.MEM_PEAK), 0)} MiB"
         )
 
-    def _panel(self, step: int, m: dict, acc) -> Table:
+    def _panel(self, step: int, m: dict, acc: float | None) -> Table:
         per_step, eta = self._rate()
         table = Table(show_header=True, header_style="bold", box=None)
         for col in (

@@ -12,8 +12,12 @@ caught mid-oscillation.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from grpoctl.config_schema import OptimizerConfig
 
 
 def lr_multiplier(i: int, warmup: int, total: int, schedule: str, min_ratio: float) -> float:
@@ -27,12 +31,12 @@ def lr_multiplier(i: int, warmup: int, total: int, schedule: str, min_ratio: flo
 
 
 def build_scheduler(
-    optimizer, optimizer_cfg, total_steps: int, updates_per_grpo_step: int = 1
+    optimizer: torch.optim.Optimizer, optimizer_cfg: OptimizerConfig, total_steps: int, updates_per_grpo_step: int = 1
 ) -> torch.optim.lr_scheduler.LambdaLR:
     """The scheduler, stepped once per optimizer step; `total_steps` counts optimizer steps."""
     warmup = max(int(optimizer_cfg.warmup_steps), 0)
     schedule, min_ratio = optimizer_cfg.lr_schedule, float(optimizer_cfg.min_lr_ratio)
-    per = updates_per_grpo_step if optimizer_cfg.get("warmup_unit", "optimizer_step") == "grpo_step" else 1
+    per = updates_per_grpo_step if optimizer_cfg.warmup_unit == "grpo_step" else 1
     return torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda i: lr_multiplier(i // per, warmup, total_steps // per, schedule, min_ratio)
     )

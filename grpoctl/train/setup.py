@@ -14,6 +14,7 @@ import json
 import logging
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -24,10 +25,16 @@ from grpoctl.errors import UserError
 from grpoctl.rules import resolve_backend, resolve_device, resolve_dtype, vllm_installed
 from grpoctl.tiny.lab_recipe import is_lab_path, sft_steps_of
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from grpoctl.config import RunConfig
+    from grpoctl.formatting import Say
+
 log = logging.getLogger("grpoctl")
 
 
-def pick_device(cfg) -> torch.device:
+def pick_device(cfg: RunConfig) -> torch.device:
     want = cfg.runtime.device
     if want == "cuda" and not torch.cuda.is_available():
         raise UserError("runtime.device=cuda but torch sees no CUDA device (use runtime.device=cpu or auto)")
@@ -38,7 +45,7 @@ def device_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
 
-def pick_dtype(cfg, device: torch.device) -> torch.dtype:
+def pick_dtype(cfg: RunConfig, device: torch.device) -> torch.dtype:
     return {"float32": torch.float32, "bfloat16": torch.bfloat16}[resolve_dtype(cfg.model.dtype, device.type)]
 
 
@@ -54,8 +61,8 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
 
 
 def preflight(
-    cfg,
-    warn=print,
+    cfg: RunConfig,
+    warn: Say = print,
     need_model: bool = True,
     need_train: bool = True,
     writes: bool = True,
@@ -94,7 +101,7 @@ def preflight(
     return data
 
 
-def check_model_path(cfg) -> None:
+def check_model_path(cfg: RunConfig) -> None:
     """model.path names the tiny model, a loadable model directory, or (online) a hub id."""
     path = cfg.model.path
     if path == "tiny" or path.startswith("tiny@"):
@@ -123,7 +130,7 @@ def check_model_path(cfg) -> None:
         raise UserError(f"model.path={path}: no such directory (and not a hub id such as Qwen/Qwen2.5-Math-1.5B)")
 
 
-def check_model_dir(path: str | Path, cfg=None) -> dict:
+def check_model_dir(path: str | Path, cfg: RunConfig | None = None) -> dict:
     """The model's config.json, once the directory is seen to hold what loading it needs.
 
     Reads config.json and the safetensors headers (not the weights): a truncated or
@@ -190,7 +197,7 @@ def check_writable(path: str | Path, key: str) -> None:
         raise UserError(f"{key}={path}: {probe} is not writable")
 
 
-def resolve_model_dir(cfg, say=print) -> str:
+def resolve_model_dir(cfg: RunConfig, say: Say = print) -> str:
     """A local directory (or hub id) to load the policy from; builds the tiny warm-start if asked."""
     path = cfg.model.path
     if path == "tiny" or path.startswith("tiny@"):
@@ -206,7 +213,9 @@ def resolve_model_dir(cfg, say=print) -> str:
     return path
 
 
-def load_policy(model_dir: str, device: torch.device, dtype: torch.dtype, gradient_checkpointing: bool):
+def load_policy(
+    model_dir: str, device: torch.device, dtype: torch.dtype, gradient_checkpointing: bool
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import torch
 
 from grpoctl import metrics
-from grpoctl.config import derived_sizes
+from grpoctl.config import Config, derived_sizes
 from grpoctl.grpo import (
     collate_prompt_and_output_ids,
     get_response_log_probs_shared_prompts,
@@ -52,6 +52,7 @@ from grpoctl.train.eval_and_checkpoint import (
 from grpoctl.train.faults import fault_point
 from grpoctl.train.graded import Graded
 from grpoctl.train.phases import Phases
+from grpoctl.train.sampled_eval import sampled_eval_due
 from grpoctl.train.stop import abortable
 
 
@@ -129,16 +130,16 @@ def grpo_step(run: RunContext, step: int) -> None:
             run.backend.sync_weights(run.model)
         figures = {**batch.stats, **step_metrics(per_opt_step, entropy), **dropped_metrics(run.data)}
         samples = sample_rows(prompts, rollouts, truths, batch.scores, cfg.logging.samples_per_step)
-        eval_row = None
-        if eval_due(cfg, step):
+        eval_rows: list[dict] = []
+        if eval_due(cfg, step) or sampled_eval_due(cfg, step):
             with phases("eval"):
-                eval_metrics, eval_samples, eval_row = evaluate_policy(run, step)
+                eval_metrics, eval_samples, eval_rows = evaluate_policy(run, step)
             figures |= eval_metrics
             samples += eval_samples
     figures |= phases.metrics
     fault_point("step-record", step)
     # One transaction: the step's metrics, samples and eval are all recorded, or none is.
-    run.registry.log_step(run.run.id, step, figures, opt_metrics=per_opt_step, samples=samples, eval=eval_row)
+    run.registry.log_step(run.run_id, step, figures, opt_metrics=per_opt_step, samples=samples, eval=eval_rows)
     state.step, state.data_position = step, run.stream.position
     if checkpoint_due(cfg, step):
         checkpoint(run)
@@ -187,7 +188,7 @@ def draw_round(run: RunContext, step: int, round: int, phases: Phases) -> tuple[
         return prompts, grade_rollouts(run, rollouts, truths)
 
 
-def rollout_sampling(cfg) -> SamplingSettings:
+def rollout_sampling(cfg: Config) -> SamplingSettings:
     r = cfg.rollout
     return SamplingSettings(
         temperature=r.temperature, top_p=r.top_p, min_tokens=r.min_tokens, max_tokens=r.max_tokens, stop=tuple(r.stop)
@@ -334,7 +335,7 @@ def add_old_and_ref_log_probs(run: RunContext, batch: RolloutBatch) -> None:
 
 
 @torch.inference_mode()
-def log_probs_in_batches(model, batch: RolloutBatch, microbatch: int) -> torch.Tensor:
+def log_probs_in_batches(model: torch.nn.Module, batch: RolloutBatch, microbatch: int) -> torch.Tensor:
     """Log-probs of the rollout tokens under `model`, without building a graph: (batch, seq)."""
     device = next(model.parameters()).device
     out = []
@@ -418,7 +419,7 @@ def optimizer_step_metrics(micro_stats: list[dict], grad_norm: float, lr: float)
     return out
 
 
-def check_finite_weights(model, step: int) -> None:
+def check_finite_weights(model: torch.nn.Module, step: int) -> None:
     for name, param in model.named_parameters():
         if not torch.isfinite(param).all():
             raise Diverged(f"non-finite weights in {name} after step {step}")

@@ -10,7 +10,9 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
+from types import FrameType
 
 log = logging.getLogger("grpoctl")
 
@@ -45,7 +47,7 @@ class StopRequest:
         self.closing = False  # the run is recording its end: nothing left to stop
         self._previous: dict = {}
 
-    def _handle(self, signum, frame):
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
         if self.closing:
             log.warning(f"{name}: the run is recording its end; it exits in a moment")
@@ -68,19 +70,19 @@ class StopRequest:
             )
         return f"interrupted by {first}"
 
-    def __enter__(self):
+    def __enter__(self) -> StopRequest:
         if threading.current_thread() is threading.main_thread():
             for sig in self.SIGNALS:
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         for sig, previous in self._previous.items():
             signal.signal(sig, previous)
 
 
 @contextmanager
-def abortable(stop: StopRequest | None):
+def abortable(stop: StopRequest | None) -> Iterator[None]:
     """The block during which a checkpoint_now signal abandons the step."""
     if stop is None:
         yield

@@ -20,8 +20,12 @@ No torch at import: the CLI resolves the count before the heavy imports.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from grpoctl.tiny.lab_recipe import LAB_PARAMS, is_lab_path
+
+if TYPE_CHECKING:
+    from grpoctl.config import RunConfig
 
 SMALL_MODEL_PARAMS = 50_000_000
 THREADS_ENV = "GRPOCTL_THREADS"
@@ -39,7 +43,7 @@ def thread_cap() -> int | None:
     return max(1, int(raw)) if raw.isdigit() else None
 
 
-def model_params(cfg) -> int | None:
+def model_params(cfg: RunConfig) -> int | None:
     """The policy's parameter count from its config.json (or the tiny sizes); None if unknown."""
     from grpoctl.train.memory_estimate import arch_from_model_path
 
@@ -52,7 +56,7 @@ def model_params(cfg) -> int | None:
         return None
 
 
-def resolve_threads(cfg, cores: int | None = None) -> tuple[int, str]:
+def resolve_threads(cfg: RunConfig, cores: int | None = None) -> tuple[int, str]:
     """(torch threads, why) for this config on this machine."""
     if cfg.runtime.threads > 0:
         return int(cfg.runtime.threads), "runtime.threads"
@@ -73,7 +77,7 @@ def wait_passively() -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
-def configure_threads(cfg) -> tuple[int, str]:
+def configure_threads(cfg: RunConfig) -> tuple[int, str]:
     """Apply resolve_threads to torch (importing it); returns what it chose and why."""
     wait_passively()
     import torch

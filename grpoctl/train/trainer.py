@@ -19,13 +19,15 @@ import threading
 import time
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
-from grpoctl.config import config_diff, derived_sizes, to_dict
+from grpoctl.config import Config, config_diff, derived_sizes, to_dict, typed_config
 from grpoctl.data import PromptStream
 from grpoctl.data.prompt_length import prompt_budget
 from grpoctl.data.run_data import load_run_data
+from grpoctl.formatting import Say
 from grpoctl.grpo import PolicyGradientLoss
 from grpoctl.registry.claims import ClaimLost
 from grpoctl.rollout import make_backend
@@ -49,10 +51,16 @@ from grpoctl.train.setup import device_name, load_policy, pick_device, pick_dtyp
 from grpoctl.train.step import Diverged, grpo_step
 from grpoctl.train.stop import AbandonStep, StopRequest
 
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+    from grpoctl.data.run_data import RunData
+    from grpoctl.registry import Checkpoint, Registry, Run
+
 log = logging.getLogger("grpoctl")
 
 
-def default_run_name(cfg) -> str:
+def default_run_name(cfg: Config | DictConfig) -> str:
     # The random suffix keeps names unique when several runs start in the same second.
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = cfg.model.path
@@ -61,7 +69,9 @@ def default_run_name(cfg) -> str:
     return name.replace("/", "_").replace(" ", "")
 
 
-def start(cfg, registry, parent: str | None = None, say=print, data=None) -> str:
+def start(
+    cfg: DictConfig, registry: Registry, parent: str | None = None, say: Say = print, data: RunData | None = None
+) -> str:
     """A new run from a validated config (and its data, if already loaded). Returns the final status."""
     name = cfg.name or default_run_name(cfg)
     run = prepare(cfg, registry, say, data=data)
@@ -78,44 +88,65 @@ def start(cfg, registry, parent: str | None = None, say=print, data=None) -> str
         parent=parent,
         device=device_name(run.memory.device),
     )
-    registry.set_status(run.run.id, "running", pid=os.getpid())
+    registry.set_status(run.run_id, "running", pid=os.getpid())
     say(f"run {name} (id {run.run.id}) → {registry.url.render_as_string(hide_password=True)}")
     return outer_loop(run, fresh=True)
 
 
-def resume(cfg, registry, row, say=print, checkpoint=None, data=None) -> str:
+def resume(
+    cfg: DictConfig,
+    registry: Registry,
+    row: Run,
+    say: Say = print,
+    checkpoint: Checkpoint | None = None,
+    data: RunData | None = None,
+) -> str:
     """Continue the run `row` from `checkpoint` (default: its newest, whose files must be whole)."""
-    last = checkpoint or pick_resume_checkpoint(registry.checkpoints(row.id), row.name)[0]
+    if row.id is None:
+        raise ValueError(f"run {row.name} is not a stored row")
+    run_id = row.id
+    last = checkpoint or pick_resume_checkpoint(registry.checkpoints(run_id), row.name)[0]
     saved = load_trainer_state(Path(last.path))
     # Weights come from the checkpoint; the KL reference stays the run's initial policy.
     run = prepare(cfg, registry, say, model_dir=last.path, data=data)
     # The one-writer claim, before the first write: of two resumers, one stops here.
-    registry.claim_run(row.id)
+    registry.claim_run(run_id)
     run.run, run.state = row, saved.state
     run.optimizer.load_state_dict(saved.optimizer)
     run.scheduler.load_state_dict(saved.scheduler)
     restore_rng(saved.rng)
     run.stream.seek(run.state.data_position)
     # Only now that everything is restored: forget what the run wrote after the checkpoint.
-    for path in registry.truncate_after(row.id, run.state.step):
+    for path in registry.truncate_after(run_id, run.state.step):
         shutil.rmtree(path, ignore_errors=True)
-    registry.set_status(row.id, "running", pid=os.getpid())
+    registry.set_status(run_id, "running", pid=os.getpid())
     say(f"resuming run {row.name} from step {run.state.step} ({last.path})")
     return outer_loop(run, fresh=False)
 
 
-def prepare(cfg, registry, say, model_dir: str | None = None, data=None) -> RunContext:
+def prepare(
+    validated: DictConfig | Config,
+    registry: Registry,
+    say: Say,
+    model_dir: str | None = None,
+    data: RunData | None = None,
+) -> RunContext:
     """Everything the steps use: device, data, policy (and KL reference), optimizer, schedule, loss, backend."""
+    cfg = typed_config(validated)  # the engine reads the typed tree from here on
     if cfg.runtime.threads:
         torch.set_num_threads(cfg.runtime.threads)
     torch.manual_seed(cfg.seed)
     device = pick_device(cfg)
     data = data or load_run_data(cfg, budget=prompt_budget(cfg, model_dir or cfg.model.path))
-    initial_dir = resolve_model_dir(cfg, say=say) if (model_dir is None or cfg.loss.kl_beta > 0) else None
-    model_dir = model_dir or initial_dir
+    # A resumed run's weights come from its checkpoint; the initial policy is then needed only as the KL reference.
+    initial_dir: str | None
+    if model_dir is None:
+        model_dir = initial_dir = resolve_model_dir(cfg, say=say)
+    else:
+        initial_dir = resolve_model_dir(cfg, say=say) if cfg.loss.kl_beta > 0 else None
     model, tokenizer = load_policy(model_dir, device, pick_dtype(cfg, device), cfg.model.gradient_checkpointing)
     ref_model = None
-    if cfg.loss.kl_beta > 0:
+    if cfg.loss.kl_beta > 0 and initial_dir is not None:
         ref_model, _ = load_policy(initial_dir, device, pick_dtype(cfg, device), False)
         ref_model.eval().requires_grad_(False)
     optimizer = build_optimizer(model.parameters(), cfg.optimizer)
@@ -140,7 +171,7 @@ def prepare(cfg, registry, say, model_dir: str | None = None, data=None) -> RunC
     )
 
 
-def policy_loss(cfg) -> PolicyGradientLoss:
+def policy_loss(cfg: Config) -> PolicyGradientLoss:
     """cfg.loss as the one loss object of the run."""
     loss = cfg.loss
     return PolicyGradientLoss(
@@ -159,12 +190,12 @@ def policy_loss(cfg) -> PolicyGradientLoss:
 def outer_loop(run: RunContext, fresh: bool) -> str:
     """The outer loop: GRPO steps from run.state.step + 1 to the last, until done, stopped
     or failed; then the run's status is recorded and returned."""
-    cfg, registry, row, state = run.cfg, run.registry, run.run, run.state
+    cfg, registry, run_id, state = run.cfg, run.registry, run.run_id, run.state
     status, error = "finished", None
     stop = run.stop = StopRequest(cfg.runtime.on_signal)
     with stop:  # held until the status is recorded: a signal must not kill the bookkeeping
         try:
-            with run.progress, Heartbeat(registry, row.id, stop=stop):
+            with run.progress, Heartbeat(registry, run_id, stop=stop):
                 if fresh and cfg.eval.at_start:
                     evaluate_before_training(run)
                 while state.step < cfg.loop.n_grpo_steps and not stop.requested:
@@ -193,11 +224,11 @@ def outer_loop(run: RunContext, fresh: bool) -> str:
             raise
         except Exception as exc:  # recorded with the run, then re-raised for the CLI to report
             stop.closing = True
-            registry.set_status(row.id, "failed", error=f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+            registry.set_status(run_id, "failed", error=f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
             run.backend.close()
             raise
         stop.closing = True
-        registry.set_status(row.id, status, error=error)
+        registry.set_status(run_id, status, error=error)
         run.backend.close()
     run.progress.final(status, error, state.last_accuracy)
     return status
@@ -211,13 +242,18 @@ class Heartbeat(threading.Thread):
     SIGTERM, once: the run stops exactly as when it is preempted."""
 
     def __init__(
-        self, registry, run_id: int, every_s: float = 60.0, stop: StopRequest | None = None, check_s: float = 2.0
+        self,
+        registry: Registry,
+        run_id: int,
+        every_s: float = 60.0,
+        stop: StopRequest | None = None,
+        check_s: float = 2.0,
     ):
         super().__init__(daemon=True)
         self.registry, self.run_id, self.every_s, self.stop, self.check_s = registry, run_id, every_s, stop, check_s
         self._done = threading.Event()
 
-    def run(self):
+    def run(self) -> None:
         beat = time.monotonic()
         while not self._done.wait(self.check_s):
             try:
@@ -230,9 +266,9 @@ class Heartbeat(threading.Thread):
             except Exception:  # a busy database must not kill training; the next beat retries
                 log.debug("heartbeat failed", exc_info=True)
 
-    def __enter__(self):
+    def __enter__(self) -> Heartbeat:
         self.start()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self._done.set()

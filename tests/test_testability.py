@@ -1,0 +1,194 @@
+"""Testability rules (analysis/testability.py): a list of rules per finding, each judged at
+its worst case in its direction; the step-0 rules; "not run" before "not testable" and out
+of the Holm family; the AUC measure; a page's own rules; lengths in tokens."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from grpoctl.analysis import findings as F
+from grpoctl.analysis import stats
+from grpoctl.analysis.testability import Rule, check, check_all, load_extra, parse_rules
+from grpoctl.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def rd(run_id, seed, start_acc=0.25, final=0.6, grad1=0.2, status="finished"):
+    evals = [(0, start_acc, 640), (10, final - 0.02, 640), (20, final + 0.01, 640), (30, final, 640)]
+    return SimpleNamespace(
+        run=SimpleNamespace(id=run_id, seed=seed, status=status),
+        evals=evals,
+        series={"train/grad_norm": [(1, grad1), (2, grad1)], "train/response_length": []},
+    )
+
+
+def arm(label, runs, extra=None):
+    return F.Arm(label, runs, extra or {})
+
+
+def test_an_at_most_rule_is_judged_on_its_highest_run():
+    # mixed groups 0.10, 0.25, 0.40 over seeds: at_most 0.3 fails on the worst seed (0.40),
+    # though the lowest (0.10) would pass; at_least 0.2 fails on the lowest
+    extra = {i: {"zero_std_at_start": 1 - m} for i, m in enumerate([0.10, 0.25, 0.40])}
+    base = arm("b", [rd(i, i) for i in range(3)], extra)
+    variant = arm("v", [rd(10, 0)], extra | {10: {"zero_std_at_start": 0.5}})
+    most = check(Rule("mixed_groups_at_start", "baseline", at_most=0.3), variant, base, 96)
+    assert most.value == pytest.approx(0.40) and most.holds is False
+    least = check(Rule("mixed_groups_at_start", "baseline", at_least=0.2), variant, base, 96)
+    assert least.value == pytest.approx(0.10) and least.holds is False
+    every = check(Rule("mixed_groups_at_start", "every_arm", at_most=0.45), variant, base, 96)
+    assert every.per_arm == pytest.approx({"v": 0.5, "b": 0.40}) and every.value == pytest.approx(0.5)
+    assert every.holds is False
+
+
+def test_the_start_rules_pair_seeds_and_read_step_0():
+    base = arm("r1", [rd(i, i, start_acc=0.25) for i in range(3)], {i: {"format_rate_at_start": 1.0} for i in range(3)})
+    # question_only starts 14, 12 and 9 points above r1_zero at seeds 0, 1, 2
+    qo = arm("qo", [rd(10 + i, i, start_acc=0.25 + d) for i, d in enumerate([0.14, 0.12, 0.09])])
+    gap = check(Rule("start_accuracy_gap", "variant", at_least=0.10), qo, base, 96)
+    assert gap.value == pytest.approx(0.09) and gap.holds is False  # the worst seed decides
+    fmt = check(Rule("start_format_rate", "baseline", at_least=0.02), qo, base, 96)
+    assert fmt.value == 1.0 and fmt.holds
+    # a seed the other arm did not run has no pair: only seeds 0-1 count
+    two = arm("qo", [rd(10, 0, start_acc=0.39), rd(11, 1, start_acc=0.37), rd(19, 9, start_acc=0.0)])
+    assert check(Rule("start_accuracy_gap", "variant", at_least=0.10), two, base, 96).value == pytest.approx(0.12)
+    # grad-norm gap per seed pair, worst (highest) for at_most
+    v = arm("v", [rd(20, 0, grad1=0.21), rd(21, 1, grad1=0.3)])
+    b = arm("b", [rd(30, 0, grad1=0.2), rd(31, 1, grad1=0.2)])
+    assert check(Rule("step1_grad_norm_gap", "variant", at_most=0.1), v, b, 96).value == pytest.approx(0.5)
+
+
+def test_every_rule_of_a_list_must_hold_and_the_first_failing_one_decides():
+    base = arm("r1", [rd(i, i) for i in range(3)], {i: {"format_rate_at_start": 0.01} for i in range(3)})
+    qo = arm("qo", [rd(10 + i, i, start_acc=0.40) for i in range(3)])
+    rules = parse_rules(
+        [
+            {"rule": "start_accuracy_gap", "at_least": 0.10},
+            {"rule": "start_format_rate", "in": "baseline", "at_least": 0.02},
+        ],
+        "spec",
+    )
+    assert rules[0].arms == "variant"  # a pair rule's default
+    checks, deciding = check_all(rules, qo, base, 96)
+    assert [c.holds for c in checks] == [True, False] and deciding is checks[1]
+    finding = F.Finding("p", "c", "s", "qo", "plateau", "lower", rules)
+    result = F.Result(finding, "r1")
+    F.decide_testable(result, qo, base, 96)
+    assert not result.testable and result.rule_value == pytest.approx(0.01)
+
+
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        ([], "'testable' lists no rule"),
+        ({"rule": "start_accuracy_gap", "in": "every_arm", "at_least": 0.1}, "its 'in' is variant"),
+        ([{"rule": "length_cv", "at_least": 0.1}, 3], "rule 2: 'testable' must be a mapping"),
+        ({"rule": "start_format_rate", "at_least": 0.1, "at_most": 0.5}, "exactly one threshold"),
+    ],
+)
+def test_bad_rules_are_one_line(raw, message):
+    with pytest.raises(UserError) as err:
+        parse_rules(raw, "spec: finding 'f'")
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def table(base_label, arms):
+    rows = [SimpleNamespace(label=label, runs=runs) for label, runs in arms.items()]
+    return SimpleNamespace(rows=rows, versus=SimpleNamespace(baseline=base_label))
+
+
+@pytest.mark.slow  # a family's tests and MDEs (scipy's noncentral t): seconds
+def test_not_run_comes_before_not_testable_and_stays_out_of_the_family():
+    extra = {i: {"zero_std_at_start": 0.99} for i in range(100)}  # no arm could be testable
+    extra.update({i: {"zero_std_at_start": 0.3} for i in range(40, 60)})
+    base = [rd(40 + i, i, final=0.60 + 0.01 * i) for i in range(3)]
+    worse = [rd(50 + i, i, final=0.50 + 0.01 * i) for i in range(3)]
+    running = [rd(60 + i, i, status="running") for i in range(3)]  # members still running: not measured
+    tables = {"s": table("base", {"base": base, "worse": worse, "running": running, "dead": base})}
+    rule = (Rule("mixed_groups_at_start", "every_arm", 0.2),)
+    declared = [
+        F.Finding("w", "c", "s", "worse", "plateau", "lower", rule),
+        F.Finding("r", "c", "s", "running", "plateau", "lower", rule),
+        F.Finding("n", "c", "other", "worse", "plateau", "lower", rule),  # a study not run at all
+    ]
+    results = {r.finding.id: r for r in F.evaluate(tables, declared, extra, {"s": 96})}
+    assert results["r"].verdict == "not run" and results["r"].unended == 3 and "`running`" in results["r"].note
+    assert results["n"].verdict == "not run" and results["n"].p_family is None
+    assert results["w"].testable and results["w"].p_family == pytest.approx(results["w"].p)  # a family of one
+    assert results["w"].mde_family == pytest.approx(results["w"].mde)
+
+
+def test_auc_is_a_measure():
+    evals = [(0, 0.2, 8), (10, 0.4, 8), (20, 0.8, 8)]
+    assert F.run_measure("auc", evals, []) == pytest.approx((10 * 0.3 + 10 * 0.6) / 20)
+    assert "auc" in F.MEASURES
+
+
+def test_a_page_sets_a_findings_rules_in_place_of_its_specs(tmp_path):
+    spec = tmp_path / "study.yaml"
+    spec.write_text(
+        "name: study\nbaseline: a\nvariants:\n  a: {optimizer.lr: 1.0e-4}\n  b: {optimizer.lr: 1.0e-3}\nfindings:\n"
+        "  - {id: f, claim: c, variant: b, measure: auc, expect: lower,"
+        " testable: {rule: mixed_groups_at_start, in: baseline, at_most: 0.3}}\n"
+    )
+    page = tmp_path / "page.yaml"
+    page.write_text(
+        "name: p\nstudies: [study.yaml]\ntestable:\n  f:\n    - {rule: start_accuracy_gap, at_least: 0.1}\n"
+        "    - {rule: start_format_rate, in: baseline, at_least: 0.02}\n"
+    )
+    (finding,) = F.family_findings(page)
+    assert [r.rule for r in finding.testable] == ["start_accuracy_gap", "start_format_rate"]
+    assert F.read_findings(spec)[1][0].testable[0].rule == "mixed_groups_at_start"  # the spec's own, unchanged
+    page.write_text("name: p\nstudies: [study.yaml]\ntestable:\n  g: {rule: length_cv, at_least: 0.1}\n")
+    with pytest.raises(UserError, match="'g' is not a finding of the page's studies"):
+        F.family_findings(page)
+
+
+def test_the_lab_page_states_the_prompt_studys_own_rule():
+    by_id = {f.id: f for f in F.family_findings(ROOT / "experiments" / "pages" / "lab.yaml")}
+    assert len(by_id) == 21
+    prompt = by_id["lab-r1-zero-beats-question-only"].testable
+    assert [(r.rule, r.arms, r.at_least) for r in prompt] == [
+        ("start_accuracy_gap", "variant", 0.10),
+        ("start_format_rate", "baseline", 0.02),
+    ]
+
+
+def test_load_extra_reads_step_1_step_0_and_token_lengths():
+    run = SimpleNamespace(id=7, config='{"model": {"path": "tiny"}}')
+    series = {"train/zero_std_group_fraction": [(1, 0.25), (2, 0.5)], "eval/format_rate": [(0, 0.97), (10, 1.0)]}
+    registry = SimpleNamespace(
+        metric_series=lambda run_id, names: series,
+        samples=lambda run_id, kind: [SimpleNamespace(response="12+3=15"), SimpleNamespace(response="é")],
+    )
+    extra = load_extra(registry, [run])[7]
+    assert extra["zero_std_at_start"] == 0.25 and extra["format_rate_at_start"] == 0.97
+    assert extra["sample_lengths"] == [7, 2] and extra["length_unit"] == "tokens"  # the tiny model: a byte a token
+    assert stats.spread([7, 2]) > 0
+
+
+@pytest.mark.slow  # builds the lab tokenizer (imports transformers: ~9 s)
+def test_lab_lengths_are_tokens_not_bytes():
+    from transformers import AutoTokenizer
+
+    from grpoctl.analysis.token_lengths import token_counter
+    from grpoctl.tiny.lab_warmstart import resolve_lab_model
+
+    count, unit = token_counter("lab-sft@800")
+    text = " 47+8=55 </think> <answer>55</answer>"
+    shipped = AutoTokenizer.from_pretrained(resolve_lab_model("lab", "/nonexistent-cache", log=lambda *_: None))
+    assert count(text) == len(shipped(text, add_special_tokens=False)["input_ids"]) == 10 and unit == "tokens"
+    assert token_counter("/no/such/dir")[1] == "bytes"
+
+
+def test_a_finding_not_run_names_its_specs_baseline_and_one_seed_is_no_test():
+    (finding,) = F.read_findings(ROOT / "experiments" / "lab-prompt.yaml")[1]
+    assert finding.baseline == "r1_zero"
+    (result,) = F.evaluate({}, [finding], {}, {})  # the study has no table: not recorded yet
+    assert result.not_run and result.baseline == "r1_zero" and result.verdict == "not run"
+    one = F.Result(finding, "r1_zero", testable=True, variant_values=[0.5], baseline_values=[0.6, 0.7, 0.65])
+    assert F.verdict(one) == "no test: 1 seed(s) against 3"
