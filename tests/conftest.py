@@ -43,6 +43,7 @@ SERIAL_MODULES = {
     "test_ray_setup",
     "test_ray_sweep",
     "test_ray_faults",
+    "test_ui_browser",
 }
 
 
@@ -74,6 +75,7 @@ E2E_MODULES = {
     "test_registry_concurrency",
     "test_registry_resume",
     "test_sweep_launcher",
+    "test_ui_browser",
 }
 
 

@@ -25,7 +25,7 @@ from grpoctl.registry import Registry
 from grpoctl.run_identity import config_hash
 
 ROOT = Path(__file__).resolve().parents[1]
-NEVER = ("torch", "transformers", "matplotlib", "ray", "vllm", "alembic")
+NEVER = ("torch", "transformers", "matplotlib", "ray", "vllm", "alembic", "starlette", "uvicorn")
 REGISTRY = ("sqlalchemy", "sqlmodel")
 PROBE = (
     "import sys, runpy\n"

@@ -138,6 +138,21 @@ def resolve_runs(registry: Registry, refs: list[str]) -> tuple[str, list[Run], l
     return ", ".join(refs), list(runs.values()), notes, {}
 
 
+def fold_label(runs: list[Run], member_labels: dict[int, str]) -> str:
+    """The label of runs that differ only by seed: their sweep's (or their own) variant
+    label when they agree on one, else the first run's name."""
+    labels = {member_labels.get(run.id, run.variant) for run in runs}
+    return labels.pop() if len(labels) == 1 and None not in labels else runs[0].name
+
+
+def fold_runs(runs: list[Run], member_labels: dict[int, str]) -> list[tuple[str, list[Run]]]:
+    """[(label, runs)] of each variant, seeds folded together, in the order compare's rows have."""
+    folds: dict[str, list[Run]] = {}
+    for run in runs:
+        folds.setdefault(variant_hash(json.loads(run.config)), []).append(run)
+    return [(fold_label(members, member_labels), members) for members in folds.values()]
+
+
 # --------------------------------------------------------------------------- loading
 
 
@@ -352,8 +367,7 @@ def build_compare_table(
         per_run = [run_values(rd, at_step, metric) for rd in members]
         columns = {c for values in per_run for c in values}
         stats = {c: _fold([v[c] for v in per_run if c in v]) for c in columns}
-        labels = {member_labels.get(rd.run.id, rd.run.variant) for rd in members}
-        label = labels.pop() if len(labels) == 1 and None not in labels else members[0].run.name
+        label = fold_label([rd.run for rd in members], member_labels)
         flags = _row_flags(members)
         config = {short[k]: members[0].config.get(k) for k in differing}
         rows.append(Row(label, members, config, stats, _status(members), flags))

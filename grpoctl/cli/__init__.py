@@ -47,6 +47,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "runs": ("grpoctl.cli.runs", "List, show and inspect the runs in the registry."),
     "db": ("grpoctl.cli.db", "The registry's schema: status and upgrade."),
+    "ui": (
+        "grpoctl.cli.ui",
+        "Serve a live, read-only dashboard of the registry in a web browser: runs, studies, curves, samples.",
+    ),
 }
 LazyGroup.lazy_commands = COMMANDS
 

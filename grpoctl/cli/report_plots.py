@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from statistics import mean, stdev
+from statistics import fmean, stdev
 
 from grpoctl import metrics
 from grpoctl.analysis.compare import ComparedRun, Row
@@ -39,14 +39,26 @@ def run_series(rd: ComparedRun, metric: str) -> list[tuple[int, float]]:
     return [(s, v) for s, v in rd.series.get(metric, []) if math.isfinite(v)]
 
 
-def band(runs: list[list[tuple[int, float]]]) -> tuple[list[int], list[float], list[float]]:
-    """Steps, mean and sd across runs at each step any of them logged (sd 0 where one did)."""
+def _by_step(runs: list[list[tuple[int, float]]]) -> dict[int, list[float]]:
     by_step: dict[int, list[float]] = {}
     for points in runs:
         for step, value in points:
             by_step.setdefault(step, []).append(value)
+    return by_step
+
+
+def step_means(runs: list[list[tuple[int, float]]]) -> tuple[list[int], list[float]]:
+    """Steps, and the mean across runs at each step any of them logged: a variant's curve
+    (here and in `grpoctl ui`). fmean: a float mean (fsum), fast enough for 100 runs."""
+    by_step = _by_step(runs)
     steps = sorted(by_step)
-    means = [mean(by_step[s]) for s in steps]
+    return steps, [fmean(by_step[s]) for s in steps]
+
+
+def band(runs: list[list[tuple[int, float]]]) -> tuple[list[int], list[float], list[float]]:
+    """Steps, mean and sd across runs at each step any of them logged (sd 0 where one did)."""
+    by_step = _by_step(runs)
+    steps, means = step_means(runs)
     sds = [stdev(by_step[s]) if len(by_step[s]) > 1 else 0.0 for s in steps]
     return steps, means, sds
 

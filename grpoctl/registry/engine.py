@@ -52,6 +52,10 @@ POSTGRES_EXTRA = "pip install 'grpoctl[postgres]'"
 PG_POOL_SIZE = 2
 PG_MAX_OVERFLOW = 1
 PG_CONNECT_TIMEOUT_S = 10
+# `grpoctl ui` (a long-lived server beside the trainers): at most 2 connections, and no
+# query of its own may hold one longer than this.
+SERVER_POOL_SIZE = 2
+SERVER_STATEMENT_TIMEOUT_MS = 5_000
 
 
 def default_db_url() -> str:
@@ -142,20 +146,28 @@ def _read_only_flags(path: Path, probe: bool = False) -> str | None:
     return "mode=ro"
 
 
-def make_engine(url: URL, read_only: bool = False, probe: bool = False) -> Engine:
+def make_engine(url: URL, read_only: bool = False, probe: bool = False, server: bool = False) -> Engine:
     """An engine for `url`; for SQLite, with the pragmas and BEGIN handling above.
 
     `read_only`: the engine cannot write (SQLite: see the module docstring; PostgreSQL:
     its transactions are read-only). `probe`: it only reads which schema the registry has.
+    `server`: for `grpoctl ui` (PostgreSQL: SERVER_POOL_SIZE connections at most, each
+    with SERVER_STATEMENT_TIMEOUT_MS as its statement timeout).
     """
     if url.get_backend_name() == "postgresql":
         # Defaults only: whatever the URL's query says (sslmode, application_name, ...) wins.
-        defaults = {"connect_timeout": PG_CONNECT_TIMEOUT_S, "application_name": "grpoctl"}
+        defaults: dict = {"connect_timeout": PG_CONNECT_TIMEOUT_S, "application_name": "grpoctl"}
+        options = []
         if read_only:  # the server refuses any write in a reader's transactions
-            defaults["options"] = "-c default_transaction_read_only=on"
+            options.append("-c default_transaction_read_only=on")
+        if server:
+            options.append(f"-c statement_timeout={SERVER_STATEMENT_TIMEOUT_MS}")
+        if options:
+            defaults["options"] = " ".join(options)
         connect_args = {k: v for k, v in defaults.items() if k not in url.query}
+        pool_size, overflow = (SERVER_POOL_SIZE, 0) if server else (PG_POOL_SIZE, PG_MAX_OVERFLOW)
         return create_engine(
-            url, pool_pre_ping=True, pool_size=PG_POOL_SIZE, max_overflow=PG_MAX_OVERFLOW, connect_args=connect_args
+            url, pool_pre_ping=True, pool_size=pool_size, max_overflow=overflow, connect_args=connect_args
         )
     if url.get_backend_name() != "sqlite":
         return create_engine(url, pool_pre_ping=True)

@@ -276,11 +276,13 @@ def open_registry(
     paths_root: str | None = None,
     upgrade: bool = False,
     report: dict | None = None,
+    server: bool = False,
 ) -> Engine:
     """An engine on a registry at HEAD: checked, created or upgraded as described above.
 
     `upgrade=True` (`grpoctl db upgrade`) also upgrades PostgreSQL. `report`, if given,
     receives the revision found ("from") and the SQLite backup's path ("backup").
+    `server=True`: the engine of a long-lived reader (`grpoctl ui`; engine.make_engine).
     """
     path = sqlite_path(url)
     if path is not None:
@@ -295,7 +297,7 @@ def open_registry(
             if report is not None:
                 report["created"] = created
     state = inspect_schema(url, path) if path is not None else None
-    engine = make_engine(url, read_only=not write)
+    engine = make_engine(url, read_only=not write, server=server)
     try:
         if state is None:
             state = _state(engine, url)

@@ -30,6 +30,7 @@ from sqlmodel import Session, select
 import grpoctl
 from grpoctl.errors import UserError
 from grpoctl.registry.claims import ClaimRecords
+from grpoctl.registry.dashboard import DashboardReads
 from grpoctl.registry.engine import (
     default_db_url,
     insert_ignoring_conflicts,
@@ -102,27 +103,31 @@ def _absolute(path: str | None) -> str | None:
     return None if path is None else os.path.abspath(path)
 
 
-class Registry(SweepRecords, ClaimRecords, RunSummaries, MemberRecords):
+class Registry(SweepRecords, ClaimRecords, RunSummaries, MemberRecords, DashboardReads):
     """An experiment registry at a SQLAlchemy URL or SQLite path (default: ./registry.db).
 
     Sweep methods (get_or_create_sweep, add_sweep_member, sweep_members...) are in
     sweeps.py, the single-writer claim (claim_run, claimable) in claims.py, the reads
     behind tables of runs (run_summaries, eval_curves) in summaries.py, what supervising
-    sweep members needs (stop requests, logs, ending abandoned runs) in members.py.
+    sweep members needs (stop requests, logs, ending abandoned runs) in members.py, the
+    dashboard's own reads (`grpoctl ui`) in dashboard.py.
 
     `must_exist=True`: a missing SQLite file is an error instead of a new registry.
     `readonly=True` is for commands that only read: the registry is opened read-only and
     never created, changed or upgraded (an older schema is refused, naming `grpoctl db
     upgrade`). Otherwise a new registry is created and an older SQLite one upgraded (after
     a backup); see schema.py. Every failure is a one-line UserError (open.py).
+    `server=True`: a long-lived reader's pool and statement timeout (`grpoctl ui`).
     """
 
-    def __init__(self, url: str | None = None, *, must_exist: bool = False, readonly: bool = False) -> None:
+    def __init__(
+        self, url: str | None = None, *, must_exist: bool = False, readonly: bool = False, server: bool = False
+    ) -> None:
         self.url = resolve_url(url)
         # `engine` is for reading, by the methods of this package (no SQL lives outside
         # it); every write goes through a method here, on `_writer`, so that it takes
         # the lock up front.
-        self.engine = open_registry(self.url, write=not readonly, must_exist=must_exist)
+        self.engine = open_registry(self.url, write=not readonly, must_exist=must_exist, server=server)
         self._writer = writer_engine(self.engine)
         self._claims: dict[int, str] = {}
 

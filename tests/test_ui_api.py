@@ -1,0 +1,222 @@
+"""The dashboard's JSON API (grpoctl/ui/), through Starlette's test client, on SQLite and
+PostgreSQL: what each view reads, that its figures are compare's and report's, that
+curves keep every spike when downsampled, and that live polls get only later points."""
+
+from __future__ import annotations
+
+import math
+import random
+from statistics import mean
+
+import pytest
+import ui_registry
+from conftest import drop_pg_database, fresh_pg_database
+from sqlalchemy import insert
+
+from grpoctl import metrics
+from grpoctl.analysis.compare import build_compare_table
+from grpoctl.analysis.downsample import bucket_edges, downsample, ema
+from grpoctl.registry import Metric, Registry
+
+starlette = pytest.importorskip("starlette", reason="the ui extra is not installed (pip install 'grpoctl[ui]')")
+from starlette.testclient import TestClient  # noqa: E402
+
+from grpoctl.ui.app import create_app  # noqa: E402
+
+BASE = "http://127.0.0.1:8321"
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def built(request, tmp_path_factory):
+    """(url, {run name: id}) of tests/ui_registry.py's registry, built once per backend."""
+    if request.param == "sqlite":
+        return ui_registry.shared_sqlite(tmp_path_factory)
+    admin = request.getfixturevalue("pg_admin_url")
+    url = fresh_pg_database(admin)
+    request.addfinalizer(lambda: drop_pg_database(admin, url))
+    return url, ui_registry.build(url)
+
+
+@pytest.fixture(scope="module")
+def client(built):
+    app = create_app(built[0])
+    with TestClient(app, base_url=BASE, raise_server_exceptions=False) as test_client:
+        yield test_client
+    app.state.registry.close()
+
+
+def get(client, path, status=200):
+    response = client.get(path)
+    assert response.status_code == status, (path, response.status_code, response.text[:500])
+    return response.json()
+
+
+# --------------------------------------------------------------------------- views
+
+
+def test_runs_lists_every_run_with_status_progress_and_tags(client, built):
+    body = get(client, "/api/runs")
+    rows = {r["name"]: r for r in body["runs"]}
+    assert set(rows) == set(built[1])
+    live = rows["solo-live"]
+    assert (live["status"], live["last_step"], live["total_steps"], live["tags"]) == ("running", 4, 12, ["watch"])
+    assert rows["abl-good-s0"]["status"] == "finished" and rows["abl-good-s0"]["group"] == "abl"
+    assert rows["abl-good-s0"]["reward"] == pytest.approx(0.2 + 0.5 * 11 / 11)
+    assert {"name": "abl", "kind": "ablation"} in body["studies"]
+
+
+def test_study_has_compares_rows_and_the_health_flags(client, built):
+    body = get(client, "/api/studies/abl")
+    compared = get(client, "/api/studies/abl/compare")
+    with Registry(built[0], readonly=True) as registry:
+        table = build_compare_table(registry, ["abl"])
+    assert [v["label"] for v in body["variants"]] == [row.label for row in table.rows] == ["good", "wide", "hot"]
+    assert [len(v["runs"]) for v in body["variants"]] == [2, 6, 1]
+    rows = {r["variant"]: r for r in compared["compare"]["rows"]}
+    assert rows["good"]["verdict"] == "baseline"
+    assert rows["wide"]["final_acc"] == pytest.approx(table.rows[1].values["final_acc"].mean)
+    assert rows["wide"]["p_holm"] == pytest.approx(next(v.p_holm for v in table.versus.rows if v.label == "wide"))
+    hot = str(built[1]["abl-hot-s0"])
+    assert [(f["kind"], f["step"]) for f in compared["flags"][hot]] == [("grad-norm explosion", 6)]
+    assert compared["flags"][str(built[1]["abl-good-s0"])] == []
+    assert metrics.GRAD_NORM in body["metrics"] and metrics.REWARD in body["metrics"]
+
+
+def test_study_curves_are_seed_lines_up_to_five_seeds_else_a_labelled_band(client):
+    body = get(client, f"/api/studies/abl/curves?metric={metrics.REWARD}&smoothing=0")
+    variants = {v["label"]: v for v in body["variants"]}
+    good, wide, hot = variants["good"], variants["wide"], variants["hot"]
+    assert len(good["seeds"]) == 2 and "band" not in good
+    assert "seeds" not in wide and wide["band"]["label"] == "min-max over 6 seeds"
+    assert "seeds" not in hot and "band" not in hot
+    # the mean over seeds, at each step, of what each seed logged (ui_registry.log_curve)
+    for step in (0, 5, 11):
+        t = step / 11
+        want = mean(0.2 + (0.5 - 0.2) * t + 0.01 * seed for seed in range(6))
+        i = wide["raw"][0].index(step)
+        assert wide["raw"][1][i] == pytest.approx(want)
+        assert wide["band"]["low"][1][i] == pytest.approx(0.2 + 0.3 * t)
+        assert wide["band"]["high"][1][i] == pytest.approx(0.2 + 0.3 * t + 0.05)
+    assert body["unit"] == metrics.describe(metrics.REWARD).unit
+
+
+def test_smoothing_is_the_ema_of_the_raw_points(client, built):
+    body = get(client, f"/api/runs/{built[1]['abl-hot-s0']}/curves?metric={metrics.GRAD_NORM}&smoothing=0.5")
+    (variant,) = body["variants"]
+    raw = list(zip(*variant["raw"], strict=True))
+    assert variant["smooth"][1] == pytest.approx([v for _, v in ema(raw, 0.5)])
+    assert variant["smooth"][1] != pytest.approx(variant["raw"][1])
+
+
+def test_a_poll_after_a_step_gets_only_the_later_points(client, built):
+    run_id = built[1]["abl-good-s0"]
+    full = get(client, f"/api/runs/{run_id}/curves?metric={metrics.REWARD}")
+    tail = get(client, f"/api/runs/{run_id}/curves?metric={metrics.REWARD}&after_step=8")
+    (f,), (t,) = full["variants"], tail["variants"]
+    assert t["raw"][0] == [9, 10, 11]
+    assert t["smooth"][1] == pytest.approx(f["smooth"][1][-3:])  # smoothed over the whole series
+    assert tail["last_step"] == 11
+
+
+def test_eval_curves_are_never_downsampled_and_zoom_cuts_the_range(client, built):
+    body = get(client, f"/api/studies/abl/curves?metric={metrics.EVAL_ACCURACY}&points=10")
+    assert not body["downsampled"]
+    assert all(v["raw"][0] == [0, 4, 8] for v in body["variants"])
+    zoomed = get(client, f"/api/studies/abl/curves?metric={metrics.REWARD}&points=10&from=3&to=6")
+    assert all(set(v["raw"][0]) <= {3, 4, 5, 6} and v["raw"][0] for v in zoomed["variants"])
+
+
+def test_run_view_has_its_config_diff_evals_samples_and_log(client, built):
+    run_id = built[1]["solo-live"]
+    body = get(client, f"/api/runs/{run_id}")
+    assert body["config_diff"]["optimizer.lr"] == 3e-5 and body["config_diff"]["seed"] == 5
+    assert [e["step"] for e in body["evals"]] == [0, 4]
+    assert body["sample_steps"] == [0, 1, 2, 3, 4]
+    right = get(client, f"/api/runs/{run_id}/samples?step=3&filter=right")
+    wrong = get(client, f"/api/runs/{run_id}/samples?step=3&filter=wrong")
+    assert [s["ground_truth"] for s in right["samples"]] == ["3", "5"]
+    assert [s["ground_truth"] for s in wrong["samples"]] == ["4", "6"]
+    assert all(s["answer_reward"] == 0 for s in wrong["samples"])
+    latest = get(client, f"/api/runs/{run_id}/samples")
+    assert latest["step"] == 4 and len(latest["samples"]) == 4
+    log = get(client, f"/api/runs/{run_id}/log")
+    assert "".join(c["text"] for c in log["chunks"]) == "step 1 reward 0.2\nstep 2 reward 0.3\n"
+    assert get(client, f"/api/runs/{run_id}/log?after_id={log['last_id']}")["chunks"] == []
+
+
+def test_metric_table_names_descriptions_and_units(client):
+    body = get(client, "/api/meta")
+    assert body["metrics"][metrics.TOKEN_ENTROPY]["unit"] == "nats"
+    assert set(body["metrics"]) == set(metrics.TABLE)
+    assert all(metrics.NAME_RE.fullmatch(name) for name in metrics.TABLE)
+
+
+def test_missing_runs_and_studies_are_404(client):
+    assert "no run with id 999999" in get(client, "/api/runs/999999", 404)["error"]
+    assert get(client, "/api/runs/99999999999999999999999", 404)["error"]
+    assert "no sweep or group named 'nope'" in get(client, "/api/studies/nope", 404)["error"]
+
+
+# --------------------------------------------------------------------------- downsampling
+
+
+def test_downsampling_keeps_a_one_step_spike_and_each_buckets_min_and_max():
+    rng = random.Random(0)
+    points = [(step, rng.gauss(1.0, 0.1)) for step in range(10_000)]
+    points[7_321] = (7_321, 500.0)
+    edges = bucket_edges([points], 200)
+    assert len(edges) == 201 and edges[0] == 0 and edges[-1] >= 10_000
+    kept = downsample(points, edges)
+    assert (7_321, 500.0) in kept
+    assert len(kept) <= 4 * 200
+    for lo, hi in zip(edges, edges[1:], strict=False):
+        raw = [v for s, v in points if lo <= s < hi]
+        got = [v for s, v in kept if lo <= s < hi]
+        assert (min(got), max(got)) == (min(raw), max(raw))
+        assert got[0] == raw[0] and got[-1] == raw[-1]
+
+
+def test_the_api_downsamples_every_run_on_the_same_buckets(db_url):
+    """A group of two runs of 10,000 and 5,000 steps, one spike: it survives at 200
+    buckets, and both runs are cut on the same boundaries, each bucket's min and max kept."""
+
+    def raw(run_index: int, step: int) -> float:
+        return 900.0 if (run_index, step) == (0, 4_242) else 1.0 + (step % 7) / 10 + run_index
+
+    with Registry(db_url) as registry:
+        runs = [
+            ui_registry.make_run(registry, f"long-{i}", 1e-5 * (i + 1), i, 10_000, group="long", variant=f"v{i}")
+            for i in range(2)
+        ]
+        first = {0: 0, 1: 5_000}
+        rows = [
+            {"run_id": run.id, "step": step, "opt_step": None, "name": metrics.GRAD_NORM, "value": raw(i, step)}
+            for i, run in enumerate(runs)
+            for step in range(first[i], 10_000)
+        ]
+        with registry._writer.begin() as conn:
+            conn.execute(insert(Metric), rows)
+    app = create_app(db_url)
+    with TestClient(app, base_url=BASE) as test_client:
+        body = get(test_client, f"/api/studies/long/curves?metric={metrics.GRAD_NORM}&points=200&smoothing=0")
+    app.state.registry.close()
+    edges = body["edges"]
+    assert body["downsampled"] and len(edges) == 201 and edges[0] == 0 and edges[-1] >= 10_000
+    for i, variant in enumerate(body["variants"]):
+        steps, values = variant["raw"]
+        assert len(steps) <= 4 * 200
+        if i == 0:
+            assert values[steps.index(4_242)] == 900.0
+        for lo, hi in zip(edges, edges[1:], strict=False):
+            want = [raw(i, s) for s in range(max(lo, first[i]), min(hi, 10_000))]
+            got = [v for s, v in zip(steps, values, strict=True) if lo <= s < hi]
+            if want:
+                assert (min(got), max(got)) == (min(want), max(want)), (i, lo)
+            else:
+                assert got == []
+
+
+def test_ema_ignores_nan_and_debiases_the_start():
+    assert ema([(0, 2.0), (1, 2.0)], 0.9) == [(0, pytest.approx(2.0)), (1, pytest.approx(2.0))]
+    out = ema([(0, 1.0), (1, math.nan), (2, 3.0)], 0.5)
+    assert math.isnan(out[1][1]) and out[0][1] == 1.0 and out[2][1] == pytest.approx(7 / 3)

@@ -1,0 +1,193 @@
+"""The dashboard's safety (grpoctl/ui/guard.py, params.py, app.py): static files cannot
+be escaped, no parameter reaches SQL or a traceback, a huge or malformed query is
+refused, a foreign Host header is refused, the network needs a token, the server never
+writes, and the registry's password appears in no answer."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+import ui_registry
+from conftest import registry_rows
+from sqlalchemy.engine import make_url
+
+from grpoctl.errors import UserError
+
+pytest.importorskip("starlette", reason="the ui extra is not installed (pip install 'grpoctl[ui]')")
+from starlette.testclient import TestClient  # noqa: E402
+
+from grpoctl.registry import schema  # noqa: E402
+from grpoctl.ui.app import create_app  # noqa: E402
+
+BASE = "http://127.0.0.1:8321"
+ATTACKS = [
+    "' OR 1=1 --",
+    "1; DROP TABLE run",
+    "abl' UNION SELECT password FROM pg_shadow --",
+    "../../../etc/passwd",
+    "%00",
+    "<script>alert(1)</script>",
+    "9" * 400,
+    "-5",
+    "1e9999",
+    "train/reward'); DELETE FROM metric; --",
+]
+
+
+@pytest.fixture(scope="module")
+def registry_url(tmp_path_factory):
+    return ui_registry.shared_sqlite(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def client(registry_url):
+    app = create_app(registry_url[0])
+    with TestClient(app, base_url=BASE, raise_server_exceptions=False) as test_client:
+        yield test_client
+    app.state.registry.close()
+
+
+def every_request(run_id: int) -> list[str]:
+    """Each endpoint with each parameter set to each attack."""
+    from urllib.parse import quote
+
+    paths = []
+    for attack in ATTACKS:
+        a = quote(attack, safe="")
+        paths += [
+            f"/api/studies/{a}",
+            f"/api/studies/{a}/curves",
+            f"/api/runs/{a}",
+            f"/api/runs/{a}/samples",
+        ]
+        for key in ("metric", "points", "smoothing", "from", "to", "after_step"):
+            paths += [f"/api/studies/abl/curves?{key}={a}", f"/api/runs/{run_id}/curves?{key}={a}"]
+        for key in ("step", "kind", "filter", "limit"):
+            paths.append(f"/api/runs/{run_id}/samples?{key}={a}")
+        paths += [f"/api/runs/{run_id}/log?after_id={a}", f"/api/runs?{a}=1", f"/api/meta?x={a}"]
+    return paths
+
+
+def test_no_parameter_reaches_sql_or_a_traceback_and_nothing_is_written(client, registry_url):
+    url, ids = registry_url
+    before = registry_rows(url)
+    for path in every_request(ids["solo-live"]):
+        response = client.get(path)
+        assert 400 <= response.status_code < 500, (path, response.status_code, response.text[:300])
+        assert "Traceback" not in response.text and "sqlalchemy" not in response.text.lower(), path
+        assert set(response.json()) == {"error"}, path
+    assert registry_rows(url) == before
+
+
+def test_static_files_cannot_be_escaped(client):
+    for path in (
+        "/static/../app.py",
+        "/static/%2e%2e/app.py",
+        "/static/..%2fapp.py",
+        "/static/vendor/../../api.py",
+        "/static/%2e%2e/%2e%2e/registry/models.py",
+        "/static//etc/passwd",
+        "/static/..%5capp.py",
+    ):
+        response = client.get(path)
+        assert response.status_code == 404, (path, response.status_code)
+        assert "import" not in response.text and "root:" not in response.text, path
+    assert client.get("/static/vendor/uplot/LICENSE").text.startswith("The MIT License")
+
+
+def test_a_huge_or_malformed_query_is_refused(client, registry_url):
+    run_id = registry_url[1]["solo-live"]
+    assert client.get(f"/api/runs?{'x' * 5000}=1").status_code == 414
+    assert client.get(f"/api/runs/{run_id}/curves?metric={'a/' + 'b' * 5000}").status_code == 414
+    for path, line in (
+        (f"/api/runs/{run_id}/curves?points=5", "'points' must be between 10 and 2000"),
+        (f"/api/runs/{run_id}/curves?points=10&points=20", "given more than once"),
+        (f"/api/runs/{run_id}/curves?smoothing=1", "'smoothing' must be below 1"),
+        (f"/api/runs/{run_id}/curves?from=9&to=3", "'to' must not be below 'from'"),
+        (f"/api/runs/{run_id}/curves?metric=reward", "is not a metric name"),
+        (f"/api/runs/{run_id}/curves?colour=red", "unknown query parameter 'colour'"),
+        (f"/api/runs/{run_id}/samples?filter=maybe", "'filter' must be one of all, right, wrong"),
+    ):
+        response = client.get(path)
+        assert response.status_code == 400 and line in response.json()["error"], (path, response.text)
+    assert client.post("/api/runs").status_code == 405
+
+
+def test_a_foreign_host_header_is_refused(client):
+    for host in ("evil.example", "127.0.0.1.evil.example", "localhost.evil", "[::2]:8321", ""):
+        response = client.get("/api/runs", headers={"host": host})
+        assert response.status_code == 400 and "Host" in response.json()["error"], host
+    for host in ("localhost:8321", "127.0.0.1", "[::1]:8321", "LOCALHOST"):
+        assert client.get("/api/runs", headers={"host": host}).status_code == 200, host
+
+
+def test_a_network_bind_needs_a_token_compared_on_every_request(registry_url):
+    url = registry_url[0]
+    with pytest.raises(UserError, match="needs an access token"):
+        create_app(url, host="0.0.0.0")
+    app = create_app(url, host="10.1.2.3", token="s3cret-token")
+    with TestClient(app, base_url="http://10.1.2.3:8321") as client:
+        assert client.get("/api/runs").status_code == 401
+        assert client.get("/api/runs?token=wrong").status_code == 401
+        assert client.get("/", headers={"host": "127.0.0.1"}).status_code == 401
+        assert client.get("/api/runs", headers={"x-grpoctl-token": "s3cret-token"}).status_code == 200
+        first = client.get("/?token=s3cret-token")
+        assert first.status_code == 200 and "HttpOnly" in first.headers["set-cookie"]
+        assert client.get("/api/runs").status_code == 200  # the cookie carries it now
+        assert client.get("/api/runs", headers={"host": "evil.example"}).status_code == 400
+    app.state.registry.close()
+
+
+def test_answers_carry_no_framing_no_foreign_scripts_no_referrer(client):
+    headers = client.get("/").headers
+    assert "default-src 'self'" in headers["content-security-policy"]
+    assert headers["x-frame-options"] == "DENY" and headers["referrer-policy"] == "no-referrer"
+
+
+def test_a_registry_upgraded_under_the_server_is_refused(tmp_path):
+    url = str(tmp_path / "registry.db")
+    ui_registry.build(url)
+    app = create_app(url)
+    with TestClient(app, base_url=BASE) as client:
+        assert client.get("/api/runs").status_code == 200
+        with sqlite3.connect(url) as conn:
+            conn.execute("UPDATE alembic_version SET version_num = '9999'")
+        response = client.get("/api/runs")
+        assert response.status_code == 503
+        assert "schema revision 9999" in response.json()["error"] and schema.HEAD in response.json()["error"]
+    app.state.registry.close()
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_postgres_password_in_no_answer_pool_of_two_and_a_statement_timeout(db_url):
+    password = make_url(db_url).password
+    assert password, "the test server's URL carries a password"
+    ids = ui_registry.build(db_url)
+    app = create_app(db_url)
+    registry = app.state.registry
+    assert registry.engine.pool.size() == 2 and registry.engine.pool._max_overflow == 0
+    with registry.engine.connect() as conn:
+        assert conn.exec_driver_sql("SHOW statement_timeout").scalar() == "5s"
+        assert conn.exec_driver_sql("SHOW transaction_read_only").scalar() == "on"
+    with TestClient(app, base_url=BASE, raise_server_exceptions=False) as client:
+        paths = ["/", "/api/meta", "/api/runs", "/api/studies/abl", "/api/studies/abl/curves"]
+        paths += [f"/api/runs/{i}{tail}" for i in ids.values() for tail in ("", "/curves", "/samples", "/log")]
+        paths += every_request(ids["solo-live"])[:40]
+        for path in paths:
+            assert password not in client.get(path).text, path
+    registry.close()
+
+
+def test_the_command_refuses_bad_input_in_one_line(tmp_path):
+    from cli import invoke
+
+    for args, line in (
+        (["--port", "0"], "--port must be between 1 and 65535"),
+        (["--poll", "0.01"], "--poll must be between 0.2 and 600"),
+        (["--db", str(tmp_path / "missing.db")], "no registry at"),
+    ):
+        out = invoke("ui", *args, cwd=tmp_path)
+        assert out.returncode == 2 and line in out.stderr and "Traceback" not in out.stderr, (args, out.stderr)
+        assert len(out.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "missing.db").exists()
