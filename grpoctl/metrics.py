@@ -17,9 +17,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# How any metric name is spelled (`family/what`): what a reader may check a name it was
+# How any metric name is spelled (`family/what`, `eval/pass@4`, `eval/SET/accuracy`): what a reader may check a name it was
 # given against before asking the registry for it (the dashboard's API).
-NAME_RE = re.compile(r"^[a-z]{1,16}/[A-Za-z0-9_.\-]{1,120}$")
+NAME_RE = re.compile(r"^[a-z]{1,16}/[A-Za-z0-9_.@/\-]{1,120}$")
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from sqlmodel import select
 
 from grpoctl.registry import schema
 from grpoctl.registry.models import Metric, Sample, Tag
-from grpoctl.registry.summaries import _fetch
+from grpoctl.registry.summaries import fetch_rows
 
 
 class DashboardReads:
@@ -36,7 +36,7 @@ class DashboardReads:
         if after_step is not None:
             query = query.where(Metric.step > after_step)
         with self.engine.connect() as conn, conn.begin():
-            for run_id, step, value in _fetch(conn, query):
+            for run_id, step, value in fetch_rows(conn, query):
                 out[run_id].append((step, math.nan if value is None else value))
         for points in out.values():
             points.sort()
@@ -51,7 +51,7 @@ class DashboardReads:
             return []
         query = select(Metric.name).where(Metric.run_id.in_(ids)).distinct()
         with self.engine.connect() as conn:
-            return sorted(name for (name,) in _fetch(conn, query))
+            return sorted(name for (name,) in fetch_rows(conn, query))
 
     def tags_of(self, run_ids: Iterable[int]) -> dict[int, list[str]]:
         """{run_id: its tags, sorted}, in one query."""

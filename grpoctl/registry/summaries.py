@@ -40,7 +40,7 @@ def _trainer_evals(run_ids: list[int]):
     return (EvalResult.run_id.in_(run_ids)) & EvalResult.checkpoint_path.is_(None) & (EvalResult.kind == EVAL_KINDS[0])
 
 
-def _fetch(conn, query) -> list[tuple]:
+def fetch_rows(conn, query) -> list[tuple]:
     """Rows of a Core query straight from the DBAPI cursor, as plain tuples.
 
     SQLAlchemy's Row objects cost about a microsecond each, more than SQLite takes to
@@ -104,7 +104,7 @@ class RunSummaries:
         trainer_evals: dict[int, list[EvalPoint]] = {run_id: [] for run_id in ids}
         # One read transaction: the queries see the same snapshot while trainers keep writing.
         with self.engine.connect() as conn, conn.begin():
-            for run_id, name, step, value in _fetch(conn, series_q):
+            for run_id, name, step, value in fetch_rows(conn, series_q):
                 out[run_id].series.setdefault(name, []).append((step, math.nan if value is None else value))
             for run_id, seconds in conn.execute(_medians(ids, metrics.STEP_TIME)):
                 out[run_id].s_per_step = seconds
