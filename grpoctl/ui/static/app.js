@@ -200,13 +200,17 @@ function mergeTail(held, tail) {
   return true;
 }
 
+// Evals come every eval.every steps: an EMA over so few points lags by tens of steps (a
+// curve still climbing would read as lower than it is), so they start unsmoothed.
+const defaultSmoothing = (metric) => (metric.startsWith("eval/") ? "0" : "0.6");
+
 // A metric picker, a smoothing slider and a chart; `curvesPath(query)` names the API.
 function curvePanel(metricNames, flags, curvesPath, onDrawn) {
   const panel = el("div", {});
   const names = [...new Set([state.meta.headline, ...metricNames])];
   const picker = el("select", { id: "metric", title: "metric" }, names.map((n) => el("option", { value: n, title: metricLabel(n) }, n)));
-  const smoothing = el("input", { id: "smoothing", type: "range", min: "0", max: "0.95", step: "0.05", value: "0.6" });
-  const smoothingText = el("span", { class: "dim" }, "EMA 0.6");
+  const smoothing = el("input", { id: "smoothing", type: "range", min: "0", max: "0.95", step: "0.05", value: defaultSmoothing(state.meta.headline) });
+  const smoothingText = el("span", { class: "dim" }, "EMA " + smoothing.value);
   const description = el("div", { class: "note", id: "metric-description" });
   const chart = el("div", { class: "chart", id: "chart" });
   const view = { held: null, zoom: null, cursor: null };
@@ -240,7 +244,12 @@ function curvePanel(metricNames, flags, curvesPath, onDrawn) {
     chart.setAttribute("data-points", String(data[0].length));
     chart.setAttribute("data-last-step", String(view.held.last_step));
   }
-  picker.addEventListener("change", () => { view.zoom = null; load(); });
+  picker.addEventListener("change", () => {
+    view.zoom = null;
+    smoothing.value = defaultSmoothing(picker.value);
+    smoothingText.textContent = "EMA " + smoothing.value;
+    load();
+  });
   picker.value = state.meta.headline;
   smoothing.addEventListener("change", () => { smoothingText.textContent = "EMA " + smoothing.value; load(); });
   return { panel, load, poll, chart, firstQuery: () => query({}) };
@@ -324,7 +333,7 @@ function compareTable(compare) {
 async function studyView(root, name) {
   const base = `/api/studies/${encodeURIComponent(name)}`;
   // The first chart's curves are asked for beside the study (the headline metric).
-  const firstCurves = api(`${base}/curves?` + new URLSearchParams({ metric: state.meta.headline, smoothing: "0.6", points: "200" }));
+  const firstCurves = api(`${base}/curves?` + new URLSearchParams({ metric: state.meta.headline, smoothing: defaultSmoothing(state.meta.headline), points: "200" }));
   firstCurves.catch(() => {});
   const study = await api(base);
   const flags = [];  // filled by compare's answer, after the first draw
