@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# A copy of the lab registry as it fills, fit to commit: the finished, diverged and failed
+# runs only. scripts/run_lab_studies.sh writes the registry; commit its snapshot as the
+# studies go (a session's processes, and its checkpoints, end with it).
+#
+#   PYTHON=/path/to/frozen/.venv/bin/python scripts/snapshot_lab_registry.sh LIVE.db docs/results/lab.db
+#
+# A run still going, or interrupted, is dropped from the copy (its rows only; no file is
+# touched): its checkpoints stay on this machine, so a later session could not resume it,
+# and scripts/run_lab_studies.sh starts it anew instead. PYTHON must be the grpoctl that
+# runs the studies: another version's registry code could migrate the copy's schema.
+set -euo pipefail
+src=${1:?usage: snapshot_lab_registry.sh LIVE.db OUT.db}
+out=${2:?usage: snapshot_lab_registry.sh LIVE.db OUT.db}
+PYTHON=${PYTHON:-python}
+tmp=$(mktemp -u "${TMPDIR:-/tmp}/lab-snapshot-XXXXXX.db")
+trap 'rm -f "$tmp" "$tmp".bak-*' EXIT
+sqlite3 "$src" "VACUUM INTO '$tmp'"  # a consistent copy of a registry being written
+"$PYTHON" -I - "$tmp" <<'PY'  # -I: not the grpoctl of the directory this runs from
+import sys
+
+from grpoctl.registry import Registry
+
+registry = Registry(f"sqlite:///{sys.argv[1]}")
+runs = registry.list_runs()
+ended = ("finished", "diverged", "failed")
+for run in runs:
+    if run.status not in ended:
+        registry.delete_run(run.id)  # rows only: the registry never touches files
+        print(f"left out {run.name} ({run.status}): the runner starts it anew")
+print(f"{sum(r.status in ended for r in runs)} ended runs kept")
+PY
+sqlite3 "$tmp" "VACUUM"
+mv "$tmp" "$out"
