@@ -109,6 +109,21 @@ def parent_of(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
+def wait_until_orphaned(pid: int, parent: int, timeout_s: float = 60.0) -> None:
+    """Until the kernel has reparented `pid` away from its SIGKILLed `parent`.
+
+    A killed process exits asynchronously: tearing down a Ray worker's threads and memory
+    takes a while on a loaded machine. The parent-death SIGTERM is sent in that same exit
+    (when the child is reparented), so a trainer woken before it could run its last steps
+    and finish the run before the signal came: then the retry finds the run finished and
+    never runs (seen once in CI). Waking it only once it is reparented makes the premise
+    hold: its SIGTERM is pending when it resumes."""
+    deadline = time.monotonic() + timeout_s
+    while parent_of(pid) == parent:
+        assert time.monotonic() < deadline, f"trainer {pid} still has its killed parent {parent}"
+        time.sleep(0.01)
+
+
 def run_of(args: str) -> str:
     """The run a trainer works on, from its arguments: --resume RUN, or its config file."""
     words = args.split()
@@ -167,6 +182,7 @@ def test_a_killed_trainer_and_a_killed_worker_are_resumed_without_a_duplicate_ro
                     elif name == b and holds[name] == 1:
                         killed_worker = parent_of(pid)
                         os.kill(killed_worker, signal.SIGKILL)  # its Ray worker dies; the trainer is orphaned
+                        wait_until_orphaned(pid, killed_worker)
                         os.kill(pid, signal.SIGCONT)
                     else:
                         os.kill(pid, signal.SIGCONT)  # a resumed run reaching step 3 again: let it be
