@@ -11,12 +11,12 @@ from statistics import mean
 import pytest
 import ui_registry
 from conftest import drop_pg_database, fresh_pg_database
-from sqlalchemy import insert
+from sqlalchemy import insert, update
 
 from grpoctl import metrics
 from grpoctl.analysis.compare import build_compare_table
 from grpoctl.analysis.downsample import bucket_edges, downsample, ema
-from grpoctl.registry import Metric, Registry
+from grpoctl.registry import EvalResult, Metric, Registry
 
 starlette = pytest.importorskip("starlette", reason="the ui extra is not installed (pip install 'grpoctl[ui]')")
 from starlette.testclient import TestClient  # noqa: E402
@@ -220,3 +220,33 @@ def test_ema_ignores_nan_and_debiases_the_start():
     assert ema([(0, 2.0), (1, 2.0)], 0.9) == [(0, pytest.approx(2.0)), (1, pytest.approx(2.0))]
     out = ema([(0, 1.0), (1, math.nan), (2, 3.0)], 0.5)
     assert math.isnan(out[1][1]) and out[0][1] == 1.0 and out[2][1] == pytest.approx(7 / 3)
+
+
+# --------------------------------------------------------------------------- live polls
+
+
+def test_two_dashboards_in_one_process_answer_from_their_own_registries(tmp_path):
+    """The study's metric names and compare's answer are cached for the life of the
+    process. Two registries whose runs have the same ids (built alike, then one changed)
+    must each get their own figures: the cache must not cross from one to the other."""
+    first, second = str(tmp_path / "first.db"), str(tmp_path / "second.db")
+    ids = ui_registry.build(first)
+    ui_registry.build(second)
+    good = [ids["abl-good-s0"], ids["abl-good-s1"]]
+    with Registry(second) as registry, registry._writer.begin() as conn:
+        conn.execute(update(EvalResult).where(EvalResult.run_id.in_(good)).values(accuracy=0.99))
+        conn.execute(
+            insert(Metric), [{"run_id": i, "step": 0, "opt_step": None, "name": metrics.KL, "value": 0.1} for i in good]
+        )
+    for url, recorded_kl in ((first, False), (second, True)):
+        app = create_app(url)
+        with TestClient(app, base_url=BASE) as client:
+            study = get(client, "/api/studies/abl")
+            compared = get(client, "/api/studies/abl/compare")
+        app.state.registry.close()
+        with Registry(url, readonly=True) as registry:
+            table = build_compare_table(registry, ["abl"])
+        rows = {r["variant"]: r for r in compared["compare"]["rows"]}
+        assert rows["good"]["final_acc"] == pytest.approx(table.rows[0].values["final_acc"].mean), url
+        assert (metrics.KL in study["metrics"]) == recorded_kl, url
+    assert rows["good"]["final_acc"] == pytest.approx(0.99)  # the second registry's own figure
