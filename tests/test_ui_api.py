@@ -17,6 +17,7 @@ from grpoctl import metrics
 from grpoctl.analysis.compare import build_compare_table
 from grpoctl.analysis.downsample import bucket_edges, downsample, ema
 from grpoctl.registry import EvalResult, Metric, Registry
+from grpoctl.rules import config_hash
 
 starlette = pytest.importorskip("starlette", reason="the ui extra is not installed (pip install 'grpoctl[ui]')")
 from starlette.testclient import TestClient  # noqa: E402
@@ -223,6 +224,57 @@ def test_ema_ignores_nan_and_debiases_the_start():
 
 
 # --------------------------------------------------------------------------- live polls
+
+
+def _runs_by_variant(study: dict) -> dict[str, list[str]]:
+    return {v["label"]: [r["name"] for r in v["runs"]] for v in study["variants"]}
+
+
+def test_a_new_sweep_member_shows_on_the_next_poll(db_url):
+    """A sweep records its members first and each run appears when its trainer starts; a
+    member can also join a sweep that runs. The poll after either lists the new run: in
+    the study, its curves, compare's table and the runs table."""
+    ui_registry.build(db_url)
+    good_lr, _ = ui_registry.VARIANTS["good"]
+    pending, _ = ui_registry.config_of(good_lr, 2, ui_registry.STEPS)
+    with Registry(db_url) as registry:
+        sweep = registry.get_sweep("abl")
+        registry.add_sweep_member(sweep.id, config_hash(pending), "good", 2)
+    app = create_app(db_url)
+    with TestClient(app, base_url=BASE) as client:
+        before = get(client, "/api/studies/abl")
+        assert _runs_by_variant(before) == {
+            "good": ["abl-good-s0", "abl-good-s1"],
+            "wide": [f"abl-wide-s{seed}" for seed in range(6)],
+            "hot": ["abl-hot-s0"],
+        }
+        get(client, "/api/studies/abl/compare")  # as the page does: its answer is cached now
+        with Registry(db_url) as registry:
+            started = ui_registry.make_run(
+                registry, "abl-good-s2", good_lr, 2, ui_registry.STEPS, group="abl", variant="good"
+            )
+            ui_registry.log_curve(registry, started, range(2), 0.7)
+            joined = ui_registry.make_run(
+                registry, "abl-cool-s0", 2e-5, 0, ui_registry.STEPS, group="abl", variant="cool"
+            )
+            registry.add_sweep_member(sweep.id, joined.config_hash, "cool", 0)
+        after = get(client, "/api/studies/abl")
+        assert _runs_by_variant(after) == {
+            **_runs_by_variant(before),
+            "good": ["abl-good-s0", "abl-good-s1", "abl-good-s2"],
+            "cool": ["abl-cool-s0"],
+        }
+        shown = {r["name"]: r for v in after["variants"] for r in v["runs"]}
+        assert (shown["abl-good-s2"]["status"], shown["abl-good-s2"]["last_step"]) == ("running", 1)
+        assert (shown["abl-cool-s0"]["status"], shown["abl-cool-s0"]["last_step"]) == ("running", 0)
+        curves = {v["label"]: v for v in get(client, f"/api/studies/abl/curves?metric={metrics.REWARD}")["variants"]}
+        assert started.id in [seed["run_id"] for seed in curves["good"]["seeds"]] and "cool" in curves
+        compared = get(client, "/api/studies/abl/compare")
+        assert {row["variant"] for row in compared["compare"]["rows"]} == {"good", "wide", "hot", "cool"}
+        assert str(started.id) in compared["flags"] and str(joined.id) in compared["flags"]
+        listed = {r["name"]: r["status"] for r in get(client, "/api/runs")["runs"]}
+        assert listed["abl-good-s2"] == listed["abl-cool-s0"] == "running"
+    app.state.registry.close()
 
 
 def test_two_dashboards_in_one_process_answer_from_their_own_registries(tmp_path):
