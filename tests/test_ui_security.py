@@ -1,7 +1,8 @@
 """The dashboard's safety (grpoctl/ui/guard.py, params.py, app.py): static files cannot
 be escaped, no parameter reaches SQL or a traceback, a huge or malformed query is
 refused, a foreign Host header is refused, the network needs a token, the server never
-writes, and the registry's password appears in no answer."""
+writes (and serves every view under a PostgreSQL role that may only SELECT), and the
+registry's password appears in no answer and nowhere in the server's log."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import ui_registry
 from conftest import registry_rows
 from sqlalchemy.engine import make_url
 
+from grpoctl import metrics
 from grpoctl.errors import UserError
 
 pytest.importorskip("starlette", reason="the ui extra is not installed (pip install 'grpoctl[ui]')")
@@ -58,14 +60,36 @@ def every_request(run_id: int) -> list[str]:
         paths += [
             f"/api/studies/{a}",
             f"/api/studies/{a}/curves",
+            f"/api/studies/{a}/compare",
             f"/api/runs/{a}",
+            f"/api/runs/{a}/curves",
             f"/api/runs/{a}/samples",
+            f"/api/runs/{a}/log",
         ]
         for key in ("metric", "points", "smoothing", "from", "to", "after_step"):
             paths += [f"/api/studies/abl/curves?{key}={a}", f"/api/runs/{run_id}/curves?{key}={a}"]
         for key in ("step", "kind", "filter", "limit"):
             paths.append(f"/api/runs/{run_id}/samples?{key}={a}")
         paths += [f"/api/runs/{run_id}/log?after_id={a}", f"/api/runs?{a}=1", f"/api/meta?x={a}"]
+        # endpoints that take no parameter refuse any, attacks included
+        paths += [f"/api/studies/abl?{a}=1", f"/api/studies/abl/compare?{a}=1", f"/api/runs/{run_id}?{a}=1"]
+    return paths
+
+
+def every_view(ids: dict[str, int]) -> list[str]:
+    """Each endpoint as the page asks for it, over tests/ui_registry.py's registry: all
+    of them answer 200."""
+    paths = ["/", "/static/app.js", "/api/meta", "/api/runs", "/api/studies/abl", "/api/studies/abl/compare"]
+    paths += [f"/api/studies/abl/curves?metric={m}" for m in (metrics.EVAL_ACCURACY, metrics.REWARD, metrics.GRAD_NORM)]
+    paths.append(f"/api/studies/abl/curves?metric={metrics.REWARD}&after_step=5")
+    for run_id in ids.values():
+        paths += [
+            f"/api/runs/{run_id}",
+            f"/api/runs/{run_id}/curves?metric={metrics.REWARD}",
+            f"/api/runs/{run_id}/curves?metric={metrics.REWARD}&after_step=2",
+            f"/api/runs/{run_id}/samples?filter=wrong",
+            f"/api/runs/{run_id}/log",
+        ]
     return paths
 
 
@@ -171,10 +195,7 @@ def test_postgres_password_in_no_answer_pool_of_two_and_a_statement_timeout(db_u
         assert conn.exec_driver_sql("SHOW statement_timeout").scalar() == "5s"
         assert conn.exec_driver_sql("SHOW transaction_read_only").scalar() == "on"
     with TestClient(app, base_url=BASE, raise_server_exceptions=False) as client:
-        paths = ["/", "/api/meta", "/api/runs", "/api/studies/abl", "/api/studies/abl/curves"]
-        paths += [f"/api/runs/{i}{tail}" for i in ids.values() for tail in ("", "/curves", "/samples", "/log")]
-        paths += every_request(ids["solo-live"])[:40]
-        for path in paths:
+        for path in every_view(ids) + every_request(ids["solo-live"])[:40]:
             assert password not in client.get(path).text, path
     registry.close()
 
