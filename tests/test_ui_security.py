@@ -6,11 +6,14 @@ registry's password appears in no answer and nowhere in the server's log."""
 
 from __future__ import annotations
 
+import secrets
 import sqlite3
+import uuid
+from dataclasses import dataclass
 
 import pytest
 import ui_registry
-from conftest import registry_rows
+from conftest import drop_pg_database, fresh_pg_database, pg_execute, registry_rows
 from sqlalchemy.engine import make_url
 
 from grpoctl import metrics
@@ -198,6 +201,54 @@ def test_postgres_password_in_no_answer_pool_of_two_and_a_statement_timeout(db_u
         for path in every_view(ids) + every_request(ids["solo-live"])[:40]:
             assert password not in client.get(path).text, path
     registry.close()
+
+
+@dataclass
+class Reader:
+    """A login role that may only read one registry, as a team gives its dashboard."""
+
+    url: str  # the role's URL, password included
+    role: str
+    password: str  # random and long: found in a text, it cannot be there by chance
+    database_url: str  # the same database as the tests' admin user
+    ids: dict[str, int]
+
+
+@pytest.fixture
+def reader(pg_admin_url):
+    """tests/ui_registry.py's registry in a fresh database, and a role granted nothing on
+    it but CONNECT, USAGE and SELECT. Roles belong to the whole server: it is dropped after."""
+    database_url = fresh_pg_database(pg_admin_url)
+    role, password = f"ui_reader_{uuid.uuid4().hex[:8]}", secrets.token_urlsafe(24)
+    try:
+        ids = ui_registry.build(database_url)
+        pg_execute(
+            database_url,
+            f"CREATE ROLE {role} LOGIN PASSWORD '{password}'",
+            f"GRANT CONNECT ON DATABASE {make_url(database_url).database} TO {role}",
+            f"GRANT USAGE ON SCHEMA public TO {role}",
+            f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}",
+        )
+        url = make_url(database_url).set(username=role, password=password).render_as_string(hide_password=False)
+        yield Reader(url, role, password, database_url, ids)
+    finally:
+        drop_pg_database(pg_admin_url, database_url)  # its grants go with it
+        pg_execute(pg_admin_url, f"DROP ROLE IF EXISTS {role}")
+
+
+def test_postgres_a_select_only_role_serves_every_view_and_writes_nothing(reader):
+    import psycopg
+
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):  # else this test would prove nothing
+        pg_execute(reader.url, "DELETE FROM tag")
+    before = registry_rows(reader.database_url)
+    app = create_app(reader.url)
+    with TestClient(app, base_url=BASE, raise_server_exceptions=False) as client:
+        for path in every_view(reader.ids):
+            response = client.get(path)
+            assert response.status_code == 200, (path, response.status_code, response.text[:300])
+    app.state.registry.close()
+    assert registry_rows(reader.database_url) == before
 
 
 def test_the_command_refuses_bad_input_in_one_line(tmp_path):
