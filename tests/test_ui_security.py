@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import secrets
 import sqlite3
+import time
 import uuid
 from dataclasses import dataclass
 
@@ -15,11 +16,13 @@ import pytest
 import ui_registry
 from conftest import drop_pg_database, fresh_pg_database, pg_execute, registry_rows
 from sqlalchemy.engine import make_url
+from ui_server import Server, free_port
 
 from grpoctl import metrics
 from grpoctl.errors import UserError
 
 pytest.importorskip("starlette", reason="the ui extra is not installed (pip install 'grpoctl[ui]')")
+import httpx  # noqa: E402  (what starlette's test client is built on)
 from starlette.testclient import TestClient  # noqa: E402
 
 from grpoctl.registry import schema  # noqa: E402
@@ -249,6 +252,62 @@ def test_postgres_a_select_only_role_serves_every_view_and_writes_nothing(reader
             assert response.status_code == 200, (path, response.status_code, response.text[:300])
     app.state.registry.close()
     assert registry_rows(reader.database_url) == before
+
+
+def _until_disconnected(database_url: str, role: str) -> None:
+    """Wait until the server has ended every session of `role` (pg_terminate_backend only
+    asks: a session still there would answer the dashboard's next query)."""
+    import psycopg
+
+    url = make_url(database_url)
+    deadline = time.monotonic() + 30
+    with psycopg.connect(
+        host=url.host, port=url.port, user=url.username, password=url.password, dbname=url.database, autocommit=True
+    ) as conn:
+        while conn.execute("SELECT count(*) FROM pg_stat_activity WHERE usename = %s", (role,)).fetchone()[0]:
+            assert time.monotonic() < deadline, f"the sessions of {role} did not end"
+            time.sleep(0.05)
+
+
+def test_postgres_password_never_reaches_the_servers_log(reader, pg_admin_url, tmp_path):
+    """`grpoctl ui` over a URL with a password, in a subprocess, everything it prints
+    captured: it serves; its role's password changes and its connections are cut (it
+    answers 503 and logs why); the password is put back (it serves again); the database
+    is dropped (503 again). A start while the role is refused fails in one line. The
+    password is in no answer, and nowhere in the server's log."""
+    from cli import invoke
+
+    server = Server(reader.url, tmp_path)
+    answers = []
+    try:
+        answers.append(httpx.get(server.url + "/api/runs", timeout=60))
+        assert answers[-1].status_code == 200, answers[-1].text
+        pg_execute(
+            reader.database_url,
+            f"ALTER ROLE {reader.role} PASSWORD '{secrets.token_urlsafe(24)}'",
+            f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{reader.role}'",
+        )
+        _until_disconnected(reader.database_url, reader.role)
+        answers.append(httpx.get(server.url + "/api/studies/abl/compare", timeout=60))
+        assert answers[-1].status_code == 503 and "password authentication failed" in answers[-1].json()["error"]
+        refused_start = invoke("ui", "--db", reader.url, "--port", str(free_port()))
+        assert refused_start.returncode == 2 and "password authentication failed" in refused_start.stderr
+        assert len(refused_start.stderr.strip().splitlines()) == 1, refused_start.stderr
+        assert reader.password not in refused_start.stdout + refused_start.stderr
+        pg_execute(reader.database_url, f"ALTER ROLE {reader.role} PASSWORD '{reader.password}'")
+        answers.append(httpx.get(server.url + f"/api/runs/{reader.ids['solo-live']}", timeout=60))
+        assert answers[-1].status_code == 200, answers[-1].text
+        drop_pg_database(pg_admin_url, reader.database_url)
+        answers.append(httpx.get(server.url + "/api/runs", timeout=60))
+        assert answers[-1].status_code == 503 and "has no database" in answers[-1].json()["error"]
+    finally:
+        server.stop()
+    log = server.log_path.read_text()
+    # What it printed names the registry and the failures: the password had its chances.
+    assert reader.role in log and log.count("registry error") == 2, log
+    assert "password authentication failed" in log and "has no database" in log, log
+    assert reader.password not in log
+    assert not [a.url for a in answers if reader.password in a.text]
 
 
 def test_the_command_refuses_bad_input_in_one_line(tmp_path):
