@@ -6,17 +6,19 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from statistics import mean
 
 import pytest
 import ui_registry
 from conftest import drop_pg_database, fresh_pg_database
-from sqlalchemy import insert
+from sqlalchemy import event, insert, update
 
 from grpoctl import metrics
 from grpoctl.analysis.compare import build_compare_table
 from grpoctl.analysis.downsample import bucket_edges, downsample, ema
-from grpoctl.registry import Metric, Registry
+from grpoctl.registry import EvalResult, Metric, Registry, store
+from grpoctl.rules import config_hash
 
 starlette = pytest.importorskip("starlette", reason="the ui extra is not installed (pip install 'grpoctl[ui]')")
 from starlette.testclient import TestClient  # noqa: E402
@@ -220,3 +222,202 @@ def test_ema_ignores_nan_and_debiases_the_start():
     assert ema([(0, 2.0), (1, 2.0)], 0.9) == [(0, pytest.approx(2.0)), (1, pytest.approx(2.0))]
     out = ema([(0, 1.0), (1, math.nan), (2, 3.0)], 0.5)
     assert math.isnan(out[1][1]) and out[0][1] == 1.0 and out[2][1] == pytest.approx(7 / 3)
+
+
+# --------------------------------------------------------------------------- live polls
+
+
+def _runs_by_variant(study: dict) -> dict[str, list[str]]:
+    return {v["label"]: [r["name"] for r in v["runs"]] for v in study["variants"]}
+
+
+def test_a_new_sweep_member_shows_on_the_next_poll(db_url):
+    """A sweep records its members first and each run appears when its trainer starts; a
+    member can also join a sweep that runs. The poll after either lists the new run: in
+    the study, its curves, compare's table and the runs table."""
+    ui_registry.build(db_url)
+    good_lr, _ = ui_registry.VARIANTS["good"]
+    pending, _ = ui_registry.config_of(good_lr, 2, ui_registry.STEPS)
+    with Registry(db_url) as registry:
+        sweep = registry.get_sweep("abl")
+        registry.add_sweep_member(sweep.id, config_hash(pending), "good", 2)
+    app = create_app(db_url)
+    with TestClient(app, base_url=BASE) as client:
+        before = get(client, "/api/studies/abl")
+        assert _runs_by_variant(before) == {
+            "good": ["abl-good-s0", "abl-good-s1"],
+            "wide": [f"abl-wide-s{seed}" for seed in range(6)],
+            "hot": ["abl-hot-s0"],
+        }
+        get(client, "/api/studies/abl/compare")  # as the page does: its answer is cached now
+        with Registry(db_url) as registry:
+            started = ui_registry.make_run(
+                registry, "abl-good-s2", good_lr, 2, ui_registry.STEPS, group="abl", variant="good"
+            )
+            ui_registry.log_curve(registry, started, range(2), 0.7)
+            joined = ui_registry.make_run(
+                registry, "abl-cool-s0", 2e-5, 0, ui_registry.STEPS, group="abl", variant="cool"
+            )
+            registry.add_sweep_member(sweep.id, joined.config_hash, "cool", 0)
+        after = get(client, "/api/studies/abl")
+        assert _runs_by_variant(after) == {
+            **_runs_by_variant(before),
+            "good": ["abl-good-s0", "abl-good-s1", "abl-good-s2"],
+            "cool": ["abl-cool-s0"],
+        }
+        shown = {r["name"]: r for v in after["variants"] for r in v["runs"]}
+        assert (shown["abl-good-s2"]["status"], shown["abl-good-s2"]["last_step"]) == ("running", 1)
+        assert (shown["abl-cool-s0"]["status"], shown["abl-cool-s0"]["last_step"]) == ("running", 0)
+        curves = {v["label"]: v for v in get(client, f"/api/studies/abl/curves?metric={metrics.REWARD}")["variants"]}
+        assert started.id in [seed["run_id"] for seed in curves["good"]["seeds"]] and "cool" in curves
+        compared = get(client, "/api/studies/abl/compare")
+        assert {row["variant"] for row in compared["compare"]["rows"]} == {"good", "wide", "hot", "cool"}
+        assert str(started.id) in compared["flags"] and str(joined.id) in compared["flags"]
+        listed = {r["name"]: r["status"] for r in get(client, "/api/runs")["runs"]}
+        assert listed["abl-good-s2"] == listed["abl-cool-s0"] == "running"
+    app.state.registry.close()
+
+
+def test_two_dashboards_in_one_process_answer_from_their_own_registries(tmp_path):
+    """The study's metric names and compare's answer are cached for the life of the
+    process. Two registries whose runs have the same ids (built alike, then one changed)
+    must each get their own figures: the cache must not cross from one to the other."""
+    first, second = str(tmp_path / "first.db"), str(tmp_path / "second.db")
+    ids = ui_registry.build(first)
+    ui_registry.build(second)
+    good = [ids["abl-good-s0"], ids["abl-good-s1"]]
+    with Registry(second) as registry, registry._writer.begin() as conn:
+        conn.execute(update(EvalResult).where(EvalResult.run_id.in_(good)).values(accuracy=0.99))
+        conn.execute(
+            insert(Metric), [{"run_id": i, "step": 0, "opt_step": None, "name": metrics.KL, "value": 0.1} for i in good]
+        )
+    for url, recorded_kl in ((first, False), (second, True)):
+        app = create_app(url)
+        with TestClient(app, base_url=BASE) as client:
+            study = get(client, "/api/studies/abl")
+            compared = get(client, "/api/studies/abl/compare")
+        app.state.registry.close()
+        with Registry(url, readonly=True) as registry:
+            table = build_compare_table(registry, ["abl"])
+        rows = {r["variant"]: r for r in compared["compare"]["rows"]}
+        assert rows["good"]["final_acc"] == pytest.approx(table.rows[0].values["final_acc"].mean), url
+        assert (metrics.KL in study["metrics"]) == recorded_kl, url
+    assert rows["good"]["final_acc"] == pytest.approx(0.99)  # the second registry's own figure
+
+
+# What the page asks for in each view, first when it draws it and then at each poll
+# while a run is live (static/app.js: runsView, studyView, runView).
+def _page_requests(run_id: int) -> dict[str, list[str]]:
+    curve = f"metric={metrics.REWARD}&smoothing=0.6&points=200"
+    headline = f"metric={metrics.EVAL_ACCURACY}&smoothing=0&points=200"
+    return {
+        "runs": ["/api/meta", "/api/runs"],
+        "runs poll": ["/api/runs"],
+        "study": ["/api/studies/big", f"/api/studies/big/curves?{headline}", "/api/studies/big/compare"],
+        "study poll": ["/api/studies/big", f"/api/studies/big/curves?{curve}&after_step=3"],
+        "run": [
+            f"/api/runs/{run_id}",
+            f"/api/runs/{run_id}/curves?{curve}",
+            f"/api/runs/{run_id}/samples?step=4&filter=all",
+            f"/api/runs/{run_id}/log?after_id=0",
+        ],
+        "run poll": [
+            f"/api/runs/{run_id}",
+            f"/api/runs/{run_id}/curves?{curve}&after_step=3",
+            f"/api/runs/{run_id}/log?after_id=1",
+        ],
+    }
+
+
+# The most queries one request of the page may cost, and one poll of any view, whatever
+# the number of runs. Measured on SQLite (PostgreSQL: 2 fewer a request, as the schema
+# revision is checked again only on SQLite): a study's compare with its cache cold 16,
+# a run's view 12; a poll of the study view 18, of a run's view 20.
+MAX_QUERIES_PER_REQUEST = 20
+MAX_QUERIES_PER_POLL = 24
+QUERY_RE = re.compile(r"\s*(SELECT|WITH)\b", re.IGNORECASE)
+WRITE_RE = re.compile(r"\s*(INSERT|UPDATE|DELETE|CREATE|ALTER|DROP|REPLACE)\b", re.IGNORECASE)
+
+
+def _record_statements(engine) -> list[str]:
+    """Every statement the engine's connections send from now on, as its driver sends it.
+
+    At the driver, not as SQLAlchemy's `before_cursor_execute` event: the biggest reads
+    (registry/summaries.py's fetch_rows) go straight to the DBAPI cursor, past the event.
+    """
+    sent: list[str] = []
+
+    def record(dbapi_connection, _record) -> None:
+        if engine.dialect.name == "sqlite":
+            dbapi_connection.set_trace_callback(sent.append)
+            return
+        factory = dbapi_connection.cursor_factory
+
+        class Recording(factory):
+            def execute(self, query, params=None, **options):
+                sent.append(str(query))
+                return super().execute(query, params, **options)
+
+        dbapi_connection.cursor_factory = Recording
+
+    event.listen(engine, "connect", record)
+    return sent
+
+
+def _grow_sweep(url: str, members: range) -> None:
+    """The runs `members` of the sweep `big`: variants of 5 seeds, 5 steps logged each,
+    the even seeds finished and the odd ones still running (so the views poll)."""
+    with Registry(url) as registry:
+        sweep = registry.get_or_create_sweep("big", "sweep", {})
+        for i in members:
+            variant, seed = divmod(i, 5)
+            run = ui_registry.make_run(
+                registry, f"big-v{variant}-s{seed}", 1e-5 * (variant + 1), seed, 12, group="big", variant=f"v{variant}"
+            )
+            registry.add_sweep_member(sweep.id, run.config_hash, f"v{variant}", seed)
+            ui_registry.log_curve(registry, run, range(5), 0.6)
+            registry.append_log(run.name, "step 4\n")
+            if seed % 2 == 0:
+                registry.set_status(run.id, "finished")
+
+
+def test_a_poll_costs_the_same_queries_for_10_runs_as_for_100(db_url, monkeypatch):
+    """Each request the page makes, and so each poll, costs as many queries when its
+    sweep has 100 runs as when it had 10 (no query per run), within a stated bound; the
+    first time (compare's cache cold) and again (warm). Nothing is written."""
+    # create_run asks git for the commit: a subprocess per run was most of this test's time
+    monkeypatch.setattr(store, "_git_commit", lambda: None)
+    _grow_sweep(db_url, range(10))
+    app = create_app(db_url)
+    engine = app.state.registry.engine
+    sent = _record_statements(engine)
+    with Registry(db_url, readonly=True) as registry:
+        run_id = registry.get_run("big-v0-s1").id  # running: the run view polls
+    requests = _page_requests(run_id)
+
+    def queries_per_request(client) -> dict[tuple[int, str], int]:
+        engine.dispose()  # each measure starts on new connections (set up alike)
+        out = {}
+        for attempt in (0, 1):
+            for path in dict.fromkeys(p for paths in requests.values() for p in paths):
+                sent.clear()
+                get(client, path)
+                assert not [s for s in sent if WRITE_RE.match(s)], path
+                out[attempt, path] = sum(1 for s in sent if QUERY_RE.match(s))
+        return out
+
+    with TestClient(app, base_url=BASE) as client:
+        ten = queries_per_request(client)
+        _grow_sweep(db_url, range(10, 100))
+        assert len(get(client, "/api/runs")["runs"]) == 100
+        hundred = queries_per_request(client)
+    app.state.registry.close()
+    # the recorder hears every read (/api/meta reads nothing but, on SQLite, the schema revision)
+    assert all(n for (_, path), n in hundred.items() if path != "/api/meta"), hundred
+    assert hundred == ten, {key: (ten[key], n) for key, n in hundred.items() if ten[key] != n}
+    assert max(hundred.values()) <= MAX_QUERIES_PER_REQUEST, hundred
+    for view, paths in requests.items():
+        # (a study's poll asks compare again only when a run's status changed: its own
+        # cost is bounded with every request's above)
+        if view.endswith("poll"):
+            assert sum(hundred[1, path] for path in paths) <= MAX_QUERIES_PER_POLL, (view, hundred)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,13 +24,13 @@ import pytest
 import ui_registry
 from conftest import IN_CI, REPO, fast_overrides, record_service_start
 from sqlalchemy import update
+from ui_server import POLL_S, Server
 
 from grpoctl.registry import Registry, Run
 from grpoctl.registry.models import utcnow
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
-POLL_S = 0.5
 DOCS = REPO / "docs"
 
 
@@ -76,41 +75,6 @@ def browser():
     record_service_start("chromium", time.monotonic() - started)
     yield driver
     driver.quit()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """`grpoctl ui` in a subprocess, until stop()."""
-
-    def __init__(self, db: str, workdir: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = open(workdir / "ui-server.log", "w")
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        cmd = [sys.executable, "-m", "grpoctl", "ui", "--db", db, "--port", str(self.port), "--poll", str(POLL_S)]
-        self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, (workdir / "ui-server.log").read_text()
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return
-            except OSError:
-                time.sleep(0.1)
-        raise AssertionError("grpoctl ui did not start listening")
-
-    def stop(self) -> None:
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.log.close()
 
 
 @pytest.fixture(scope="module")

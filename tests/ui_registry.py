@@ -20,11 +20,16 @@ def _defaults() -> dict:
     return to_dict(load_config(None))  # once: building a config costs a fraction of a second
 
 
-def make_run(registry: Registry, name: str, lr: float, seed: int, steps: int, **fields):
-    """A run whose config is the defaults with this lr, seed and number of steps."""
+def config_of(lr: float, seed: int, steps: int) -> tuple[dict, dict]:
+    """(config, its diff from the defaults): the defaults with this lr, seed and number of steps."""
     config = copy.deepcopy(_defaults())
     config["optimizer"]["lr"], config["seed"], config["loop"]["n_grpo_steps"] = lr, seed, steps
-    diff = {"optimizer": {"lr": lr}, "seed": seed, "loop": {"n_grpo_steps": steps}}
+    return config, {"optimizer": {"lr": lr}, "seed": seed, "loop": {"n_grpo_steps": steps}}
+
+
+def make_run(registry: Registry, name: str, lr: float, seed: int, steps: int, **fields):
+    """A run whose config is the defaults with this lr, seed and number of steps."""
+    config, diff = config_of(lr, seed, steps)
     return registry.create_run(
         name=name,
         config=config,

@@ -150,14 +150,21 @@ def study(registry: Registry, request: Request, name: str) -> dict:
     # Runs of one variant record the same metrics: ask one run of each, once while none runs.
     representatives = tuple(runs[0].id for _, runs in groups)
     live = any(r["status"] == "running" for v in variants for r in v["runs"])
-    names = _names.get(representatives) if not live else None
+    key = (registry.public_url, representatives)
+    names = _names.get(key) if not live else None
     if names is None:
         names = registry.metric_names(representatives)
         if not live:
-            _names[representatives] = names
+            if len(_names) > 64:
+                _names.clear()
+            _names[key] = names
     return {"name": name, "variants": variants, "metrics": names}
 
 
+# The caches below are kept for the life of the process, and a process may serve more
+# than one registry (create_app twice: the tests do, on SQLite then PostgreSQL): their
+# keys start with the registry's URL, else two registries whose runs have the same ids
+# would be answered from one another's figures.
 _names: dict[tuple, list[str]] = {}
 
 
@@ -170,7 +177,7 @@ def study_compare(registry: Registry, request: Request, name: str) -> dict:
     params.check_known(request.query_params, set())
     found, _ = _study_runs(registry, name)
     now = utcnow()
-    key = (name, *((run.id, effective_status(run, now), run.last_step) for run in found))
+    key = (registry.public_url, name, *((run.id, effective_status(run, now), run.last_step) for run in found))
     if key not in _compared:
         if len(_compared) > 16:
             _compared.clear()
@@ -203,6 +210,8 @@ def _curve_options(request: Request) -> dict:
 
 # A study's variants by its runs' ids and labels: a run's config never changes, and
 # folding reads every config (a tenth of a second for 100 runs), so once per set of runs.
+# (No registry in the key: the config hash names the config, so the folds are the same
+# in any registry.)
 _folds: dict[tuple, list[tuple[str, list[int]]]] = {}
 
 
