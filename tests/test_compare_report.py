@@ -718,3 +718,68 @@ def test_the_star_and_the_winner_follow_the_verdicts(study_db, tmp_path):
     for kind in ("entropy collapse", "length blow-up", "grad-norm explosion", "flat reward", "eval accuracy drop"):
         assert f"- **{kind}**: " in study
     assert "Can fire: the 3x route only when 3x the early length fits under max_tokens" in study
+
+
+# --------------------------------------------------------------------------- against rollouts generated
+
+# Prompts drawn at steps 1-4 by each seed of the dynamic-sampling arm (group size 4, 16
+# rollouts a step without it): more than 16 / 4 = 4 where a round's flat groups were dropped.
+PROMPTS_DRAWN = {0: [4, 8, 6, 4], 1: [4, 4, 8, 8]}
+
+
+def dynamic_sampling_study(path: Path) -> Registry:
+    """An ablation of plain GRPO against dynamic sampling, 2 seeds each, 4 steps, evals at 0, 2, 4."""
+    registry = Registry(str(path))
+    sweep = registry.get_or_create_sweep("ds", "ablation", {"file": "ds.yaml", "baseline": "plain"})
+    base = ["rollout.rollout_batch_size=16", "rollout.group_size=4", "loop.train_batch_size=16"]
+    for variant, extra in (("plain", []), ("dynamic", ["rollout.dynamic_sampling=true"])):
+        for seed in (0, 1):
+            run = eval_run(
+                registry,
+                sweep,
+                f"ds-{variant}-s{seed}",
+                variant,
+                [*base, *extra, f"seed={seed}"],
+                [(0, 0.3), (2, 0.4 + 0.01 * seed), (4, 0.5)],
+                group="ds",
+            )
+            if variant == "dynamic":
+                for step, drawn in enumerate(PROMPTS_DRAWN[seed], start=1):
+                    registry.log_step(run.id, step, {"train/dynamic_sampling_prompts": drawn})
+    return registry
+
+
+def test_a_dynamic_sampling_study_is_also_plotted_against_rollouts_generated(tmp_path, monkeypatch):
+    """Issue 22: dynamic sampling is plotted against rollouts generated as well as against
+    steps, since its steps draw further rounds of prompts. x at a step: the rollouts
+    generated through it, prompts drawn x group size where recorded, else the rollout batch."""
+    import matplotlib.axes
+
+    from grpoctl.cli import report_plots
+
+    lines: dict[str, tuple[list, list]] = {}  # each variant's mean line, as drawn
+    plot = matplotlib.axes.Axes.plot
+
+    def drawn(ax, x, y, *args, **kwargs):
+        if "label" in kwargs:
+            lines[kwargs["label"].split(" ")[0]] = (list(x), list(y))
+        return plot(ax, x, y, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", drawn)
+    with dynamic_sampling_study(tmp_path / "registry.db") as registry:
+        table = build_compare_table(registry, ["ds"])
+        rows = {row.label: row for row in table.rows}
+        plain, dynamic = rows["plain"].runs[0], rows["dynamic"].runs[0]
+        assert report_plots.rollouts_by_step(plain, 4) == {0: 0, 1: 16, 2: 32, 3: 48, 4: 64}
+        assert report_plots.rollouts_by_step(dynamic, 4) == {0: 0, 1: 16, 2: 48, 3: 72, 4: 88}  # seed 0
+        assert not report_plots.records_dynamic_sampling([rows["plain"]])
+        lines.clear()
+        text = write_report(registry, "ds", tmp_path / "rep").read_text()
+    assert "![eval accuracy against rollouts generated](eval_accuracy_by_rollouts.png)" in text
+    assert (tmp_path / "rep" / "eval_accuracy_by_rollouts.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The last figure drawn is the one against rollouts: each arm's mean over its seeds.
+    # Seed 0 reaches steps 2 and 4 at 48 and 88 rollouts, seed 1 at 32 and 96.
+    assert lines["plain"] == ([0, 32, 64], [0.3, pytest.approx(0.405), 0.5])
+    assert lines["dynamic"] == ([0, 40, 92], [0.3, pytest.approx(0.405), 0.5])
+    # Against steps, as before: the eval curve of both arms at steps 0, 2, 4.
+    assert "![eval accuracy](eval_accuracy.png)" in text

@@ -35,6 +35,11 @@ def test_overlong_penalty_matches_dapo_worked_by_hand():
 
 
 def test_masking_keeps_only_rows_that_stopped():
+    """TRL's mask_truncated_completions (trl/trainer/grpo_trainer.py, lines 2416-2421 at
+    f2cd57710ae345ea6428ae95363267fcf38a3dc8): a completion whose last token is neither EOS
+    nor padding (it hit the length limit) has its completion_mask zeroed, so its tokens
+    leave the loss. Its reward is untouched: the group mean and std (lines 2685-2691) are
+    taken over every completion, as rollout_batch in train/step.py does."""
     assert loss_rows([False, True, False], mask_truncated=True).tolist() == [True, False, True]
     assert loss_rows([False, True, False], mask_truncated=False).tolist() == [True, True, True]
 
@@ -73,6 +78,13 @@ def _grad(loss: PolicyGradientLoss, log_probs, mask, advantages, tokens=None, **
 
 @pytest.mark.parametrize("normalization", ["mean", "constant", "token"])
 def test_a_masked_row_gets_no_gradient_and_the_rest_are_weighed_as_documented(normalization):
+    """The masked row's place in each normalization, as TRL's loss types have it
+    (trl/trainer/grpo_trainer.py at f2cd57710ae345ea6428ae95363267fcf38a3dc8): `token` is
+    dapo's sum over the batch's kept tokens, divided by num_items_in_batch, which counts
+    the mask after truncated rows are zeroed (lines 2427 and 3139-3141); `mean` is grpo's
+    per-sequence token mean, clamped at 1 token, then the mean over every sequence, the
+    masked one at zero loss (line 3125); `constant` is dr_grpo's sum over
+    (sequences x max length), the masked sequence still counted (line 3135)."""
     log_probs, mask, adv = _random_step()
     keep = torch.tensor([True, False, True, True])
     loss = PolicyGradientLoss("grpo_clip", normalization, cliprange=0.2, normalize_constant=6.0)
@@ -94,6 +106,16 @@ def test_a_masked_row_gets_no_gradient_and_the_rest_are_weighed_as_documented(no
 
 @pytest.mark.parametrize("normalization", ["mean", "token"])
 def test_the_entropy_bonus_is_subtracted_with_the_losss_normalization(normalization):
+    """verl's actor (verl/workers/actor/dp_actor.py, lines 633-638 at
+    b178a3cd56f58b2d502255daba591e92833930a7): entropy_agg = agg_loss(entropy, response_mask,
+    loss_agg_mode), the policy-gradient term's own aggregation, and policy_loss -=
+    entropy_agg * entropy_coeff. agg_loss (verl/trainer/ppo/core_algos.py at the same commit)
+    is, for `token`, token-mean: the masked sum over the batch's tokens (lines 1055-1058);
+    for `mean`, seq-mean-token-mean: each sequence's token mean, then the mean over
+    sequences (lines 1065-1071; verl leaves a fully masked sequence out of that mean, and
+    none is here). TRL differs (trl/trainer/grpo_trainer.py, lines 3152-3181 at
+    f2cd57710ae345ea6428ae95363267fcf38a3dc8): its bonus is the token-mean entropy whatever
+    the loss type; issue 22 asks for the loss's own normalization, verl's form."""
     g = torch.Generator().manual_seed(1)
     logits = torch.randn(3, 5, 11, generator=g, requires_grad=True)
     labels = torch.randint(0, 11, (3, 5), generator=g)

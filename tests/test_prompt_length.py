@@ -41,7 +41,7 @@ def test_the_limit_is_the_context_minus_the_response_budget():
 
 def test_tokens_not_bytes_decide_for_a_tokenizer_with_merges():
     class TwoBytesPerToken:  # a stand-in for a BPE vocabulary: a prompt of n bytes is n/2 tokens
-        def __call__(self, text, add_special_tokens=False):
+        def __call__(self, text, add_special_tokens=False, verbose=True):
             return type("Encoded", (), {"input_ids": list(range((len(text.encode()) + 1) // 2))})()
 
     budget = PromptBudget(TwoBytesPerToken(), context=200, source="test")
@@ -124,9 +124,9 @@ def test_a_huge_prompt_is_decided_on_a_prefix():
         def __init__(self):
             self.inner = build_tokenizer()
 
-        def __call__(self, text, add_special_tokens=False):
+        def __call__(self, text, add_special_tokens=False, verbose=True):
             seen.append(len(text))
-            return self.inner(text, add_special_tokens=add_special_tokens)
+            return self.inner(text, add_special_tokens=add_special_tokens, verbose=verbose)
 
     budget = PromptBudget(Counting(), context=1024, source="test")
     huge = Example("h", "1+" * 500_000, "1")

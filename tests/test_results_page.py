@@ -113,3 +113,19 @@ def test_an_empty_registry_and_a_bad_page(tmp_path):
     out = page_script(str(bad), "--out", str(tmp_path / "never"))
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "unknown key 'flavour'" in out.stderr
     assert not (tmp_path / "never").exists()
+
+
+def test_the_knobs_page_reads_the_knob_studies_registry_and_writes_beside_the_lab_page(monkeypatch):
+    """experiments/pages/lab-knobs.yaml (issue 22's studies): its paths resolve from its own
+    folder, as results_page.py resolves them, to their own registry and folder in docs/results/."""
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    import results_page
+
+    from grpoctl.analysis import findings as F
+
+    page = ROOT / "experiments" / "pages" / "lab-knobs.yaml"
+    spec = results_page.read_page(page)
+    assert (page.parent / spec["registry"]).resolve() == ROOT / "docs" / "results" / "lab-knobs.db"
+    assert (page.parent / spec["out"]).resolve() == ROOT / "docs" / "results" / "knobs"
+    studies = [F.read_findings(p)[0] for p in F.family_specs(page)]
+    assert studies == ["lab-overlong", "lab-dynamic-sampling", "lab-entropy-bonus"]

