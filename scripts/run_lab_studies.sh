@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Run, or resume, the seven lab studies of issue 21 into docs/results/lab.db, one study
-# after another, on one core.
+# Run, or resume, the lab's studies one after another, on one core: the seven of issue 21
+# into docs/results/lab.db (`seven`, the default), or the three knob studies of issue 22,
+# queued after them, into their own docs/results/lab-knobs.db (`knobs`).
 #
-#   scripts/run_lab_studies.sh              # run what is left, in order
+#   scripts/run_lab_studies.sh [seven|knobs]   # run what is left of the suite, in order
 #   nohup scripts/run_lab_studies.sh > outputs/lab-studies.log 2>&1 &
 #   kill -TERM "$(cat outputs/lab-studies.pid)"   # pause: members checkpoint, end `interrupted`
 #   scripts/run_lab_studies.sh              # ... and resume them
@@ -28,25 +29,44 @@
 # `interrupted`, within INTERRUPT_GRACE_S (120 s). A second SIGTERM stops it at once.
 # The script then exits 130 without starting the next study. Run it again to resume.
 #
-# Environment: LAB_DB (registry, default docs/results/lab.db), LAB_CORE (default 1),
+# The knob studies take the lr study's winner too: their specs are checked against the
+# lr study in docs/results/lab.db (LR_DB) before each one starts, as the seven's are.
+#
+# Environment: LAB_DB (registry, default docs/results/lab.db for `seven`,
+# docs/results/lab-knobs.db for `knobs`), LR_DB (where the lr study is, default
+# docs/results/lab.db), LAB_CORE (default 1),
 # RETRY_FAILED=1 (rerun failed and diverged members as new runs), GRPOCTL (the command,
 # default .venv/bin/grpoctl when it exists, else grpoctl).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-DB=${LAB_DB:-docs/results/lab.db}
+SUITE=${1:-seven}
+LR_DB=${LR_DB:-docs/results/lab.db}
 CORE=${LAB_CORE:-1}
 if [[ -z "${GRPOCTL:-}" ]]; then
   if [[ -x .venv/bin/grpoctl ]]; then GRPOCTL=.venv/bin/grpoctl; else GRPOCTL=grpoctl; fi
 fi
 PYTHON=${PYTHON:-$(dirname "$(command -v "$GRPOCTL")")/python}
 [[ -x "$PYTHON" ]] || PYTHON=python3
-# study and its cost-table estimate in CPU-minutes (docs/lab-studies-cost.md), in run order
-STUDIES=(lab-lr-sweep lab-baseline-ablation lab-length-normalization lab-std-normalization
-         lab-off-policy lab-off-policy-full lab-prompt lab-sft-init)
-declare -A ESTIMATE_MIN=([lab-lr-sweep]=24 [lab-baseline-ablation]=10 [lab-length-normalization]=36
-                         [lab-std-normalization]=10 [lab-off-policy]=80 [lab-off-policy-full]=30
-                         [lab-prompt]=5 [lab-sft-init]=18)
+# each suite's studies and their cost-table estimates in CPU-minutes (docs/lab-studies-cost.md), in run order
+case "$SUITE" in
+  seven)
+    DB=${LAB_DB:-docs/results/lab.db}
+    STUDIES=(lab-lr-sweep lab-baseline-ablation lab-length-normalization lab-std-normalization
+             lab-off-policy lab-off-policy-full lab-prompt lab-sft-init)
+    PAGE=experiments/pages/lab.yaml
+    declare -A ESTIMATE_MIN=([lab-lr-sweep]=24 [lab-baseline-ablation]=10 [lab-length-normalization]=36
+                             [lab-std-normalization]=10 [lab-off-policy]=80 [lab-off-policy-full]=30
+                             [lab-prompt]=5 [lab-sft-init]=18) ;;
+  knobs)
+    DB=${LAB_DB:-docs/results/lab-knobs.db}
+    STUDIES=(lab-overlong lab-dynamic-sampling lab-entropy-bonus)
+    PAGE=experiments/pages/lab-knobs.yaml
+    declare -A ESTIMATE_MIN=([lab-overlong]=15 [lab-dynamic-sampling]=12 [lab-entropy-bonus]=15) ;;
+  *)
+    echo "usage: scripts/run_lab_studies.sh [seven|knobs] (got '$SUITE')" >&2
+    exit 2 ;;
+esac
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1  # one thread per trainer (grpoctl also picks 1 for the lab's model)
 
 mkdir -p outputs "$(dirname "$DB")"
@@ -123,11 +143,13 @@ print(f"every other study runs at the winner's lr, {lrs[winner]:g}")
 PY
 check_lr_winner() {
   local table
-  if ! table=$("$GRPOCTL" compare lab-lr-sweep --format json --db "$DB" 2> outputs/lab-studies-compare.err); then
+  if ! table=$("$GRPOCTL" compare lab-lr-sweep --format json --db "$LR_DB" 2> outputs/lab-studies-compare.err); then
     echo "lr study: $(cat outputs/lab-studies-compare.err)" >&2
     return 4
   fi
-  "$PYTHON" -c "$WINNER_PY" "${STUDIES[@]:1}" <<< "$table"
+  local others=()
+  for s in "${STUDIES[@]}"; do [[ $s == lab-lr-sweep ]] || others+=("$s"); done
+  "$PYTHON" -c "$WINNER_PY" "${others[@]}" <<< "$table"
 }
 
 retry=()
@@ -137,7 +159,7 @@ total_cpu=0
 for i in "${!STUDIES[@]}"; do
   study=${STUDIES[$i]}
   spec="experiments/$study.yaml"
-  if (( i > 0 )); then
+  if [[ $study != lab-lr-sweep ]]; then
     check_lr_winner
     rc=$?
     if (( rc != 0 )); then exit "$rc"; fi
@@ -174,4 +196,4 @@ for i in "${!STUDIES[@]}"; do
   fi
 done
 echo "=== all ${#STUDIES[@]} studies done in $(( $(date +%s) - start )) s wall, $total_cpu CPU-s this invocation"
-echo "the page: python scripts/results_page.py experiments/pages/lab.yaml"
+echo "the page: python scripts/results_page.py $PAGE"
