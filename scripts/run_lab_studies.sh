@@ -24,7 +24,7 @@
 # Pinned: every sweep and its trainers run under `taskset -c $LAB_CORE` (default 1), one
 # member at a time (`--parallel 1`), one torch thread each, so the other core stays free.
 # To pause for a timing benchmark or a clean-clone CI run, send SIGTERM to this script
-# (its pid is in outputs/lab-studies.pid). It forwards the signal to the running sweep.
+# (its pid is in outputs/lab-studies.pid; the knobs suite's in outputs/lab-studies-knobs.pid). It forwards the signal to the running sweep.
 # The sweep interrupts its trainer: it finishes its step, checkpoints and ends
 # `interrupted`, within INTERRUPT_GRACE_S (120 s). A second SIGTERM stops it at once.
 # The script then exits 130 without starting the next study. Run it again to resume.
@@ -69,13 +69,17 @@ case "$SUITE" in
 esac
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1  # one thread per trainer (grpoctl also picks 1 for the lab's model)
 
+# The runner's own files (lock, pid, CPU times): one set per suite, so the two suites can
+# run at once, each on its own core (LAB_CORE).
+STATE=outputs/lab-studies
+[[ $SUITE == seven ]] || STATE=outputs/lab-studies-$SUITE
 mkdir -p outputs "$(dirname "$DB")"
-exec 9> outputs/lab-studies.lock
+exec 9> $STATE.lock
 if ! flock -n 9; then
-  echo "another scripts/run_lab_studies.sh holds outputs/lab-studies.lock (pid $(cat outputs/lab-studies.pid 2>/dev/null)); not starting" >&2
+  echo "another scripts/run_lab_studies.sh holds $STATE.lock (pid $(cat $STATE.pid 2>/dev/null)); not starting" >&2
   exit 1
 fi
-echo $$ > outputs/lab-studies.pid
+echo $$ > $STATE.pid
 
 sweep_pid=""
 stopping=0
@@ -90,11 +94,11 @@ trap forward TERM INT HUP
 
 children_cpu() {  # CPU_S: CPU seconds (user + sys) of every child waited for so far
   # the builtin in this shell, not in $(...) or a pipe, which would ask a subshell
-  times > outputs/lab-studies.times
+  times > $STATE.times
   CPU_S=$(awk 'NR == 2 {
     n = split($0, t, " "); s = 0
     for (i = 1; i <= n; i++) { split(t[i], p, "m"); sub("s", "", p[2]); s += p[1] * 60 + p[2] }
-    printf "%.0f", s }' outputs/lab-studies.times)
+    printf "%.0f", s }' $STATE.times)
 }
 
 # The lr study's winner by the rule in lab-lr-sweep.yaml, checked against every other
@@ -143,8 +147,8 @@ print(f"every other study runs at the winner's lr, {lrs[winner]:g}")
 PY
 check_lr_winner() {
   local table
-  if ! table=$("$GRPOCTL" compare lab-lr-sweep --format json --db "$LR_DB" 2> outputs/lab-studies-compare.err); then
-    echo "lr study: $(cat outputs/lab-studies-compare.err)" >&2
+  if ! table=$("$GRPOCTL" compare lab-lr-sweep --format json --db "$LR_DB" 2> $STATE-compare.err); then
+    echo "lr study: $(cat $STATE-compare.err)" >&2
     return 4
   fi
   local others=()
