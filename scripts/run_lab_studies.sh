@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Run, or resume, the seven lab studies of issue 21 into docs/results/lab.db, one study
-# after another, on one core.
+# Run, or resume, the lab's studies one after another, on one core: the seven of issue 21
+# into docs/results/lab.db (`seven`, the default), or the three knob studies of issue 22,
+# queued after them, into their own docs/results/lab-knobs.db (`knobs`).
 #
-#   scripts/run_lab_studies.sh              # run what is left, in order
+#   scripts/run_lab_studies.sh [seven|knobs]   # run what is left of the suite, in order
 #   nohup scripts/run_lab_studies.sh > outputs/lab-studies.log 2>&1 &
 #   kill -TERM "$(cat outputs/lab-studies.pid)"   # pause: members checkpoint, end `interrupted`
 #   scripts/run_lab_studies.sh              # ... and resume them
@@ -23,39 +24,62 @@
 # Pinned: every sweep and its trainers run under `taskset -c $LAB_CORE` (default 1), one
 # member at a time (`--parallel 1`), one torch thread each, so the other core stays free.
 # To pause for a timing benchmark or a clean-clone CI run, send SIGTERM to this script
-# (its pid is in outputs/lab-studies.pid). It forwards the signal to the running sweep.
+# (its pid is in outputs/lab-studies.pid; the knobs suite's in outputs/lab-studies-knobs.pid). It forwards the signal to the running sweep.
 # The sweep interrupts its trainer: it finishes its step, checkpoints and ends
 # `interrupted`, within INTERRUPT_GRACE_S (120 s). A second SIGTERM stops it at once.
 # The script then exits 130 without starting the next study. Run it again to resume.
 #
-# Environment: LAB_DB (registry, default docs/results/lab.db), LAB_CORE (default 1),
+# The knob studies take the lr study's winner too: their specs are checked against the
+# lr study in docs/results/lab.db (LR_DB) before each one starts, as the seven's are.
+#
+# Environment: LAB_DB (registry, default docs/results/lab.db for `seven`,
+# docs/results/lab-knobs.db for `knobs`), LR_DB (where the lr study is, default
+# docs/results/lab.db), LAB_CORE (default 1),
 # RETRY_FAILED=1 (rerun failed and diverged members as new runs), GRPOCTL (the command,
 # default .venv/bin/grpoctl when it exists, else grpoctl).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-DB=${LAB_DB:-docs/results/lab.db}
+SUITE=${1:-seven}
+LR_DB=${LR_DB:-docs/results/lab.db}
 CORE=${LAB_CORE:-1}
 if [[ -z "${GRPOCTL:-}" ]]; then
   if [[ -x .venv/bin/grpoctl ]]; then GRPOCTL=.venv/bin/grpoctl; else GRPOCTL=grpoctl; fi
 fi
 PYTHON=${PYTHON:-$(dirname "$(command -v "$GRPOCTL")")/python}
 [[ -x "$PYTHON" ]] || PYTHON=python3
-# study and its cost-table estimate in CPU-minutes (docs/lab-studies-cost.md), in run order
-STUDIES=(lab-lr-sweep lab-baseline-ablation lab-length-normalization lab-std-normalization
-         lab-off-policy lab-off-policy-full lab-prompt lab-sft-init)
-declare -A ESTIMATE_MIN=([lab-lr-sweep]=24 [lab-baseline-ablation]=10 [lab-length-normalization]=36
-                         [lab-std-normalization]=10 [lab-off-policy]=80 [lab-off-policy-full]=30
-                         [lab-prompt]=5 [lab-sft-init]=18)
+# each suite's studies and their cost-table estimates in CPU-minutes (docs/lab-studies-cost.md), in run order
+case "$SUITE" in
+  seven)
+    DB=${LAB_DB:-docs/results/lab.db}
+    STUDIES=(lab-lr-sweep lab-baseline-ablation lab-length-normalization lab-std-normalization
+             lab-off-policy lab-off-policy-full lab-prompt lab-sft-init)
+    PAGE=experiments/pages/lab.yaml
+    declare -A ESTIMATE_MIN=([lab-lr-sweep]=24 [lab-baseline-ablation]=10 [lab-length-normalization]=36
+                             [lab-std-normalization]=10 [lab-off-policy]=80 [lab-off-policy-full]=30
+                             [lab-prompt]=5 [lab-sft-init]=18) ;;
+  knobs)
+    DB=${LAB_DB:-docs/results/lab-knobs.db}
+    STUDIES=(lab-overlong lab-dynamic-sampling lab-entropy-bonus)
+    PAGE=experiments/pages/lab-knobs.yaml
+    declare -A ESTIMATE_MIN=([lab-overlong]=15 [lab-dynamic-sampling]=12 [lab-entropy-bonus]=15) ;;
+  *)
+    echo "usage: scripts/run_lab_studies.sh [seven|knobs] (got '$SUITE')" >&2
+    exit 2 ;;
+esac
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1  # one thread per trainer (grpoctl also picks 1 for the lab's model)
 
+# The runner's own files (lock, pid, CPU times): one set per suite, so the two suites can
+# run at once, each on its own core (LAB_CORE).
+STATE=outputs/lab-studies
+[[ $SUITE == seven ]] || STATE=outputs/lab-studies-$SUITE
 mkdir -p outputs "$(dirname "$DB")"
-exec 9> outputs/lab-studies.lock
+exec 9> $STATE.lock
 if ! flock -n 9; then
-  echo "another scripts/run_lab_studies.sh holds outputs/lab-studies.lock (pid $(cat outputs/lab-studies.pid 2>/dev/null)); not starting" >&2
+  echo "another scripts/run_lab_studies.sh holds $STATE.lock (pid $(cat $STATE.pid 2>/dev/null)); not starting" >&2
   exit 1
 fi
-echo $$ > outputs/lab-studies.pid
+echo $$ > $STATE.pid
 
 sweep_pid=""
 stopping=0
@@ -70,11 +94,11 @@ trap forward TERM INT HUP
 
 children_cpu() {  # CPU_S: CPU seconds (user + sys) of every child waited for so far
   # the builtin in this shell, not in $(...) or a pipe, which would ask a subshell
-  times > outputs/lab-studies.times
+  times > $STATE.times
   CPU_S=$(awk 'NR == 2 {
     n = split($0, t, " "); s = 0
     for (i = 1; i <= n; i++) { split(t[i], p, "m"); sub("s", "", p[2]); s += p[1] * 60 + p[2] }
-    printf "%.0f", s }' outputs/lab-studies.times)
+    printf "%.0f", s }' $STATE.times)
 }
 
 # The lr study's winner by the rule in lab-lr-sweep.yaml, checked against every other
@@ -123,11 +147,13 @@ print(f"every other study runs at the winner's lr, {lrs[winner]:g}")
 PY
 check_lr_winner() {
   local table
-  if ! table=$("$GRPOCTL" compare lab-lr-sweep --format json --db "$DB" 2> outputs/lab-studies-compare.err); then
-    echo "lr study: $(cat outputs/lab-studies-compare.err)" >&2
+  if ! table=$("$GRPOCTL" compare lab-lr-sweep --format json --db "$LR_DB" 2> $STATE-compare.err); then
+    echo "lr study: $(cat $STATE-compare.err)" >&2
     return 4
   fi
-  "$PYTHON" -c "$WINNER_PY" "${STUDIES[@]:1}" <<< "$table"
+  local others=()
+  for s in "${STUDIES[@]}"; do [[ $s == lab-lr-sweep ]] || others+=("$s"); done
+  "$PYTHON" -c "$WINNER_PY" "${others[@]}" <<< "$table"
 }
 
 retry=()
@@ -137,7 +163,7 @@ total_cpu=0
 for i in "${!STUDIES[@]}"; do
   study=${STUDIES[$i]}
   spec="experiments/$study.yaml"
-  if (( i > 0 )); then
+  if [[ $study != lab-lr-sweep ]]; then
     check_lr_winner
     rc=$?
     if (( rc != 0 )); then exit "$rc"; fi
@@ -174,4 +200,4 @@ for i in "${!STUDIES[@]}"; do
   fi
 done
 echo "=== all ${#STUDIES[@]} studies done in $(( $(date +%s) - start )) s wall, $total_cpu CPU-s this invocation"
-echo "the page: python scripts/results_page.py experiments/pages/lab.yaml"
+echo "the page: python scripts/results_page.py $PAGE"
