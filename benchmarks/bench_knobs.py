@@ -3,8 +3,9 @@
 Runs `grpoctl train` once per knob (and a baseline without any) per round, in a fresh
 directory each, on one thread, rounds interleaved so that a slow spell of a shared
 machine falls on every knob alike. Prints per knob: the median over rounds of the
-process's CPU seconds per step, the median wall time/step from the registry, and both
-as ratios to the baseline of the same round. Pin it to a core for steadier figures:
+process's CPU seconds per step (start-up, imports and model load included, spread over
+the steps), the median wall time/step from the registry (`time/step`: the steps alone),
+and both as ratios to the baseline of the same round. Pin it to a core for steadier figures:
 
     taskset -c 1 python benchmarks/bench_knobs.py --steps 10 --rounds 3 [key=value ...]
 
@@ -15,12 +16,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from grpoctl import metrics
+from grpoctl.registry import Registry
 
 KNOBS = {
     "baseline": [],
@@ -54,10 +57,12 @@ def run(knob: list[str], steps: int, overrides: list[str]) -> tuple[float, float
     if out.returncode != 0:
         raise SystemExit(f"{' '.join(knob) or 'baseline'} failed:\n{out.stderr[-3000:]}")
     cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
-    with sqlite3.connect(workdir / "registry.db") as conn:
-        step_times = [
-            v for (v,) in conn.execute("SELECT value FROM metric WHERE name='time/step' AND opt_step IS NULL")
-        ]
+    registry = Registry(str(workdir / "registry.db"))  # the registry's own reader: no SQL here
+    try:
+        (run,) = registry.list_runs()
+        step_times = [v for _, v in registry.metric_series(run.id, [metrics.STEP_TIME])[metrics.STEP_TIME]]
+    finally:
+        registry.close()
     return cpu / steps, statistics.median(step_times)
 
 
