@@ -1,25 +1,27 @@
 #!/usr/bin/env bash
 # Regenerate the results pages from the committed registries, running what is missing
 # first: the addition page (docs/results/addition/, the tiny suite: 6 studies, 22
-# variants, 3 seeds, into docs/results/registry.db) and the lab's page (docs/results/,
-# the seed's seven studies on the lab, issue 21, into docs/results/lab.db).
+# variants, 3 seeds, into docs/results/registry.db), the lab's page (docs/results/,
+# the seed's seven studies on the lab, issue 21, into docs/results/lab.db) and the lab's
+# knob page (docs/results/knobs/, issue 22's three studies, into docs/results/lab-knobs.db).
 #
 #   scripts/reproduce_tiny_ablations.sh [all|pages|lab|addition]
 #
 #   all       (the default) run or resume both suites, then write both pages
 #   pages     write both pages from the registries as they are; run nothing
-#   lab       run or resume the lab's studies (scripts/run_lab_studies.sh: in order, on
-#             one core, the lr winner checked), then write the lab's page
+#   lab       run or resume the lab's studies (scripts/run_lab_studies.sh seven, then
+#             knobs: in order, on one core, the lr winner checked), then write both lab pages
 #   addition  run or resume the tiny suite, then write the addition page
 #
 # Sweeps are resumable: a member whose run finished is skipped (runs are found by config
 # hash, so an arm two studies share runs once), an interrupted one resumes. With the
 # committed registries this only rewrites the pages. From an empty registry the tiny
 # suite is 51 distinct runs (their wall times, each on one thread, summed to 1.81 h here:
-# about 1 h on 2 cores with PARALLEL=2), and the lab's is 123 runs, about 3.5 CPU-hours on
-# one core (docs/lab-studies-cost.md). Never in CI.
+# about 1 h on 2 cores with PARALLEL=2), and the lab's is 123 runs (2.7 CPU-hours measured)
+# and 21 knob runs (16 CPU-minutes), on one core (docs/lab-studies-cost.md). Never in CI.
 #
-# Environment: ADDITION_DB (default docs/results/registry.db), SEEDS (the tiny suite's,
+# Environment: ADDITION_DB (default docs/results/registry.db), KNOBS_DB (default
+# docs/results/lab-knobs.db), SEEDS (the tiny suite's,
 # default 0,1,2), PARALLEL (the tiny suite's, default 2), LAB_DB and LAB_CORE (passed on
 # to scripts/run_lab_studies.sh), GRPOCTL and PYTHON (the commands; default the
 # checkout's .venv when it has one).
@@ -39,6 +41,7 @@ fi
 export GRPOCTL PYTHON
 ADDITION_DB=${ADDITION_DB:-docs/results/registry.db}
 LAB_DB=${LAB_DB:-docs/results/lab.db}
+KNOBS_DB=${KNOBS_DB:-docs/results/lab-knobs.db}
 SEEDS=${SEEDS:-0,1,2}
 PARALLEL=${PARALLEL:-2}
 STUDIES=(tiny-lr-sweep tiny-baseline-ablation tiny-length-normalization tiny-std-normalization
@@ -56,14 +59,18 @@ addition_page() {
   "$PYTHON" scripts/results_page.py experiments/pages/addition.yaml --db "$ADDITION_DB" --out docs/results/addition
 }
 lab_runs() {
-  LAB_DB="$LAB_DB" scripts/run_lab_studies.sh
+  LAB_DB="$LAB_DB" scripts/run_lab_studies.sh seven
+  LAB_DB="$KNOBS_DB" scripts/run_lab_studies.sh knobs
 }
 lab_page() {
-  if [[ ! -f "$LAB_DB" ]]; then
-    echo "no lab registry at $LAB_DB: run 'scripts/reproduce_tiny_ablations.sh lab' first" >&2
-    return 2
-  fi
+  for db in "$LAB_DB" "$KNOBS_DB"; do
+    if [[ ! -f "$db" ]]; then
+      echo "no lab registry at $db: run 'scripts/reproduce_tiny_ablations.sh lab' first" >&2
+      return 2
+    fi
+  done
   "$PYTHON" scripts/results_page.py experiments/pages/lab.yaml --db "$LAB_DB" --out docs/results
+  "$PYTHON" scripts/results_page.py experiments/pages/lab-knobs.yaml --db "$KNOBS_DB" --out docs/results/knobs
 }
 
 case "$what" in
