@@ -51,12 +51,21 @@ def test_each_mode_runs_what_it_says(tmp_path):
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "no lab registry at" in out.stderr
     assert calls == [c for c in calls if c.startswith("python scripts/results_page.py experiments/pages/addition")]
     (tmp_path / "lab.db").write_text("")
-    out, calls = run("pages", tmp_path, LAB_DB=str(tmp_path / "lab.db"))
-    assert out.returncode == 0, out.stderr
+    out, calls = run("pages", tmp_path, LAB_DB=str(tmp_path / "lab.db"), KNOBS_DB=str(tmp_path / "nope.db"))
     assert (
-        calls[-1]
-        == f"python scripts/results_page.py experiments/pages/lab.yaml --db {tmp_path / 'lab.db'} --out docs/results"
+        out.returncode == 2
+        and out.stderr.count("\n") == 1
+        and f"no lab registry at {tmp_path / 'nope.db'}" in out.stderr
     )
+    (tmp_path / "knobs.db").write_text("")
+    out, calls = run("pages", tmp_path, LAB_DB=str(tmp_path / "lab.db"), KNOBS_DB=str(tmp_path / "knobs.db"))
+    assert out.returncode == 0, out.stderr
+    # the seven studies' page, then the knob studies' page beside it
+    assert calls[-2:] == [
+        f"python scripts/results_page.py experiments/pages/lab.yaml --db {tmp_path / 'lab.db'} --out docs/results",
+        f"python scripts/results_page.py experiments/pages/lab-knobs.yaml --db {tmp_path / 'knobs.db'}"
+        " --out docs/results/knobs",
+    ]
 
     out, calls = run("everything", tmp_path)
     assert out.returncode == 2 and "usage:" in out.stderr and calls == []
