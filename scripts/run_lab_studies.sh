@@ -74,12 +74,12 @@ export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1  # one thread per trainer (grpoctl al
 STATE=outputs/lab-studies
 [[ $SUITE == seven ]] || STATE=outputs/lab-studies-$SUITE
 mkdir -p outputs "$(dirname "$DB")"
-exec 9> $STATE.lock
+exec 9> "$STATE.lock"
 if ! flock -n 9; then
-  echo "another scripts/run_lab_studies.sh holds $STATE.lock (pid $(cat $STATE.pid 2>/dev/null)); not starting" >&2
+  echo "another scripts/run_lab_studies.sh holds $STATE.lock (pid $(cat "$STATE.pid" 2>/dev/null)); not starting" >&2
   exit 1
 fi
-echo $$ > $STATE.pid
+echo $$ > "$STATE.pid"
 
 sweep_pid=""
 stopping=0
@@ -94,11 +94,11 @@ trap forward TERM INT HUP
 
 children_cpu() {  # CPU_S: CPU seconds (user + sys) of every child waited for so far
   # the builtin in this shell, not in $(...) or a pipe, which would ask a subshell
-  times > $STATE.times
+  times > "$STATE.times"
   CPU_S=$(awk 'NR == 2 {
     n = split($0, t, " "); s = 0
     for (i = 1; i <= n; i++) { split(t[i], p, "m"); sub("s", "", p[2]); s += p[1] * 60 + p[2] }
-    printf "%.0f", s }' $STATE.times)
+    printf "%.0f", s }' "$STATE.times")
 }
 
 # The lr study's winner by the rule in lab-lr-sweep.yaml, checked against every other
@@ -147,8 +147,8 @@ print(f"every other study runs at the winner's lr, {lrs[winner]:g}")
 PY
 check_lr_winner() {
   local table
-  if ! table=$("$GRPOCTL" compare lab-lr-sweep --format json --db "$LR_DB" 2> $STATE-compare.err); then
-    echo "lr study: $(cat $STATE-compare.err)" >&2
+  if ! table=$("$GRPOCTL" compare lab-lr-sweep --format json --db "$LR_DB" 2> "$STATE-compare.err"); then
+    echo "lr study: $(cat "$STATE-compare.err")" >&2
     return 4
   fi
   local others=()
