@@ -316,6 +316,7 @@ def test_a_wheel_carries_the_migrations_and_its_install_runs_them(tmp_path):
         "0004_claims",
         "0005_members_on_many_machines",
         "0006_sampled_evals",
+        "0007_data_fingerprint",
     ):
         assert f"grpoctl/registry/migrations/versions/{revision}.py" in names
     assert "grpoctl/registry/migrations/env.py" in names

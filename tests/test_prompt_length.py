@@ -14,6 +14,7 @@ from conftest import fast_overrides
 from grpoctl import metrics
 from grpoctl.config import load_config
 from grpoctl.data.examples import Example
+from grpoctl.data.fingerprints import file_hash
 from grpoctl.data.prompt_length import PromptBudget, drop_overlong, prompt_budget
 from grpoctl.data.run_data import load_run_data
 from grpoctl.errors import UserError
@@ -113,6 +114,13 @@ def test_a_train_file_with_one_overlong_problem_trains_and_records_the_count(tmp
         run = registry.list_runs()[0]
         series = registry.metric_series(run.id, [metrics.OVERLONG_TRAIN_DROPPED])
     assert series == {metrics.OVERLONG_TRAIN_DROPPED: [(1, 1.0)]}
+    # ... and with the run's data fingerprint: the hashes of both files, what was kept.
+    assert json.loads(run.data_fingerprint) == {
+        "train": {"hash": file_hash(train), "problems": 12, "overlong_dropped": 1},
+        "eval": {"source": "math", "hash": file_hash(evals), "subset": 4, "overlong_dropped": 0},
+    }
+    shown = invoke("runs", "show", run.name, f"--db={db}", cwd=tmp_path)
+    assert f"train {file_hash(train)} (12 problems, 1 dropped as overlong)" in shown.stdout
 
 
 def test_a_huge_prompt_is_decided_on_a_prefix():

@@ -181,6 +181,7 @@ def _show_json(registry: Registry, run: Run) -> None:
     record = _jsonable(run)
     record["config"] = json.loads(run.config)
     record["config_diff"] = json.loads(run.config_diff)
+    record["data_fingerprint"] = json.loads(run.data_fingerprint or "{}")
     record["effective_status"] = effective_status(run)
     record["tags"] = registry.tags(run.id)
     evals = []
@@ -200,6 +201,24 @@ def _show_json(registry: Registry, run: Run) -> None:
     typer.echo(json.dumps(document, indent=2, allow_nan=False))
 
 
+def _data_line(run: Run) -> str | None:
+    """The run's data fingerprint in one line; None for runs recorded before it existed."""
+    data = json.loads(run.data_fingerprint or "{}")
+    if not data:
+        return None
+    train, held_out = data.get("train", {}), data.get("eval", {})
+
+    def dropped(side: dict) -> str:
+        count = side.get("overlong_dropped", 0)
+        return f", {count} dropped as overlong" if count else ""
+
+    parts = []
+    if train.get("hash"):
+        parts.append(f"train {train['hash']} ({train.get('problems', 0)} problems{dropped(train)})")
+    parts.append(f"eval {held_out.get('hash', '?')} (subset {held_out.get('subset', 0)}{dropped(held_out)})")
+    return "  ".join(parts)
+
+
 def _show_text(registry: Registry, run: Run) -> None:
     now = utcnow()
     title = Text.assemble((f"run {run.id}  ", "dim"), (run.name, "bold"), "  ", _status(run, now))
@@ -216,6 +235,7 @@ def _show_text(registry: Registry, run: Run) -> None:
         ("heartbeat", _when(run.heartbeat_at) if run.status == "running" else None),
         ("host", f"{run.host}  ({run.device})"),
         ("code", f"grpoctl {run.version}" + (f"  git {run.git_commit[:12]}" if run.git_commit else "")),
+        ("data", _data_line(run)),
         ("output", run.output_dir),
         ("from", run.parent),
         ("tags", ", ".join(tags) if tags else None),

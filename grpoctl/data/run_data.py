@@ -42,6 +42,24 @@ class RunData:
     # Problems dropped at load because their prompt did not fit the context (prompt_length.py).
     overlong_train_dropped: int = 0
     overlong_eval_dropped: int = 0
+    train_hash: str = ""  # of the training data, as data_hash is of the eval data
+
+    def fingerprint(self) -> dict:
+        """What the run trained and evaluated on, stored with its row (Run.data_fingerprint):
+        each side's source and hash, the problems kept, and those dropped for their length."""
+        return {
+            "train": {
+                "hash": self.train_hash,
+                "problems": len(self.train),
+                "overlong_dropped": self.overlong_train_dropped,
+            },
+            "eval": {
+                "source": self.eval_source,
+                "hash": self.data_hash,
+                "subset": len(self.eval),
+                "overlong_dropped": self.overlong_eval_dropped,
+            },
+        }
 
 
 def load_run_data(
@@ -91,6 +109,7 @@ def load_run_data(
         eval_source=eval_source,
         overlong_train_dropped=train_dropped,
         overlong_eval_dropped=eval_dropped,
+        train_hash=_train_hash(cfg) if need_train else "",
     )
 
 
@@ -147,6 +166,23 @@ def _train_examples(cfg: RunConfig) -> list[Example]:
     return train[: d.train_size] if d.train_size else train
 
 
+def _source_hash(source: str, path: str | None, split: str, d: DataConfig) -> str:
+    """A short fingerprint of where problems come from: a file's bytes, a hub dataset's name
+    and split, or the generator and its knobs for the embedded tasks."""
+    if source == "synthetic":
+        return "synthetic:" + ",".join(f"{k}={v}" for k, v in sorted(_synthetic_knobs(d).items()))
+    if source == "lab":
+        return f"lab:v{LAB_TASK_VERSION}"
+    if path is not None and Path(path).is_file():
+        return file_hash(path)
+    return f"hub:{path}:{split}"
+
+
+def _train_hash(cfg: RunConfig) -> str:
+    d = cfg.data
+    return _source_hash(d.source, d.train_path, d.train_split, d)
+
+
 def _eval_pool(cfg: RunConfig, source: str) -> tuple[list[Example], str]:
     """Every eval problem (the subset is drawn from these), and the hash of where they came from."""
     d = cfg.data
@@ -156,13 +192,12 @@ def _eval_pool(cfg: RunConfig, source: str) -> tuple[list[Example], str]:
             pool = load_examples("synthetic", split="eval", n=None, seed=0, **knobs)
         else:
             pool = load_examples("synthetic", split="eval", n=cfg.eval.subset, seed=cfg.eval.subset_seed, **knobs)
-        return pool, "synthetic:" + ",".join(f"{k}={v}" for k, v in sorted(knobs.items()))
+        return pool, _source_hash(source, None, "", d)
     if source == "lab":
-        return load_examples("lab", split="eval"), f"lab:v{LAB_TASK_VERSION}"
+        return load_examples("lab", split="eval"), _source_hash(source, None, "", d)
     if d.eval_path is None:
         key = "data.eval_source" if d.eval_source else "data.source"
         raise UserError(f"{key}={source} needs data.eval_path (a held-out jsonl or hub dataset)")
     fields = _fields(source, d.eval_question_field or d.question_field, d.eval_answer_field or d.answer_field)
     pool = load_examples(source, path=d.eval_path, split=d.eval_split, seed=0, **fields)
-    data_hash = file_hash(d.eval_path) if Path(d.eval_path).is_file() else f"hub:{d.eval_path}:{d.eval_split}"
-    return pool, data_hash
+    return pool, _source_hash(source, d.eval_path, d.eval_split, d)

@@ -68,6 +68,9 @@ class Run(SQLModel, table=True):
     claim_expires_at: datetime | None = None
     # Set by `grpoctl runs stop`; the trainer's heartbeat sees it and stops as on SIGTERM.
     stop_requested_at: datetime | None = None
+    # JSON: the train and eval data's hashes, problem counts and overlong drops
+    # (RunData.fingerprint). Migration 0007; `{}` on older runs.
+    data_fingerprint: str = Field(default="{}", sa_column_kwargs={"server_default": "{}"})
 
 
 class Metric(SQLModel, table=True):

@@ -180,6 +180,7 @@ class Registry(SweepRecords, ClaimRecords, RunSummaries, MemberRecords, Dashboar
         output_dir: str | None = None,
         parent: str | None = None,
         device: str = "cpu",
+        data_fingerprint: dict | None = None,
     ) -> Run:
         now = utcnow()
         token = secrets.token_hex(16)
@@ -198,6 +199,7 @@ class Registry(SweepRecords, ClaimRecords, RunSummaries, MemberRecords, Dashboar
             output_dir=_absolute(output_dir),
             parent=parent,
             total_steps=total_steps,
+            data_fingerprint=json.dumps(data_fingerprint or {}, sort_keys=True),
             created_at=now,
             heartbeat_at=now,
             # The creator is the run's one writer from the first byte (see claims.py).

@@ -87,6 +87,7 @@ def start(
         output_dir=str(checkpoint_dir(cfg, name)),
         parent=parent,
         device=device_name(run.memory.device),
+        data_fingerprint=run.data.fingerprint(),
     )
     registry.set_status(run.run_id, "running", pid=os.getpid())
     say(f"run {name} (id {run.run.id}) → {registry.url.render_as_string(hide_password=True)}")
