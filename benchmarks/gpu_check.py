@@ -71,6 +71,8 @@ CPU_OVERRIDES = [
     "eval.max_tokens=8",
     "model.dtype=float32",
     "runtime.threads=1",
+    # The CPU check times phases, not compiled kernels: compiling two engines costs ~30 s.
+    "rollout.vllm.enforce_eager=true",
 ]
 PHASES = ("time/rollout", "time/reward", "time/old_log_probs", "time/train", "time/weight_sync", "time/step")
 

@@ -128,6 +128,11 @@ class VLLMConfig:
     sleep_level: int = key(1, "1: offload the weights; 2: discard them")
     max_model_len: int = key(2048, "longest prompt + response")
     cpu_kvcache_space_gb: float = key(1.0, "KV cache size on CPU")
+    # torch.compile at engine start costs ~22 s on CPU even for the tiny models (9 s when
+    # its cache is warm), against ~2 s eager; steps then run eager. The tests' engines use it.
+    enforce_eager: bool = key(
+        False, "skip torch.compile and CUDA graphs: the engine starts in seconds, steps may be slower"
+    )
 
 
 @dataclass

@@ -30,7 +30,15 @@ pytestmark = [
 ]
 
 LAB_YAML = REPO / "experiments" / "lab.yaml"
-ENGINE = ["rollout.vllm.cpu_kvcache_space_gb=0.25", "rollout.vllm.max_model_len=512", "runtime.threads=1"]
+# Eager: torch.compile would add ~22 s to each of this module's two engine starts (the
+# lab model's shapes compile cold on a fresh machine). tests/test_vllm_backend.py keeps
+# the compiled engine that users get by default.
+ENGINE = [
+    "rollout.vllm.cpu_kvcache_space_gb=0.25",
+    "rollout.vllm.max_model_len=512",
+    "rollout.vllm.enforce_eager=true",
+    "runtime.threads=1",
+]
 PROMPTS = [f"User: {q}\nAssistant: <think>" for q in ("47+8-5+9", "12+3", "99+9+9+9+9+9", "30-4-4-4-4-4")]
 ANSWER = [" </think>", " <answer>", "59", "</answer>"]  # a direct answer: 4 tokens
 

@@ -148,6 +148,7 @@ class VLLMRolloutBackend:
             seed=int(cfg.seed),
             enable_prefix_caching=bool(v.enable_prefix_caching),
             max_model_len=_fit_max_model_len(model_dir, int(v.max_model_len)),
+            enforce_eager=bool(v.enforce_eager),
         )
         # TIS (loss.tis_cap) compares the trainer's log-probs with those of the distribution
         # each token was drawn from: after temperature and top-p ("processed"), not vLLM's
