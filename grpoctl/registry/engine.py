@@ -34,7 +34,6 @@ from pathlib import Path
 from urllib.parse import quote
 
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
@@ -215,6 +214,11 @@ def writer_engine(engine: Engine) -> Engine:
 def insert_ignoring_conflicts(conn, table, values: dict, *keys: str):
     """INSERT that does nothing if a row with the same unique `keys` exists (one statement,
     so two processes racing on it cannot both insert nor fail); returns the new id or None."""
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    # Imported here: the PostgreSQL dialect module costs ~20 ms at start-up, and the
+    # commands that only read (runs list, compare) never insert.
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects import postgresql as dialect
+    else:
+        from sqlalchemy.dialects import sqlite as dialect
     statement = dialect.insert(table).values(**values).on_conflict_do_nothing(index_elements=list(keys))
     return conn.execute(statement.returning(table.c.id)).scalar()
