@@ -2,15 +2,17 @@
 # Regenerate the results pages from the committed registries, running what is missing
 # first: the addition page (docs/results/addition/, the tiny suite: 6 studies, 22
 # variants, 3 seeds, into docs/results/registry.db), the lab's page (docs/results/,
-# the seed's seven studies on the lab, issue 21, into docs/results/lab.db) and the lab's
-# knob page (docs/results/knobs/, issue 22's three studies, into docs/results/lab-knobs.db).
+# the seed's seven studies on the lab, issue 21, into docs/results/lab.db), the lab's
+# knob page (docs/results/knobs/, issue 22's three studies, into docs/results/lab-knobs.db)
+# and its pass@k page (docs/results/pass-at-k/, issue 23, into docs/results/lab-pass-at-k.db).
 #
 #   scripts/reproduce_tiny_ablations.sh [all|pages|lab|addition]
 #
 #   all       (the default) run or resume both suites, then write both pages
 #   pages     write both pages from the registries as they are; run nothing
 #   lab       run or resume the lab's studies (scripts/run_lab_studies.sh seven, then
-#             knobs: in order, on one core, the lr winner checked), then write both lab pages
+#             knobs: in order, on one core, the lr winner checked) and the pass@k runs,
+#             then write the three lab pages
 #   addition  run or resume the tiny suite, then write the addition page
 #
 # Sweeps are resumable: a member whose run finished is skipped (runs are found by config
@@ -18,10 +20,11 @@
 # committed registries this only rewrites the pages. From an empty registry the tiny
 # suite is 51 distinct runs (their wall times, each on one thread, summed to 1.81 h here:
 # about 1 h on 2 cores with PARALLEL=2), and the lab's is 123 runs (2.7 CPU-hours measured)
-# and 21 knob runs (16 CPU-minutes), on one core (docs/lab-studies-cost.md). Never in CI.
+# and 21 knob runs (16 CPU-minutes) and 3 pass@k runs (3 CPU-minutes), on one core
+# (docs/lab-studies-cost.md). Never in CI.
 #
 # Environment: ADDITION_DB (default docs/results/registry.db), KNOBS_DB (default
-# docs/results/lab-knobs.db), SEEDS (the tiny suite's,
+# docs/results/lab-knobs.db), PASS_AT_K_DB (default docs/results/lab-pass-at-k.db), SEEDS (the tiny suite's,
 # default 0,1,2), PARALLEL (the tiny suite's, default 2), LAB_DB and LAB_CORE (passed on
 # to scripts/run_lab_studies.sh), GRPOCTL and PYTHON (the commands; default the
 # checkout's .venv when it has one).
@@ -42,6 +45,7 @@ export GRPOCTL PYTHON
 ADDITION_DB=${ADDITION_DB:-docs/results/registry.db}
 LAB_DB=${LAB_DB:-docs/results/lab.db}
 KNOBS_DB=${KNOBS_DB:-docs/results/lab-knobs.db}
+PASS_AT_K_DB=${PASS_AT_K_DB:-docs/results/lab-pass-at-k.db}
 SEEDS=${SEEDS:-0,1,2}
 PARALLEL=${PARALLEL:-2}
 STUDIES=(tiny-lr-sweep tiny-baseline-ablation tiny-length-normalization tiny-std-normalization
@@ -61,9 +65,10 @@ addition_page() {
 lab_runs() {
   LAB_DB="$LAB_DB" scripts/run_lab_studies.sh seven
   LAB_DB="$KNOBS_DB" scripts/run_lab_studies.sh knobs
+  taskset -c "${LAB_CORE:-1}" "$GRPOCTL" sweep experiments/lab-pass-at-k.yaml --parallel 1 --db "$PASS_AT_K_DB"
 }
 lab_page() {
-  for db in "$LAB_DB" "$KNOBS_DB"; do
+  for db in "$LAB_DB" "$KNOBS_DB" "$PASS_AT_K_DB"; do
     if [[ ! -f "$db" ]]; then
       echo "no lab registry at $db: run 'scripts/reproduce_tiny_ablations.sh lab' first" >&2
       return 2
@@ -71,6 +76,7 @@ lab_page() {
   done
   "$PYTHON" scripts/results_page.py experiments/pages/lab.yaml --db "$LAB_DB" --out docs/results
   "$PYTHON" scripts/results_page.py experiments/pages/lab-knobs.yaml --db "$KNOBS_DB" --out docs/results/knobs
+  "$PYTHON" scripts/pass_at_k_page.py --db "$PASS_AT_K_DB" --out docs/results/pass-at-k
 }
 
 case "$what" in

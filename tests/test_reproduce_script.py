@@ -58,13 +58,18 @@ def test_each_mode_runs_what_it_says(tmp_path):
         and f"no lab registry at {tmp_path / 'nope.db'}" in out.stderr
     )
     (tmp_path / "knobs.db").write_text("")
-    out, calls = run("pages", tmp_path, LAB_DB=str(tmp_path / "lab.db"), KNOBS_DB=str(tmp_path / "knobs.db"))
+    (tmp_path / "pass.db").write_text("")
+    dbs = dict(
+        LAB_DB=str(tmp_path / "lab.db"), KNOBS_DB=str(tmp_path / "knobs.db"), PASS_AT_K_DB=str(tmp_path / "pass.db")
+    )
+    out, calls = run("pages", tmp_path, **dbs)
     assert out.returncode == 0, out.stderr
-    # the seven studies' page, then the knob studies' page beside it
-    assert calls[-2:] == [
+    # the seven studies' page, then the knob studies' page and the pass@k page beside it
+    assert calls[-3:] == [
         f"python scripts/results_page.py experiments/pages/lab.yaml --db {tmp_path / 'lab.db'} --out docs/results",
         f"python scripts/results_page.py experiments/pages/lab-knobs.yaml --db {tmp_path / 'knobs.db'}"
         " --out docs/results/knobs",
+        f"python scripts/pass_at_k_page.py --db {tmp_path / 'pass.db'} --out docs/results/pass-at-k",
     ]
 
     out, calls = run("everything", tmp_path)
