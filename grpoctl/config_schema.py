@@ -126,7 +126,10 @@ class VLLMConfig:
     enable_prefix_caching: bool = key(True, "reuse a group's shared prompt")
     sleep_mode: bool = key(True, "free vLLM's memory during training (CUDA only; off on CPU, with one logged line)")
     sleep_level: int = key(1, "1: offload the weights; 2: discard them")
-    max_model_len: int = key(2048, "longest prompt + response")
+    max_model_len: int = key(
+        2048,
+        "longest prompt + response; a problem whose prompt leaves no room is dropped at load (counted in runs show)",
+    )
     cpu_kvcache_space_gb: float = key(1.0, "KV cache size on CPU")
     # torch.compile at engine start costs ~22 s on CPU even for the tiny models (9 s when
     # its cache is warm), against ~2 s eager; steps then run eager. The tests' engines use it.
