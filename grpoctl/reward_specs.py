@@ -129,7 +129,17 @@ def _load_file(path: str) -> ModuleType:
 
 def load_function(spec: str) -> Callable[..., Any]:
     """The plugin's function, imported (running its module); PluginError in one line when
-    the file is missing, the module does not import, or the name is not a function."""
+    the file is missing, the module does not import, or the name is not a function.
+
+    No bytecode is written beside the plugin (a refused config writes nothing)."""
+    saved, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+    try:
+        return _load_function(spec)
+    finally:
+        sys.dont_write_bytecode = saved
+
+
+def _load_function(spec: str) -> Callable[..., Any]:
     target, function, is_file = _split(spec)
     if not function.isidentifier():
         raise PluginError(f"{spec!r} does not end in ':function' (a Python name)")
