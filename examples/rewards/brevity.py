@@ -5,7 +5,8 @@
 adds it to the answer reward at a small weight (reward.components). grpoctl imports this
 file by its path, in a worker process of its own, and calls `brevity` once per rollout
 with the response text, the ground-truth answer and the problem's record; a call that
-raises or takes more than reward.timeout_s scores 0 and is counted as a grading error.
+raises or takes more than reward.timeout_s scores 0 and is counted (train/grading_errors,
+train/grading_timeouts), and the run goes on.
 """
 
 from __future__ import annotations
