@@ -22,7 +22,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from grpoctl.reward_specs import Component, PluginError, is_plugin, load_function
+from grpoctl.reward_specs import Component, PluginError, absolute_spec, is_plugin, load_function
 from grpoctl.rewards import get_reward_fn, stats
 from grpoctl.rewards.pool import Grader
 
@@ -96,7 +96,7 @@ class RewardScorer:
                 self._pools[c.spec] = Grader(
                     workers=1,
                     timeout_s=timeout_s,
-                    check=PluginCall(c.spec),
+                    check=PluginCall(absolute_spec(c.spec)),  # the worker finds it from anywhere
                     wall_timeout_s=PLUGIN_WALL_FACTOR * timeout_s,
                 )
         builtin = [c.spec for c in self.components if not is_plugin(c.spec)]
