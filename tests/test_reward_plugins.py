@@ -208,3 +208,30 @@ def test_the_report_plots_each_component_s_curve(tmp_path, monkeypatch):
         assert "![reward components (each before its weight)](reward_components.png)" in text
         assert (tmp_path / "rep" / "reward_components.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert labels[-2:] == ["plugin: answer", "plugin: brevity"]  # the runs without components draw none
+
+
+@pytest.mark.slow
+def test_the_time_limit_holds_off_the_main_thread(tmp_path):
+    """reward.timeout_s is enforced in the plugin's worker process, so a scorer called from
+    another thread (where no signal can interrupt anything) still stops a spinning plugin."""
+    import threading
+
+    from grpoctl.rewards import grading_stats
+    from grpoctl.rewards.plugins import RewardScorer
+
+    (tmp_path / "spin.py").write_text(
+        "def spin(response, truth, example):\n    while response == 'spin':\n        pass\n    return 0.5\n"
+    )
+    components = [Component("answer", "r1_zero", 1.0), Component("spin", f"{tmp_path / 'spin.py'}:spin", 1.0)]
+    scorer = RewardScorer(components, timeout_s=0.3, grader_reward="r1_zero")
+    got: list = []
+    before = grading_stats()
+    try:
+        worker = threading.Thread(target=lambda: got.append(scorer.score(["spin", "ok"], ["1", "1"], [{}, {}])))
+        worker.start()
+        worker.join(timeout=120)
+    finally:
+        scorer.close()
+    assert not worker.is_alive() and got
+    assert [s["components"]["spin"] for s in got[0]] == [0.0, 0.5]
+    assert grading_stats()["timeouts"] - before["timeouts"] == 1
