@@ -16,7 +16,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from grpoctl.reward_specs import plugin_identity
+from grpoctl.reward_specs import components_of, plugin_identity
 from grpoctl.tiny.lab_recipe import is_lab_path, recipe_key
 
 
@@ -104,6 +104,11 @@ def hashed_items(config: Any) -> dict[str, Any]:
         if key in NEUTRAL_DEFAULTS and value == NEUTRAL_DEFAULTS[key]:
             continue
         items[key] = value
+    if items.get("reward.components"):
+        # The same components however written: a weight of 1, of 1.0 or left out is one run.
+        items["reward.components"] = [
+            {"name": c.name, "spec": c.spec, "weight": c.weight} for c in components_of("", items["reward.components"])
+        ]
     path = items.get("model.path")
     if isinstance(path, str) and is_lab_path(path):
         # The lab's models are built by grpoctl from a recipe in code, not from config keys:

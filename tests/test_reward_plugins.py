@@ -64,6 +64,11 @@ def test_a_plugin_s_spec_and_file_bytes_are_its_identity(tmp_path, monkeypatch):
     assert config_hash(cfg) == first
     weighted = load_config("lab", [f"reward.components={components.replace('0.1', '0.2')}"])
     assert config_hash(weighted) != first
+    # However a weight is written, the same components are the same run.
+    for same in ("weight: 1.0", "weight: 1.00"):
+        assert config_hash(load_config("lab", [f"reward.components={components.replace('weight: 1', same)}"])) == first
+    implicit = components.replace(", weight: 1}", "}")
+    assert "weight: 1}" not in implicit and config_hash(load_config("lab", [f"reward.components={implicit}"])) == first
     alone = load_config("lab", ["prompt.reward=short.py:short"])
     assert config_hash(alone) not in (first, LAB_HASH)
 
