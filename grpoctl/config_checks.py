@@ -26,11 +26,13 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from grpoctl.errors import UserError
+from grpoctl.reward_specs import COMPONENT_NAME_RE, PluginError, is_plugin, load_function
 from grpoctl.rules import (
     CHOICES,
     GENERATED_DATA_SOURCES,
     NULL_MEANS,
     RATIO_FREE_LOSSES,
+    REWARDS,
     is_off_policy,
     reward_for_template,
 )
@@ -132,6 +134,7 @@ RANGES: dict[str, Rule] = {
     ),
     "reward.overlong_buffer_len": rule("[1, inf)", "null turns the soft overlong punishment off", nullable=True),
     "reward.overlong_penalty_factor": rule("[0, inf)"),
+    "reward.timeout_s": rule("(0, inf)", "CPU seconds per plugin call"),
     "optimizer.lr": rule("(0, inf)"),
     "optimizer.betas": rule("[0, 1)", length=2),
     "optimizer.weight_decay": rule("[0, inf)"),
@@ -267,8 +270,9 @@ def validate(cfg: DictConfig) -> None:
             f"loss.importance_level=sequence (GSPO) weighs an importance ratio that loss.loss_type={loss.loss_type} "
             "does not have: use grpo_clip or grpo_no_clip, or importance_level=token"
         )
+    check_rewards(cfg)
     expected_reward = reward_for_template(cfg.prompt.template)
-    if expected_reward and cfg.prompt.reward != expected_reward:
+    if expected_reward and not is_plugin(cfg.prompt.reward) and cfg.prompt.reward != expected_reward:
         answers_in = "\\boxed{}" if expected_reward == "question_only" else "<answer> tags"
         raise UserError(
             f"prompt.template={cfg.prompt.template} answers in {answers_in}: set prompt.reward={expected_reward}"
@@ -278,6 +282,58 @@ def validate(cfg: DictConfig) -> None:
     _check_synthetic(cfg.data.synthetic)
     _check_tiny(cfg.model)
     _check_sampled_eval(cfg.eval)
+
+
+def check_rewards(cfg: DictConfig) -> None:
+    """prompt.reward and reward.components name built-in rewards or plugins that resolve:
+    a plugin is imported here, so a missing file, a module that does not import or a
+    name that is not a function is refused before anything runs or is written."""
+    plugin_words = "or a plugin: package.module:function or path/to/file.py:function"
+    _check_reward_spec("prompt.reward", cfg.prompt.reward, plugin_words)
+    components = cfg.reward.components
+    if not components:
+        return
+    if is_plugin(cfg.prompt.reward):
+        raise UserError(
+            f"prompt.reward={cfg.prompt.reward} is a plugin, and reward.components replaces prompt.reward as the "
+            f"reward: put the plugin in reward.components and leave prompt.reward the built-in that grades the evals "
+            f"({', '.join(REWARDS)})"
+        )
+    shape = "reward.components must be a list of {name, spec, weight}"
+    names: set[str] = set()
+    for i, item in enumerate(components):
+        where = f"reward.components[{i}]"
+        if not isinstance(item, DictConfig):
+            raise UserError(f"{shape}, got {_show(OmegaConf.to_container(components))}")
+        extra = set(item.keys()) - {"name", "spec", "weight"}
+        if extra or "name" not in item or "spec" not in item:
+            raise UserError(
+                f"{where}: {shape} (weight optional, 1 by default), got keys {', '.join(map(str, item.keys()))}"
+            )
+        name, spec, weight = item["name"], item["spec"], item.get("weight", 1.0)
+        if not isinstance(name, str) or not COMPONENT_NAME_RE.match(name):
+            raise UserError(
+                f"{where}.name={name!r} must be 1-40 letters, digits, '_', '.' or '-' (it names train/reward/<name>)"
+            )
+        if name in names:
+            raise UserError(f"reward.components has two components named {name!r}")
+        names.add(name)
+        if not isinstance(spec, str) or not spec.strip():
+            raise UserError(f"{where}.spec must be a reward: {', '.join(REWARDS)} {plugin_words}")
+        if not _number_in(weight, rule("(-inf, inf)")):
+            raise UserError(f"{where}.weight must be a finite number, got {_show(weight)}")
+        _check_reward_spec(f"{where}.spec", spec, plugin_words)
+
+
+def _check_reward_spec(key: str, spec: str, plugin_words: str) -> None:
+    if not is_plugin(spec):
+        if spec not in REWARDS:
+            raise UserError(f"{key}={spec!r} is not one of: {', '.join(REWARDS)} ({plugin_words})")
+        return
+    try:
+        load_function(spec)
+    except PluginError as exc:
+        raise UserError(f"{key}={spec}: {exc}") from None
 
 
 def _check_sampled_eval(ev: DictConfig) -> None:

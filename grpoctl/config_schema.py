@@ -115,7 +115,11 @@ class PromptConfig:
     template: str = key(
         "r1_zero_compact", "a packaged template (r1_zero_compact, r1_zero, question_only) or a path to a file"
     )
-    reward: str = key("r1_zero", "r1_zero | question_only: must match the template's answer format")
+    reward: str = key(
+        "r1_zero",
+        "r1_zero | question_only (must match the template's answer format), or a reward plugin: "
+        "package.module:function or path/to/file.py:function (grpoctl/reward_specs.py)",
+    )
 
 
 @dataclass
@@ -188,7 +192,7 @@ class LossConfig:
 
 @dataclass
 class RewardConfig:
-    """Reward shaping before group normalization (grpo/shaping.py)."""
+    """The reward's weighted components and plugins (reward_specs.py), and its shaping before group normalization (grpo/shaping.py)."""
 
     overlong_buffer_len: int | None = key(
         None, "DAPO's soft overlong punishment over the last N tokens before rollout.max_tokens; null: off"
@@ -197,6 +201,17 @@ class RewardConfig:
     # A control, not a recipe: if the policy still gains, the gain is not the reward's.
     shuffled_control: bool = key(
         False, "learn from rewards permuted within each rollout batch (train/reward logs the true ones)"
+    )
+    # Each component is recorded per step as train/reward/<name>; prompt.reward stays the
+    # grader of the evals and of train/answer_reward.
+    components: list = key(
+        [],
+        "weighted rewards summed into the reward: a list of {name, spec, weight}, each spec a built-in "
+        "reward or a plugin; empty: prompt.reward alone",
+    )
+    # CPU time, so that a busy machine does not fail a plugin (rewards/pool.py).
+    timeout_s: float = key(
+        5.0, "CPU seconds a reward plugin may take per response, in its worker process; over it scores 0"
     )
 
 

@@ -185,6 +185,25 @@ def is_sampled_score(name: str) -> bool:
     return name.startswith((f"{EVAL_PREFIX}pass@", f"{EVAL_PREFIX}maj@"))
 
 
+# Reward components (reward.components, and a plugin's named parts: grpoctl/reward_specs.py).
+REWARD_COMPONENT_PREFIX = "train/reward/"
+
+
+def reward_component(name: str) -> str:
+    """One reward component's mean over the step's rollouts, unweighted (`train/reward/brevity`)."""
+    return _metric(
+        f"{REWARD_COMPONENT_PREFIX}{name}",
+        f"mean of the reward component {name!r} over the step's rollouts (before its weight)",
+        "reward",
+        True,
+    )
+
+
+def is_reward_component(name: str) -> bool:
+    """A reward component's series (any name)."""
+    return name.startswith(REWARD_COMPONENT_PREFIX)
+
+
 # --------------------------------------------------------------------------- time/ and mem/
 
 STEP_TIME = _metric("time/step", "seconds of one whole GRPO step", "s", False)
@@ -236,12 +255,14 @@ def is_cost(name: str) -> bool:
 
 
 def _entry(name: str) -> MetricInfo | None:
-    """The table's entry; a pass@k or maj@k of any k is made on first sight (a reader may
-    see a k its own process never wrote)."""
+    """The table's entry; a pass@k or maj@k of any k, and a reward component of any name,
+    is made on first sight (a reader may see a k its own process never wrote)."""
     if name not in TABLE and is_sampled_score(name):
         kind, _, k = name.removeprefix(EVAL_PREFIX).partition("@")
         if k.isdigit() and int(k) >= 1:
             (pass_at if kind == "pass" else maj_at)(int(k))
+    if name not in TABLE and is_reward_component(name) and NAME_RE.match(name):
+        reward_component(name.removeprefix(REWARD_COMPONENT_PREFIX))
     return TABLE.get(name)
 
 

@@ -24,6 +24,7 @@ from grpoctl.formatting import (  # noqa: F401
     format_count,
     format_number,
 )
+from grpoctl.reward_specs import is_plugin
 from grpoctl.run_identity import (  # noqa: F401
     HASH_EXCLUDED,
     NEUTRAL_DEFAULTS,
@@ -55,7 +56,6 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "loss.loss_type": LOSS_TYPES,
     "loss.length_normalization": LENGTH_NORMALIZATIONS,
     "loss.importance_level": IMPORTANCE_LEVELS,
-    "prompt.reward": REWARDS,
     "optimizer.name": ("adamw", "adamw8bit"),
     "optimizer.lr_schedule": ("constant", "cosine"),
     "optimizer.warmup_unit": ("optimizer_step", "grpo_step"),
@@ -65,6 +65,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "data.eval_source": DATA_SOURCES,
     "runtime.on_signal": ("finish_step", "checkpoint_now"),
 }
+# prompt.reward is one of REWARDS or a reward plugin (config_checks.check_rewards).
 # Keys of CHOICES that may also be null, and what null means.
 NULL_MEANS = {"data.eval_source": "the same as data.source"}
 
@@ -87,6 +88,14 @@ def reward_for_template(template: str) -> str | None:
     if template.startswith("r1_zero"):
         return "r1_zero"
     return None
+
+
+def grader_reward(reward: str, template: str) -> str:
+    """The built-in reward that grades a run's evals (and its train/answer_reward): prompt.reward,
+    or for a plugin the template's answer format's reward (r1_zero for a template file)."""
+    if not is_plugin(reward):
+        return reward
+    return reward_for_template(template) or "r1_zero"
 
 
 def is_off_policy(epochs_per_rollout_batch: int, train_batch_size: int, rollout_batch_size: int) -> bool:

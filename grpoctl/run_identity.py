@@ -16,6 +16,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from grpoctl.reward_specs import components_of, plugin_identity
 from grpoctl.tiny.lab_recipe import is_lab_path, recipe_key
 
 
@@ -78,6 +79,10 @@ NEUTRAL_DEFAULTS: dict[str, Any] = {
     "eval.sampled.every": 50,
     "eval.sampled.temperature": 1.0,
     "eval.sampled.top_p": 1.0,
+    # Reward plugins (reward_specs.py): without components the run's reward is prompt.reward
+    # alone, as every run's was; the time limit only acts on a plugin.
+    "reward.components": [],
+    "reward.timeout_s": 5.0,
 }
 
 
@@ -100,6 +105,11 @@ def hashed_items(config: Any) -> dict[str, Any]:
         if key in NEUTRAL_DEFAULTS and value == NEUTRAL_DEFAULTS[key]:
             continue
         items[key] = value
+    if items.get("reward.components"):
+        # The same components however written: a weight of 1, of 1.0 or left out is one run.
+        items["reward.components"] = [
+            {"name": c.name, "spec": c.spec, "weight": c.weight} for c in components_of("", items["reward.components"])
+        ]
     path = items.get("model.path")
     if isinstance(path, str) and is_lab_path(path):
         # The lab's models are built by grpoctl from a recipe in code, not from config keys:
@@ -116,13 +126,31 @@ def _digest(items: dict[str, Any]) -> str:
 def config_hash(config: Any) -> str:
     """The identity of a run: a hash of the keys that change what it computes.
 
-    A pure function of the resolved config (a DictConfig or its plain dict). Excluded
-    are the keys in HASH_EXCLUDED; keys added to the config later are dropped while at
-    their neutral default (NEUTRAL_DEFAULTS), so a new option never renames old runs.
-    The registry's migration 0002 holds a frozen copy of this definition, to rewrite
-    the hashes that the earlier definition stored; changing it again needs a migration.
+    A pure function of the resolved config (a DictConfig or its plain dict), and of the
+    bytes of the reward plugins it names, if any (identity_items). Excluded are the keys
+    in HASH_EXCLUDED; keys added to the config later are dropped while at their neutral
+    default (NEUTRAL_DEFAULTS), so a new option never renames old runs. The registry's
+    migration 0002 holds a frozen copy of this definition, to rewrite the hashes that the
+    earlier definition stored; changing it again needs a migration.
     """
-    return _digest(hashed_items(config))
+    return _digest(identity_items(config))
+
+
+def identity_items(config: Any) -> dict[str, Any]:
+    """hashed_items, and, when the config names reward plugins, the sha256 of each plugin's
+    file (its spec string is hashed already, as prompt.reward or reward.components), read
+    now: editing a plugin makes a new run, which a sweep then runs rather than reuses.
+
+    Left out without plugins, so no run without one changes hash. Only a run's creation
+    (the trainer, the sweep planner) reads the files; compare's folding of seeds
+    (variant_hash) and the report's table of keys go by the stored config alone.
+    """
+    plain = _plain(config)
+    items = hashed_items(plain)
+    plugins = plugin_identity(plain)
+    if plugins:
+        items["reward.plugin_sha256"] = plugins
+    return items
 
 
 def variant_items(config: Any) -> dict[str, Any]:

@@ -182,6 +182,89 @@ case("config", "checkpoint-dir-under-a-file", train("checkpoint.dir={A}/afile.tx
 case("config", "checkpoint-dir-read-only", train("checkpoint.dir={A}/readonly/ckpt"), "checkpoint.dir")
 case("config", "cache-dir-is-a-file", train("model.path=tiny", "runtime.cache_dir={A}/afile.txt"), "runtime.cache_dir")
 
+
+# Reward plugins (issue 23): a spec that does not resolve is refused before anything is
+# written, the plugin's own file included (no __pycache__ beside it).
+def _plugin(source: str) -> Callable[[Path, Path], None]:
+    def setup(cwd: Path, assets: Path) -> None:
+        (cwd / "my_reward.py").write_text(source)
+
+    return setup
+
+
+_ANSWER = "{name: answer, spec: r1_zero, weight: 1}"
+case("config", "reward-plugin-file-missing", train("prompt.reward=rewards/nowhere.py:score"), "no file at", new=True)
+case(
+    "config",
+    "reward-plugin-module-missing",
+    train("prompt.reward=no_such_package.rewards:score"),
+    "module no_such_package.rewards cannot be imported",
+    new=True,
+)
+case(
+    "config",
+    "reward-plugin-no-function",
+    train("prompt.reward=my_reward.py:score"),
+    "has no function 'score'",
+    setup=_plugin("def other(response, truth, example):\n    return 1.0\n"),
+    new=True,
+)
+case(
+    "config",
+    "reward-plugin-not-callable",
+    train("prompt.reward=my_reward.py:score"),
+    "not callable",
+    setup=_plugin("score = 3\n"),
+    new=True,
+)
+case(
+    "config",
+    "reward-plugin-import-raises",
+    train("prompt.reward=my_reward.py:score"),
+    "fails to import: ModuleNotFoundError",
+    setup=_plugin("import no_such_dependency\n\ndef score(response, truth, example):\n    return 1.0\n"),
+    new=True,
+)
+case(
+    "config",
+    "reward-plugin-syntax-error",
+    train("prompt.reward=my_reward.py:score"),
+    "fails to import: SyntaxError",
+    setup=_plugin("def score(response, truth, example)\n    return 1.0\n"),
+    new=True,
+)
+case(
+    "config",
+    "reward-component-file-missing",
+    train(f"reward.components=[{_ANSWER}, {{name: short, spec: rewards/nowhere.py:score, weight: 0.1}}]"),
+    "reward.components[1].spec",
+    new=True,
+)
+case(
+    "config",
+    "reward-component-duplicate-name",
+    train(f"reward.components=[{_ANSWER}, {_ANSWER}]"),
+    "two components named 'answer'",
+    new=True,
+)
+case("config", "reward-component-not-a-mapping", train("reward.components=[r1_zero]"), "{name, spec, weight}", new=True)
+case(
+    "config",
+    "reward-component-weight-nan",
+    train("reward.components=[{name: answer, spec: r1_zero, weight: .nan}]"),
+    "weight must be a finite number",
+    new=True,
+)
+case(
+    "config",
+    "reward-plugin-beside-components",
+    train("prompt.reward=my_reward.py:score", f"reward.components=[{_ANSWER}]"),
+    "reward.components replaces prompt.reward",
+    setup=_plugin("def score(response, truth, example):\n    return 1.0\n"),
+    new=True,
+)
+case("config", "reward-timeout-0", train("reward.timeout_s=0"), "reward.timeout_s", new=True)
+
 # --------------------------------------------------------------------------- data files
 
 for name, expect in [
@@ -675,6 +758,7 @@ SUBPROCESS_SAMPLE = [
     "sweep:lr=1,nan",
     "yaml:empty",
     "run_ids:resume-checkpoint-files-missing",
+    "config:reward-plugin-import-raises",
 ]
 
 

@@ -188,3 +188,54 @@ def plot_all(rows: list[Row], folder: Path, name: str) -> list[tuple[str, str]]:
             if plot_metric(rows, metric, ylabel, folder / filename, title=f"{name}: {label}", by_rollouts=True):
                 made.append((filename, label))
     return made
+
+
+# --------------------------------------------------------------------------- reward components
+
+REWARD_COMPONENTS_PNG = "reward_components.png"
+LINESTYLES = ("-", "--", ":", "-.")
+
+
+def plot_reward_components(rows: list[Row], series: dict[int, dict[str, list[tuple[int, float]]]], path: Path) -> bool:
+    """One plot of each reward component's curve (train/reward/<name>, before its weight),
+    for the runs that recorded any (`series`: run id -> name -> points): a colour per
+    component, a line style per variant, seeds drawn as their mean. False (and no file)
+    when no run has components."""
+    names = sorted({name for by_name in series.values() for name in by_name if metrics.is_reward_component(name)})
+    if not names:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    colors = plt.get_cmap("tab10" if len(names) <= 10 else "tab20").colors
+    fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=120)
+    drawn_rows = [row for row in rows if any(series.get(rd.run.id) for rd in row.runs)]
+    for r, row in enumerate(drawn_rows):
+        for c, name in enumerate(names):
+            runs = [[(s, v) for s, v in series.get(rd.run.id, {}).get(name, []) if math.isfinite(v)] for rd in row.runs]
+            runs = [points for points in runs if points]
+            if not runs:
+                continue
+            steps, means = step_means(runs)
+            label = name.removeprefix(metrics.REWARD_COMPONENT_PREFIX)
+            ax.plot(
+                steps,
+                means,
+                color=colors[c % len(colors)],
+                linestyle=LINESTYLES[r % len(LINESTYLES)],
+                linewidth=1.6,
+                label=label if len(rows) == 1 else f"{row.label}: {label}",
+            )
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("GRPO step")
+    ax.set_ylabel("component reward (mean over rollouts, before its weight)")
+    seeds = " (mean over seeds)" if any(len(row.runs) > 1 for row in drawn_rows) else ""
+    ax.set_title(f"reward components{seeds}", fontsize=11, loc="left")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.savefig(path, bbox_inches="tight")
+    plt.close(fig)
+    return True

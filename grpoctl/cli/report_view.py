@@ -13,6 +13,7 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
+from grpoctl import metrics
 from grpoctl.analysis import stats
 from grpoctl.analysis.baseline import LAST_K, BaselineComparison, Versus
 from grpoctl.analysis.compare import CompareTable, Row, build_compare_table
@@ -46,10 +47,25 @@ def write_report(
     from grpoctl.cli.report_plots import plot_all  # matplotlib: only now
 
     plots = plot_all(table.rows, folder, name)
+    plots += _reward_component_plot(registry, table, folder)
     text = "\n".join(_sections(registry, name, table, plots)) + "\n"
     path = folder / "report.md"
     path.write_text(text)
     return path
+
+
+def _reward_component_plot(registry: Registry, table: CompareTable, folder: Path) -> list[tuple[str, str]]:
+    """The curves of the reward components (train/reward/<name>) of runs that have them."""
+    from grpoctl.cli.report_plots import REWARD_COMPONENTS_PNG, plot_reward_components
+
+    ids = [rd.run.id for row in table.rows for rd in row.runs if rd.run.id is not None]
+    names = [n for n in registry.metric_names(ids) if metrics.is_reward_component(n)]
+    if not names:
+        return []
+    series = {run_id: registry.metric_series(run_id, names) for run_id in ids}
+    if not plot_reward_components(table.rows, series, folder / REWARD_COMPONENTS_PNG):
+        return []
+    return [(REWARD_COMPONENTS_PNG, "reward components (each before its weight)")]
 
 
 def _sections(registry: Registry, name: str, table: CompareTable, plots: list[tuple[str, str]]):

@@ -17,7 +17,7 @@ import typer
 
 from grpoctl.cli.options import DbOption
 from grpoctl.errors import UserError
-from grpoctl.rules import reward_for_template
+from grpoctl.rules import grader_reward, reward_for_template
 
 
 def register(app: typer.Typer) -> None:
@@ -283,6 +283,11 @@ def evaluate_checkpoint(
     Registry.check(db, write=True)
     registry, run = _registry_of(db, marker)
     base = json.loads(run.config) if run else {}
+    if base.get("prompt", {}).get("reward") is not None:
+        # An eval grades with the built-in grader alone: the run's reward plugins are not
+        # needed, and need not be found from here.
+        base["prompt"]["reward"] = grader_reward(base["prompt"]["reward"], base["prompt"]["template"])
+        base.get("reward", {})["components"] = []
     overrides = [f"model.path={path}"]
     if subset is not None or not run:
         overrides.append(f"eval.subset={subset if subset is not None else 1024}")

@@ -27,6 +27,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from grpoctl.rewards import stats
 from grpoctl.rewards.cputime import cpu_seconds
@@ -45,9 +46,14 @@ WALL_TIMEOUT_FACTOR = 8.0
 def _serve(conn: multiprocessing.connection.Connection, check: Callable) -> None:
     """A worker's life: say ready, then grade pairs until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    # Warm up sympy and the LaTeX parser before saying ready, so that the first
-    # real pair is not charged for loading them against its timeout.
-    math_verify_equal("x + 1", "1 + x")
+    # Warm up sympy and the LaTeX parser (or a check's own warm_up: a reward plugin's
+    # import) before saying ready, so that the first real pair is not charged for
+    # loading them against its timeout.
+    warm_up = getattr(check, "warm_up", None)
+    if warm_up is not None:
+        warm_up()
+    else:
+        math_verify_equal("x + 1", "1 + x")
     conn.send("ready")
     while True:
         try:
@@ -158,6 +164,23 @@ class Grader:
                 verdicts[owner[job]] = verdicts[owner[job]] and equal
         return verdicts
 
+    def call_many(self, jobs: Iterable[tuple]) -> list[Any]:
+        """`check(*job)` for each job in the worker pool, bounded in time like a pair, without
+        the cheap checks that answers go through first; each job's value (the first of what
+        check returns), or None when it timed out or failed (counted as for a pair).
+        The reward plugins' calls (rewards/plugins.py)."""
+        if self.workers < 1:
+            raise ValueError("call_many runs in worker processes: make the Grader with workers >= 1")
+        pending = [(index, *job) for index, job in enumerate(jobs)]
+        if not pending:
+            return []
+        if self._closed:
+            raise RuntimeError("this Grader is closed")
+        with self._lock:
+            results = self._run_in_pool(pending)
+            failed = set(self._failed)
+        return [None if index in failed else results[index] for index in range(len(pending))]
+
     def close(self) -> None:
         with self._lock:
             self._closed = True
@@ -176,7 +199,7 @@ class Grader:
 
     # -- where the parsing happens ---------------------------------------------
 
-    def _check_all(self, pending: list[tuple[int, str, str]]) -> dict[int, bool]:
+    def _check_all(self, pending: list[tuple]) -> dict[int, Any]:
         if self._closed:
             raise RuntimeError("this Grader is closed")
         if self.workers > 0:
@@ -184,9 +207,9 @@ class Grader:
                 return self._run_in_pool(pending)
         if threading.current_thread() is threading.main_thread():
             results = {}
-            for index, pred, truth in pending:
+            for index, *args in pending:
                 try:
-                    verdict = Verdict(*self.check(pred, truth))
+                    verdict = Verdict(*self.check(*args))
                 except Exception:
                     verdict = Verdict(False, error=True)
                 self._count(verdict)
@@ -219,13 +242,14 @@ class Grader:
         self.restarts += 1
         return fresh
 
-    def _run_in_pool(self, pending: list[tuple[int, str, str]]) -> dict[int, bool]:
+    def _run_in_pool(self, pending: list[tuple]) -> dict[int, Any]:
         """Hand pairs to idle workers; collect answers; kill whoever overruns."""
         # worker -> (index of the pair it grades or None while starting, deadline to
         # look at it again); and for a pair, (CPU seconds the worker had used, wall
         # time) when it got the pair.
         busy: dict[_Worker, tuple[int | None, float]] = {}
         self._started: dict[_Worker, tuple[float, float]] = {}
+        self._failed: set[int] = set()  # the jobs that timed out or failed (call_many's None)
         try:
             return self._dispatch(deque(pending), busy)
         finally:
@@ -236,8 +260,8 @@ class Grader:
                 if index is not None and worker in self._pool:
                     self._replace(worker)
 
-    def _dispatch(self, queue: deque, busy: dict) -> dict[int, bool]:
-        results: dict[int, bool] = {}
+    def _dispatch(self, queue: deque, busy: dict) -> dict[int, Any]:
+        results: dict[int, Any] = {}
         for worker in self._pool:
             if not worker.ready:
                 busy[worker] = (None, time.monotonic() + START_TIMEOUT_S)
@@ -246,12 +270,13 @@ class Grader:
         while queue or any(job is not None for job, _ in busy.values()):
             while queue and idle:
                 worker = idle.pop()
-                index, pred, truth = queue.popleft()
+                job = queue.popleft()  # (index, pred, truth), or (index, *a plugin call's arguments)
+                index = job[0]
                 try:
-                    worker.conn.send((pred, truth))
+                    worker.conn.send(tuple(job[1:]))
                 except OSError:
                     # It died while idle: put the pair back, start a new worker.
-                    queue.appendleft((index, pred, truth))
+                    queue.appendleft(job)
                     self._after_failure(worker, None, results, busy)
                     continue
                 now = time.monotonic()
@@ -278,6 +303,8 @@ class Grader:
                     verdict = Verdict(*message)
                     self._count(verdict)
                     results[index] = verdict.equal
+                    if verdict.timed_out or verdict.error:
+                        self._failed.add(index)
                 idle.append(worker)
             now = time.monotonic()
             for worker in [w for w, (_, deadline) in busy.items() if deadline <= now]:
@@ -310,4 +337,5 @@ class Grader:
         """The pair a worker was on counts as wrong; a fresh worker starts in its place."""
         if index is not None:
             results[index] = False
+            self._failed.add(index)
         busy[self._replace(worker)] = (None, time.monotonic() + START_TIMEOUT_S)

@@ -31,6 +31,7 @@ from omegaconf import OmegaConf
 from grpoctl.config import load_config, parse_value, resolve_key, to_dict
 from grpoctl.errors import UserError
 from grpoctl.formatting import format_config_value
+from grpoctl.reward_specs import absolute_spec
 from grpoctl.run_identity import config_hash, flatten
 from grpoctl.sweep.spec_file import read_spec
 
@@ -192,6 +193,10 @@ def absolute_paths(cfg) -> None:
         if key in PATH_KEYS_READ and not os.path.exists(value):
             continue
         OmegaConf.update(cfg, key, os.path.abspath(value))
+    # A reward plugin's file, like the files a run reads (a module stays a module name).
+    OmegaConf.update(cfg, "prompt.reward", absolute_spec(cfg.prompt.reward))
+    for component in cfg.reward.components:
+        component.spec = absolute_spec(component.spec)
 
 
 # --------------------------------------------------------------------------- plans

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from grpoctl import metrics
 from grpoctl.rollout.base import Rollouts
+from grpoctl.rules import grader_reward
 from grpoctl.train.checkpoint import SavedTrainer, capture_rng, save_checkpoint, select_for_deletion
 from grpoctl.train.context import RunContext
 from grpoctl.train.evaluate import eval_record, eval_sampling, evaluate
@@ -88,7 +89,7 @@ def headline_eval(run: RunContext, step: int) -> tuple[dict, list[dict], dict]:
         run.backend,
         data.eval,
         data.template,
-        cfg.prompt.reward,
+        grader_reward(cfg.prompt.reward, cfg.prompt.template),
         sampling,
         cfg.eval.batch_size,
         n_samples=cfg.logging.samples_per_step,
@@ -120,7 +121,7 @@ def sampled_eval(run: RunContext, step: int) -> tuple[dict, dict]:
         run.backend,
         problems,
         data.template,
-        cfg.prompt.reward,
+        grader_reward(cfg.prompt.reward, cfg.prompt.template),
         sampling,
         n=cfg.eval.sampled.n,
         ks=sampled_ks(cfg.eval.sampled),

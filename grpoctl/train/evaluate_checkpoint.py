@@ -13,6 +13,7 @@ from grpoctl.config import typed_config
 from grpoctl.data.prompt_length import prompt_budget
 from grpoctl.data.run_data import load_run_data
 from grpoctl.rollout import make_backend
+from grpoctl.rules import grader_reward
 from grpoctl.train.evaluate import eval_record, eval_sampling, evaluate
 from grpoctl.train.sampled_eval import (
     sampled_eval_seed,
@@ -60,7 +61,7 @@ def run_eval(
             backend,
             data.eval,
             data.template,
-            cfg.prompt.reward,
+            grader_reward(cfg.prompt.reward, cfg.prompt.template),
             sampling,
             cfg.eval.batch_size,
             seed=cfg.eval.subset_seed,
@@ -121,7 +122,7 @@ def _sampled(
         backend,
         problems,
         data.template,
-        cfg.prompt.reward,
+        grader_reward(cfg.prompt.reward, cfg.prompt.template),
         sampling,
         n=s.n,
         ks=ks,

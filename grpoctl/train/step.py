@@ -2,7 +2,8 @@
 
     prompts     <- the next rollout_batch_size / group_size training problems
     rollouts    <- group_size completions per prompt (hf or vLLM backend)
-    rewards     <- the reward function on each completion (and any overlong penalty);
+    rewards     <- the reward function on each completion (and any overlong penalty), or the
+                   weighted sum of reward.components, plugins included (rewards/plugins.py);
                    with dynamic sampling, rounds of these until enough groups have signal
                    (train/dynamic_sampling.py)
     advantages  <- rewards normalised within each group
@@ -29,6 +30,7 @@ import torch
 
 from grpoctl import metrics
 from grpoctl.config import Config, derived_sizes
+from grpoctl.data import Example
 from grpoctl.grpo import (
     collate_prompt_and_output_ids,
     get_response_log_probs_shared_prompts,
@@ -37,8 +39,10 @@ from grpoctl.grpo import (
 )
 from grpoctl.grpo.shaping import loss_rows, overlong_penalty, permute_rewards
 from grpoctl.prompts import format_prompt
+from grpoctl.reward_specs import components_of, is_plugin
 from grpoctl.rewards import get_reward_fn, grading_stats
 from grpoctl.rollout.base import Rollouts, SamplingSettings
+from grpoctl.rules import grader_reward
 from grpoctl.train.context import RunContext
 from grpoctl.train.dynamic_sampling import sample_informative_groups
 from grpoctl.train.eval_and_checkpoint import (
@@ -89,13 +93,13 @@ def grpo_step(run: RunContext, step: int) -> None:
             else:
                 # Prompts and rollouts: group_size completions for each of the next problems.
                 with phases("rollout"):
-                    prompts, truths = next_prompts(run)
+                    prompts, truths, examples = next_prompts(run)
                     rollouts = generate_rollouts(run, prompts, step)
                 fault_point("step-rollouts", step)
                 run.backend.before_training()  # vLLM sleep mode frees its memory for the backward passes
                 # Rewards, and advantages: each reward against the others of its group.
                 with phases("reward"):
-                    batch = score_rollouts(run, rollouts, truths)
+                    batch = score_rollouts(run, rollouts, truths, examples)
             # Old log-probs, once, when the rollouts are reused off-policy (and the KL reference's).
             with phases("old_log_probs"):
                 add_old_and_ref_log_probs(run, batch)
@@ -149,12 +153,13 @@ def grpo_step(run: RunContext, step: int) -> None:
 # --------------------------------------------------------------------------- prompts and rollouts
 
 
-def next_prompts(run: RunContext) -> tuple[list[str], list[str]]:
-    """The next batch of prompts, and their ground truths repeated group_size times (one per rollout)."""
+def next_prompts(run: RunContext) -> tuple[list[str], list[str], list[Example]]:
+    """The next batch of prompts, their ground truths repeated group_size times (one per
+    rollout), and their problems (what a reward plugin is given)."""
     examples = run.stream.next_batch(derived_sizes(run.cfg).prompts_per_rollout_batch)
     prompts = [format_prompt(run.data.template, ex.question) for ex in examples]
     truths = [ex.answer for ex in examples for _ in range(run.cfg.rollout.group_size)]
-    return prompts, truths
+    return prompts, truths, examples
 
 
 def rollout_seed(seed: int, step: int, round: int = 0) -> int:
@@ -182,10 +187,10 @@ def generate_rollouts(run: RunContext, prompts: list[str], step: int, round: int
 def draw_round(run: RunContext, step: int, round: int, phases: Phases) -> tuple[list[str], Graded]:
     """One round of dynamic sampling: the next prompts, their rollouts and their grades."""
     with phases("rollout"):
-        prompts, truths = next_prompts(run)
+        prompts, truths, examples = next_prompts(run)
         rollouts = generate_rollouts(run, prompts, step, round=round)
     with phases("reward"):
-        return prompts, grade_rollouts(run, rollouts, truths)
+        return prompts, grade_rollouts(run, rollouts, truths, examples)
 
 
 def rollout_sampling(cfg: Config) -> SamplingSettings:
@@ -225,22 +230,25 @@ class RolloutBatch:
         return self.response_mask[rows] & self.loss_rows[rows, None]
 
 
-def score_rollouts(run: RunContext, rollouts: Rollouts, truths: list[str]) -> RolloutBatch:
+def score_rollouts(
+    run: RunContext, rollouts: Rollouts, truths: list[str], examples: list[Example] | None = None
+) -> RolloutBatch:
     """Rollouts -> training tensors, rewards, group-normalised advantages and their summary."""
-    return rollout_batch(run, grade_rollouts(run, rollouts, truths))
+    return rollout_batch(run, grade_rollouts(run, rollouts, truths, examples))
 
 
-def grade_rollouts(run: RunContext, rollouts: Rollouts, truths: list[str]) -> Graded:
+def grade_rollouts(
+    run: RunContext, rollouts: Rollouts, truths: list[str], examples: list[Example] | None = None
+) -> Graded:
     """The reward of each rollout, and the soft overlong punishment (grpo/shaping.py) on it.
 
     Grading that timed out or failed scores 0, like a wrong answer; both are counted
     (train/grading_timeouts, train/grading_errors), since a broken grader otherwise
-    looks like a flat reward.
+    looks like a flat reward. So does a reward plugin's call that raised or hung.
     """
     cfg = run.cfg
-    reward_fn = get_reward_fn(cfg.prompt.reward)
     before = grading_stats()
-    scores = [reward_fn(text, truth) for text, truth in zip(rollouts.response_texts, truths, strict=True)]
+    scores = reward_scores(cfg, rollouts.response_texts, truths, examples or [])
     after = grading_stats()
     rewards = torch.tensor([s["reward"] for s in scores], dtype=torch.float32)
     penalty = None
@@ -261,6 +269,35 @@ def grade_rollouts(run: RunContext, rollouts: Rollouts, truths: list[str]) -> Gr
         timeouts=after["timeouts"] - before["timeouts"],
         errors=after["errors"] - before["errors"],
     )
+
+
+def reward_scores(cfg: Config, texts: list[str], truths: list[str], examples: list[Example]) -> list[dict]:
+    """Each rollout's reward dict: prompt.reward's, as it always was; or, with reward plugins or
+    reward.components, their weighted sum and each component's value (rewards/plugins.py),
+    each plugin given its rollout's problem (`examples`: one per group)."""
+    if not cfg.reward.components and not is_plugin(cfg.prompt.reward):
+        reward_fn = get_reward_fn(cfg.prompt.reward)
+        return [reward_fn(text, truth) for text, truth in zip(texts, truths, strict=True)]
+    from grpoctl.rewards.plugins import example_record, reward_scorer
+
+    scorer = reward_scorer(
+        components_of(cfg.prompt.reward, cfg.reward.components),
+        cfg.reward.timeout_s,
+        grader_reward(cfg.prompt.reward, cfg.prompt.template),
+    )
+    group = len(texts) // max(len(examples), 1)
+    records = [example_record(examples[i // group]) if examples else {} for i in range(len(texts))]
+    return scorer.score(texts, truths, records)
+
+
+def reward_component_metrics(scores: list[dict]) -> dict[str, float]:
+    """Each reward component's mean over the rollouts, as metrics.reward_component names it
+    (a rollout whose plugin call failed counts 0); none without components."""
+    names = dict.fromkeys(name for s in scores for name in s.get("components", ()))
+    return {
+        metrics.reward_component(name): math.fsum(s.get("components", {}).get(name, 0.0) for s in scores) / len(scores)
+        for name in names
+    }
 
 
 def rollout_batch(run: RunContext, graded: Graded) -> RolloutBatch:
@@ -315,6 +352,7 @@ def rollout_batch(run: RunContext, graded: Graded) -> RolloutBatch:
         metrics.GRADING_TIMEOUTS: graded.timeouts,
         metrics.GRADING_ERRORS: graded.errors,
     }
+    batch.stats |= reward_component_metrics(scores)
     return batch
 
 
