@@ -77,6 +77,9 @@ NEUTRAL_DEFAULTS: dict[str, Any] = {
     "eval.sampled.every": 50,
     "eval.sampled.temperature": 1.0,
     "eval.sampled.top_p": 1.0,
+    # Several eval sets change no training row either (every set's problems are held out
+    # of training, as the one eval set's are); set, they enter the identity like the above.
+    "eval.sets": [],  # the one eval set of data.eval_*, as every run had
 }
 
 
