@@ -274,6 +274,9 @@ def test_report_shows_pass_at_k_and_math500s_breakdowns_for_the_headline_asked(s
     line = next(row for row in scores.splitlines() if row.startswith("| better |"))
     assert line.split(" | ")[2:4] == ["0.305 ± 0.007 sd", "0.805 ± 0.007 sd"]  # final pass@1, pass@4
     assert (path.parent / "eval_pass_at_4.png").stat().st_size > 5000
+    against = text.split("### pass@4 against base")[1].split("###")[0]
+    better = next(row for row in against.splitlines() if row.startswith("| better |"))
+    assert "| better |" in better[10:] and "pass@4, mean of last 3 evals" in against  # its verdict, its measure
     levels = text.split("### By level")[1].split("###")[0]
     counts = {str(level): sum(r["level"] == level for r in records) for level in range(1, 6)}
     for level, n in counts.items():

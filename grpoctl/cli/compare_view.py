@@ -143,7 +143,7 @@ def versus_headers(comparison: BaselineComparison) -> list[str]:
     head = ["variant", "seeds", measure_name(comparison), f"Δ vs {comparison.baseline} (95% CI)"]
     if _has_bca(comparison):
         head.append("Δ, BCa 95% CI")
-    return head + ["p", "p Holm", "verdict", "seeds needed", "Δ best acc (95% CI)", "MDE"]
+    return head + ["p", "p Holm", "verdict", "seeds needed", f"Δ best {measured(comparison)} (95% CI)", "MDE"]
 
 
 def versus_cells(comparison: BaselineComparison, v: Versus) -> list[str]:
@@ -205,7 +205,7 @@ def versus_legend(comparison: BaselineComparison) -> str:
             f"MDE: the smallest Δ these seeds detect at α {stats.ALPHA:g} with power {stats.POWER:g}; "
             "a Δ below it being within noise says little"
         )
-    parts.append("Best acc is biased upward (the best of several noisy evals): shown, not the verdict's basis")
+    parts.append(f"Best {what} is biased upward (the best of several noisy evals): shown, not the verdict's basis")
     return ". ".join(parts)
 
 

@@ -80,6 +80,28 @@ def score_table(table: CompareTable, names: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _scores_against_baseline(table: CompareTable, names: list[str]) -> list[str]:
+    """Each pass@k and maj@k against the baseline, tested as accuracy is (the same measure,
+    tests and Holm correction within each score's comparisons), when the study has one."""
+    from grpoctl.analysis.baseline import compare_to_baseline
+    from grpoctl.cli import compare_view as tables
+
+    versus = table.versus
+    if versus is None:
+        return []
+    lines = []
+    for metric in names:
+        curves = {row.label: [eval_curve_of(rd, metric) or [] for rd in row.runs] for row in table.rows}
+        comparison = compare_to_baseline(curves, versus.baseline, versus.source, versus.last_k, table.at_step)
+        comparison.metric = metric
+        head = tables.versus_headers(comparison)
+        lines += [f"### {metric.removeprefix(metrics.EVAL_PREFIX)} against {versus.baseline}", ""]
+        lines += [_line(head), _line(["---"] * len(head))]
+        lines += [_line(tables.versus_cells(comparison, v)) for v in comparison.rows]
+        lines += ["", tables.versus_legend(comparison) + ".", ""]
+    return lines
+
+
 # --------------------------------------------------------------------------- breakdowns
 
 
@@ -215,7 +237,8 @@ def eval_sections(registry: Registry, table: CompareTable, folder: Path, name: s
         lines += [
             f"From the sampled evals{of_set} (eval.sampled.*): final and best (step 0 excluded) of each "
             "variant; ± sd over seeds, or ± the binomial SE over the problems sampled for one run "
-            "(errs wide for pass@k). `compare --metric eval/pass@K` tests them against the baseline.",
+            "(errs wide for pass@k). Against the baseline, each is tested as accuracy is, Holm-corrected "
+            "within its own comparisons (`compare --metric eval/pass@K` shows the same).",
             "",
             score_table(table, names),
         ]
@@ -224,6 +247,7 @@ def eval_sections(registry: Registry, table: CompareTable, folder: Path, name: s
             filename = f"eval_{_file_name(short.replace('@', '_at_'))}.png"
             if plot_metric(table.rows, metric, short, folder / filename, title=f"{name}: {short}{of_set}"):
                 lines += [f"![{short}]({filename})", ""]
+        lines += _scores_against_baseline(table, names)
     ids = [rd.run.id for row in table.rows for rd in row.runs if rd.run.id is not None]
     per_run = {run_id: _greedy(b, table.at_step) for run_id, b in registry.eval_breakdowns(ids, table.eval_set).items()}
     fields = breakdown_fields(per_run)
