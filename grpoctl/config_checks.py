@@ -372,7 +372,7 @@ def check_eval_sets(cfg: DictConfig) -> None:
         source = entry.get("source") or cfg.data.eval_source or cfg.data.source
         if source not in DATA_SOURCES:
             raise UserError(f"{where}.source={source!r} is not one of: {', '.join(DATA_SOURCES)}")
-        path = entry.get("path") if "path" in entry else cfg.data.eval_path
+        path = entry.get("path") or cfg.data.eval_path  # as data/run_data.py fills it in
         if source not in GENERATED_DATA_SOURCES and not path:
             raise UserError(f"{where} ({name}): source={source} needs a path (a jsonl file or hub dataset name)")
         subset = entry.get("subset")
