@@ -262,6 +262,7 @@ def test_report_shows_pass_at_k_and_math500s_breakdowns_for_the_headline_asked(s
     from grpoctl.cli import report_evals, report_plots
 
     records = [json.loads(line) for line in MATH500.read_text().splitlines()]
+    monkeypatch.setattr(report_plots, "plot_all", lambda *args, **kw: [])  # the usual curves: tested elsewhere
     with Registry(str(study), readonly=True) as registry:
         path = write_report(registry, "sets", tmp_path / "other", headline="math500")
         # the default headline, read for its text only
