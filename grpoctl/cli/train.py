@@ -231,7 +231,8 @@ def evaluate_checkpoint(
         ),
     ] = None,
     data: Annotated[
-        str | None, typer.Option(help="Eval jsonl (MATH or GSM8K shape); default: the run's eval data.")
+        str | None,
+        typer.Option(help="Eval jsonl (MATH or GSM8K shape); default: the run's eval data (its headline eval set)."),
     ] = None,
     source: Annotated[
         str | None,
