@@ -282,6 +282,7 @@ def validate(cfg: DictConfig) -> None:
     _check_synthetic(cfg.data.synthetic)
     _check_tiny(cfg.model)
     _check_sampled_eval(cfg.eval)
+    check_eval_sets(cfg)
 
 
 def check_rewards(cfg: DictConfig) -> None:
@@ -392,3 +393,48 @@ def _check_tiny(model: DictConfig) -> None:
                 f"model.path={path}: the warm-start keeps its weights at steps {saved} "
                 "(model.warmstart.save_steps) and at its end (model.path=tiny)"
             )
+
+
+# --------------------------------------------------------------------------- eval.sets
+
+EVAL_SET_KEYS = ("name", "source", "path", "subset", "split", "question_field", "answer_field")
+
+
+def check_eval_sets(cfg: DictConfig) -> None:
+    """Each of eval.sets is a mapping with a unique, metric-safe name, known keys, a known
+    source, a path where its source needs one (data.eval_path fills it), a subset >= 1."""
+    from grpoctl.metrics import EVAL_SET_NAME_RE
+    from grpoctl.rules import DATA_SOURCES
+
+    seen: set[str] = set()
+    for i, entry in enumerate(cfg.eval.sets):
+        where = f"eval.sets[{i}]"
+        if not isinstance(entry, DictConfig):
+            raise UserError(f"{where} must be a mapping like {{name: gsm8k, source: gsm8k, path: ..., subset: 256}}")
+        unknown = sorted(str(k) for k in set(entry.keys()) - set(EVAL_SET_KEYS))
+        if unknown:
+            raise UserError(
+                f"{where} has unknown key(s) {', '.join(map(str, unknown))}: use {', '.join(EVAL_SET_KEYS)}"
+            )
+        name = entry.get("name")
+        if not isinstance(name, str) or not EVAL_SET_NAME_RE.match(name):
+            raise UserError(
+                f"{where}.name={name!r} must be 1-40 letters, digits, '_', '.' or '-' (it names the metrics "
+                "eval/NAME/*)"
+            )
+        if name in seen:
+            raise UserError(f"eval.sets: the name {name!r} is used twice; each set needs its own")
+        seen.add(name)
+        source = entry.get("source") or cfg.data.eval_source or cfg.data.source
+        if source not in DATA_SOURCES:
+            raise UserError(f"{where}.source={source!r} is not one of: {', '.join(DATA_SOURCES)}")
+        path = entry.get("path") or cfg.data.eval_path  # as data/run_data.py fills it in
+        if source not in GENERATED_DATA_SOURCES and not path:
+            raise UserError(f"{where} ({name}): source={source} needs a path (a jsonl file or hub dataset name)")
+        subset = entry.get("subset")
+        if subset is not None and (isinstance(subset, bool) or not isinstance(subset, int) or subset < 1):
+            raise UserError(f"{where}.subset must be an integer >= 1 (or left out: eval.subset), got {subset!r}")
+        for text_key in ("path", "split", "question_field", "answer_field"):
+            value = entry.get(text_key)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise UserError(f"{where}.{text_key} must be a non-empty string, got {value!r}")

@@ -275,6 +275,13 @@ class EvalConfig:
         "where the data has them)",
     )
     sampled: SampledEvalConfig = section(SampledEvalConfig)
+    # Each set: {name, source, path, subset, split, question_field, answer_field}; all but
+    # the name default to data.eval_* (and eval.subset), so `[{name: math500}]` is today's eval.
+    sets: list = key(
+        [],
+        "several eval sets, each {name, source, path, subset} (data.eval_* and eval.subset fill what is "
+        "left out); recorded as eval/NAME/*, the first also as eval/*; empty: the one set of data.eval_*",
+    )
 
 
 @dataclass

@@ -181,8 +181,38 @@ def maj_at(k: int) -> str:
 
 
 def is_sampled_score(name: str) -> bool:
-    """A pass@k or maj@k series (any k)."""
-    return name.startswith((f"{EVAL_PREFIX}pass@", f"{EVAL_PREFIX}maj@"))
+    """A pass@k or maj@k series (any k; of any eval set: `eval/math500/pass@8` too)."""
+    return split_eval_set(name)[1].startswith((f"{EVAL_PREFIX}pass@", f"{EVAL_PREFIX}maj@"))
+
+
+# Several eval sets in one run (eval.sets): each set's figures are the unprefixed eval
+# names with the set's name after `eval/` (`eval/gsm8k/accuracy`, `eval/gsm8k/pass@8`).
+# The first set, the headline, is also recorded under the unprefixed names.
+EVAL_SET_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,39}$")
+
+
+def in_eval_set(eval_set: str, name: str) -> str:
+    """An eval metric of one eval set: (`gsm8k`, `eval/accuracy`) -> `eval/gsm8k/accuracy`.
+    An empty set name is the run's one unnamed set: the name itself."""
+    if not eval_set:
+        return name
+    if not is_eval(name) or split_eval_set(name)[0] is not None:
+        raise ValueError(f"{name!r} is not an unprefixed eval metric")
+    prefixed = f"{EVAL_PREFIX}{eval_set}/{name.removeprefix(EVAL_PREFIX)}"
+    base = _entry(name)
+    if base is not None and prefixed not in TABLE:
+        _metric(prefixed, f"{base.description} (eval set {eval_set})", base.unit, base.higher_is_better)
+    return prefixed
+
+
+def split_eval_set(name: str) -> tuple[str | None, str]:
+    """(`gsm8k`, `eval/accuracy`) of `eval/gsm8k/accuracy`; (None, name) of any other name."""
+    if not is_eval(name):
+        return None, name
+    eval_set, slash, rest = name.removeprefix(EVAL_PREFIX).partition("/")
+    if not slash or not EVAL_SET_NAME_RE.match(eval_set):
+        return None, name
+    return eval_set, f"{EVAL_PREFIX}{rest}"
 
 
 # Reward components (reward.components, and a plugin's named parts: grpoctl/reward_specs.py).
@@ -255,12 +285,18 @@ def is_cost(name: str) -> bool:
 
 
 def _entry(name: str) -> MetricInfo | None:
-    """The table's entry; a pass@k or maj@k of any k, and a reward component of any name,
-    is made on first sight (a reader may see a k its own process never wrote)."""
-    if name not in TABLE and is_sampled_score(name):
-        kind, _, k = name.removeprefix(EVAL_PREFIX).partition("@")
+    """The table's entry; a pass@k or maj@k of any k, a reward component of any name, and
+    either inside an eval set, is made on first sight (a reader may see a name its own
+    process never wrote)."""
+    if name in TABLE:
+        return TABLE[name]
+    eval_set, base = split_eval_set(name)
+    if is_sampled_score(base):
+        kind, _, k = base.removeprefix(EVAL_PREFIX).partition("@")
         if k.isdigit() and int(k) >= 1:
             (pass_at if kind == "pass" else maj_at)(int(k))
+    if eval_set is not None and base in TABLE:
+        in_eval_set(eval_set, base)  # a set's figure reads as its unprefixed one
     if name not in TABLE and is_reward_component(name) and NAME_RE.match(name):
         reward_component(name.removeprefix(REWARD_COMPONENT_PREFIX))
     return TABLE.get(name)

@@ -235,11 +235,13 @@ def test_an_old_registry_upgrades_and_shows_the_same_runs_and_values(old_registr
     for name in RUNS:
         shown = json.loads(grpoctl("runs", "show", name, "--format", "json", "--db", db, cwd=elsewhere).stdout)
         before = BEFORE["show"][name]
-        # Migration 0006 only adds the sampled eval's columns; an old row reads as a greedy eval.
+        # Migrations 0006 and 0008 only add the sampled eval's and the eval sets' columns; an
+        # old row reads as a greedy eval of the run's one unnamed, headline set.
         assert [{k: e[k] for k in b} for e, b in zip(shown["evals"], before["evals"], strict=True)] == before["evals"]
         for e, b in zip(shown["evals"], before["evals"], strict=True):
-            assert set(e) - set(b) <= {"kind", "sampling", "scores", "breakdown"}
+            assert set(e) - set(b) <= {"kind", "sampling", "scores", "breakdown", "eval_set", "headline"}
             assert e.get("kind", "greedy") == "greedy"
+            assert e.get("eval_set", "") == "" and e.get("headline", True) is True
         metrics = {k: without_duplicate_keys(v) for k, v in before["metrics"].items()}
         assert shown["metrics"] == metrics  # NaN included; the duplicated key is gone
         keys = set(before["run"]) - {"config_hash", "output_dir"}
@@ -317,6 +319,7 @@ def test_a_wheel_carries_the_migrations_and_its_install_runs_them(tmp_path):
         "0005_members_on_many_machines",
         "0006_sampled_evals",
         "0007_data_fingerprint",
+        "0008_eval_sets",
     ):
         assert f"grpoctl/registry/migrations/versions/{revision}.py" in names
     assert "grpoctl/registry/migrations/env.py" in names

@@ -71,6 +71,7 @@ class BaselineComparison:
     last_k: int
     rows: list[Versus]  # in the table's order, the baseline's included
     tested: int  # comparisons in the Holm family
+    metric: str = ""  # the eval measure the curves are of (eval/pass@8); "": eval accuracy
 
 
 def last_evals(evals: Curve, k: int, at_step: int | None = None) -> tuple[float, int | None] | None:

@@ -62,6 +62,7 @@ class ComparedRun:
     s_per_step: float | None = None  # median of time/step
     peak_mem: float | None = None
     flags: list[Flag] = field(default_factory=list)
+    scores: dict[str, list[EvalPoint]] = field(default_factory=dict)  # pass@k / maj@k curves, like evals
 
 
 @dataclass
@@ -98,6 +99,7 @@ class CompareTable:
     baseline_note: str = ""  # why there is no comparison against a baseline
     findings: list = field(default_factory=list)  # analysis.findings.Result of this study's declared findings
     family: dict | None = None  # the Holm family they were adjusted in: its size and where it was declared
+    eval_set: str | None = None  # the eval set read as the headline (--headline); None: each run's own
 
 
 # --------------------------------------------------------------------------- which runs
@@ -158,10 +160,15 @@ def fold_runs(runs: list[Run], member_labels: dict[int, str]) -> list[tuple[str,
 # --------------------------------------------------------------------------- loading
 
 
-def load_compared_runs(registry: Registry, runs: list[Run], extra_metric: str | None = None) -> list[ComparedRun]:
-    """Configs, the health series, evals, s/step and peak memory of `runs`."""
+def load_compared_runs(
+    registry: Registry, runs: list[Run], extra_metric: str | None = None, eval_set: str | None = None
+) -> list[ComparedRun]:
+    """Configs, the health series, evals, s/step and peak memory of `runs`; their evals and
+    pass@k / maj@k are those of each run's headline eval set, or of the set `eval_set`."""
+    if extra_metric is not None and eval_set and metrics.is_eval(extra_metric):
+        extra_metric = metrics.in_eval_set(eval_set, extra_metric)  # the set's own series
     names = list(SERIES_METRICS) + ([extra_metric] if extra_metric not in (None, *SERIES_METRICS) else [])
-    summaries = registry.run_summaries([r.id for r in runs], names)
+    summaries = registry.run_summaries([r.id for r in runs], names, eval_set=eval_set)
     data = []
     for run in runs:
         config, summary = json.loads(run.config), summaries[run.id]
@@ -175,7 +182,10 @@ def load_compared_runs(registry: Registry, runs: list[Run], extra_metric: str | 
             eval_meta=summary.eval_meta,
             s_per_step=summary.s_per_step,
             peak_mem=summary.peak_mem,
+            scores=summary.scores,
         )
+        if eval_set and extra_metric in rd.series:  # the set's series, read under the name asked for
+            rd.series[metrics.split_eval_set(extra_metric)[1]] = rd.series[extra_metric]
         # Health reads eval accuracy from the same eval results the table shows.
         series = {**rd.series, metrics.EVAL_ACCURACY: [(s, a) for s, a, _ in rd.evals]}
         rd.flags = run_flags(series, rd.status, run.last_step, run.error)
@@ -200,6 +210,19 @@ def _binomial_se(p: float, n: int | None) -> float | None:
     return math.sqrt(max(p * (1 - p), 0.0) / n) if n else None
 
 
+def eval_curve_of(rd: ComparedRun, metric: str) -> list[EvalPoint] | None:
+    """A run's curve of an eval measure that reads like accuracy, each point with its
+    problem count: eval/accuracy (its evals), pass@k or maj@k (its sampled evals; the
+    series for a run recorded without their rows); None for any other metric."""
+    if metric == metrics.EVAL_ACCURACY:
+        return rd.evals
+    if metrics.is_sampled_score(metric):
+        if metric in rd.scores:
+            return rd.scores[metric]
+        return [(s, v, None) for s, v in rd.series.get(metric, []) if math.isfinite(v)]
+    return None
+
+
 def run_values(rd: ComparedRun, at_step: int | None, metric: str) -> dict[str, tuple[float, float | None]]:
     """{column: (value, standard error or None)} for one run."""
     out: dict[str, tuple[float, float | None]] = {}
@@ -222,7 +245,18 @@ def run_values(rd: ComparedRun, at_step: int | None, metric: str) -> dict[str, t
         out["s_per_step"] = (rd.s_per_step, None)
     if rd.peak_mem is not None:
         out["peak_mem"] = (rd.peak_mem, None)
-    if metric != metrics.EVAL_ACCURACY:
+    curve = eval_curve_of(rd, metric)
+    if metric != metrics.EVAL_ACCURACY and curve is not None:
+        # pass@k and maj@k read like accuracy: the final one with its binomial SE over the
+        # problems sampled (a problem's pass@k lies in [0, 1], so the binomial SE errs wide)
+        point = headline_accuracy(curve, at_step)
+        if point:
+            out["metric"] = (point[1], _binomial_se(point[1], point[2]))
+        trained = [e for e in curve if e[0] > 0]
+        if trained and at_step is None:
+            step, value, n = max(trained, key=lambda e: (e[1], -e[0]))
+            out["metric_best"], out["metric_step"] = (value, _binomial_se(value, n)), (step, None)
+    elif metric != metrics.EVAL_ACCURACY:
         points = [p for p in rd.series.get(metric, []) if math.isfinite(p[1])]
         point = _at(points, at_step)
         if point:
@@ -341,18 +375,30 @@ def build_compare_table(
     baseline: str | None = None,
     last_k: int = LAST_K,
     findings: str | None = None,
+    headline: str | None = None,
 ) -> CompareTable:
     """Everything `grpoctl compare` shows, as data (drawn by cli/compare_view.py).
 
     `findings`: a study spec or a page file whose declared findings form the Holm family
-    (default: this sweep's own declared findings, if it has any)."""
+    (default: this sweep's own declared findings, if it has any). `headline`: the eval set
+    (eval.sets) whose evals stand for each run's accuracy, pass@k and maj@k (default: each
+    run's own headline set, the first); a metric named in a set (eval/SET/pass@8) names it too."""
     if last_k < 1:
         raise UserError(f"--last-k must be at least 1, got {last_k}")
     metric = metric or metrics.EVAL_ACCURACY
+    metric_set, metric = metrics.split_eval_set(metric)
+    if metric_set is not None and headline is not None and metric_set != headline:
+        raise UserError(f"--metric names the eval set {metric_set!r} but --headline names {headline!r}: name one")
+    headline = headline or metric_set
+    if headline is not None and not metrics.EVAL_SET_NAME_RE.match(headline):
+        raise UserError(f"--headline {headline!r} is not an eval set name (letters, digits, '_', '.', '-')")
     title, runs, notes, member_labels = resolve_runs(registry, refs)
     if not runs:
         raise UserError(f"'{title}' has no runs yet")
-    data = load_compared_runs(registry, runs, metric)
+    if headline is not None:
+        notes = notes + _headline_notes(registry, runs, headline)
+        title += f" (eval set {headline})"
+    data = load_compared_runs(registry, runs, metric, eval_set=headline)
 
     differing = sorted(
         k
@@ -397,14 +443,34 @@ def build_compare_table(
     ]
     warnings = notes + _eval_warnings(data, differing)
     table = CompareTable(title, rows, short, columns, rank_by, warnings, at_step)
+    table.eval_set = headline
     chosen, source, table.baseline_note = _baseline(registry, refs, rows, baseline)
     if chosen is not None and len(rows) > 1:
-        curves = {row.label: [rd.evals for rd in row.runs] for row in rows}
+        # The verdicts rest on the metric asked for where it reads like accuracy (pass@k,
+        # maj@k: the same last-k mean and tests), else on eval accuracy.
+        tested = metric if metrics.is_sampled_score(metric) else metrics.EVAL_ACCURACY
+        curves = {row.label: [eval_curve_of(rd, tested) or [] for rd in row.runs] for row in rows}
         table.versus = compare_to_baseline(curves, chosen, source, last_k, at_step)
-        if metric == metrics.EVAL_ACCURACY:
+        table.versus.metric = tested
+        if metric == tested:
             _star_by_verdict(table)
     _findings(registry, refs, table, findings, at_step, baseline, last_k)
     return table
+
+
+def _headline_notes(registry: Registry, runs: list[Run], headline: str) -> list[str]:
+    """What --headline NAME leaves out: a line naming the runs without that eval set; refused
+    in one line when no run has it."""
+    names = registry.eval_set_names([r.id for r in runs])
+    without = [r.name for r in runs if headline not in names[r.id]]
+    if len(without) == len(runs):
+        recorded = sorted({n for sets in names.values() for n in sets if n})
+        known = f"the eval sets recorded: {', '.join(recorded)}" if recorded else "no run has named eval sets"
+        raise UserError(f"--headline {headline}: no run has an eval set named {headline!r} ({known})")
+    if not without:
+        return []
+    shown = ", ".join(without[:3]) + (", ..." if len(without) > 3 else "")
+    return [f"{len(without)} of {len(runs)} runs have no eval set named {headline!r}, so no eval here: {shown}"]
 
 
 def winner(table: CompareTable) -> tuple[str | None, str]:

@@ -37,6 +37,17 @@ LastKOption = Annotated[
     ),
 ]
 
+HeadlineOption = Annotated[
+    str | None,
+    typer.Option(
+        "--headline",
+        metavar="SET",
+        help="Read this eval set (eval.sets) as each run's headline: its accuracy, pass@k and maj@k "
+        "(default: each run's own, the first of its eval.sets).",
+        show_default=False,
+    ),
+]
+
 FindingsOption = Annotated[
     str | None,
     typer.Option(
@@ -56,7 +67,12 @@ def compare(
     ],
     metric: Annotated[
         str | None,
-        typer.Option("--metric", "-m", help="Rank by this metric's final value (default: eval accuracy)."),
+        typer.Option(
+            "--metric",
+            "-m",
+            help="Rank by this metric's final value (default: eval accuracy); eval/pass@K and eval/maj@K are "
+            "tested against the baseline as accuracy is.",
+        ),
     ] = None,
     at_step: Annotated[
         int | None, typer.Option("--at-step", help="Values at this GRPO step instead of the end.")
@@ -65,6 +81,7 @@ def compare(
     baseline: BaselineOption = None,
     last_k: LastKOption = LAST_K,
     findings: FindingsOption = None,
+    headline: HeadlineOption = None,
     db: DbOption = None,
 ) -> None:
     """Compare runs: the config keys that differ, eval accuracy, speed, health flags, and
@@ -77,7 +94,14 @@ def compare(
 
     with Registry(db, must_exist=True, readonly=True) as registry:
         table = build_compare_table(
-            registry, refs, metric=metric, at_step=at_step, baseline=baseline, last_k=last_k, findings=findings
+            registry,
+            refs,
+            metric=metric,
+            at_step=at_step,
+            baseline=baseline,
+            last_k=last_k,
+            findings=findings,
+            headline=headline,
         )
 
     if fmt in ("json", "csv"):

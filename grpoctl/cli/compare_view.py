@@ -13,6 +13,7 @@ import json
 import math
 from typing import Any
 
+from grpoctl import metrics
 from grpoctl.analysis import stats
 from grpoctl.analysis.baseline import BaselineComparison, Versus
 from grpoctl.analysis.compare import CompareTable, Row, Stat
@@ -20,6 +21,7 @@ from grpoctl.formatting import STATUS_STYLES, MiB, format_bytes, format_config_v
 
 ACCURACY_COLUMNS = ("final_acc", "best_acc")
 STEP_COLUMNS = ("best_step", "metric_step")
+SCORE_COLUMNS = ("metric", "metric_best")  # shown like accuracy when the metric is pass@k or maj@k (it has an SE)
 LEGEND = (
     "± … SE: the binomial standard error sqrt(p(1-p)/n) of one run's eval; "
     "± … sd: the standard deviation over a row's seeds"
@@ -35,7 +37,7 @@ def cell(column: str, stat: Stat | None) -> str:
         return ""
     if column in STEP_COLUMNS:
         return f"{stat.mean:.0f}"
-    if column in ACCURACY_COLUMNS:
+    if column in ACCURACY_COLUMNS or (column in SCORE_COLUMNS and stat.se is not None):
         text = f"{stat.mean:.3f}"
         if stat.k > 1:
             return text + f" ± {stat.sd:.3f} sd"
@@ -112,9 +114,17 @@ def markdown(table: CompareTable) -> str:
 
 
 def measure_name(comparison: BaselineComparison) -> str:
+    what = measured(comparison)
     if comparison.last_k == 1:
-        return "final acc"
-    return f"acc, mean of last {comparison.last_k} evals"
+        return f"final {what}"
+    return f"{what}, mean of last {comparison.last_k} evals"
+
+
+def measured(comparison: BaselineComparison) -> str:
+    """What the comparison measures: acc, or pass@8 / maj@8 (compare --metric eval/pass@8)."""
+    if comparison.metric and metrics.is_sampled_score(comparison.metric):
+        return comparison.metric.removeprefix(metrics.EVAL_PREFIX)
+    return "acc"
 
 
 def _interval(low: float, high: float, signed: bool = True) -> str:
@@ -133,7 +143,7 @@ def versus_headers(comparison: BaselineComparison) -> list[str]:
     head = ["variant", "seeds", measure_name(comparison), f"Δ vs {comparison.baseline} (95% CI)"]
     if _has_bca(comparison):
         head.append("Δ, BCa 95% CI")
-    return head + ["p", "p Holm", "verdict", "seeds needed", "Δ best acc (95% CI)", "MDE"]
+    return head + ["p", "p Holm", "verdict", "seeds needed", f"Δ best {measured(comparison)} (95% CI)", "MDE"]
 
 
 def versus_cells(comparison: BaselineComparison, v: Versus) -> list[str]:
@@ -166,7 +176,13 @@ def versus_legend(comparison: BaselineComparison) -> str:
     """What the comparison's columns are, for the tests it actually ran."""
     tests = {v.diff.test for v in comparison.rows if v.diff}
     m = comparison.tested
-    parts = [f"Δ: variant minus {comparison.baseline} (the baseline, from {comparison.source}), in accuracy"]
+    what = measured(comparison)
+    parts = [
+        f"Δ: variant minus {comparison.baseline} (the baseline, from {comparison.source}), in "
+        + ("accuracy" if what == "acc" else what)
+    ]
+    if what != "acc":
+        parts.append(f"{what} is tested as accuracy is, over the problems sampled (one seed: as a proportion)")
     if "welch" in tests:
         parts.append("95% CI and p over seeds: Welch's t")
     if "two-proportion" in tests:
@@ -189,7 +205,7 @@ def versus_legend(comparison: BaselineComparison) -> str:
             f"MDE: the smallest Δ these seeds detect at α {stats.ALPHA:g} with power {stats.POWER:g}; "
             "a Δ below it being within noise says little"
         )
-    parts.append("Best acc is biased upward (the best of several noisy evals): shown, not the verdict's basis")
+    parts.append(f"Best {what} is biased upward (the best of several noisy evals): shown, not the verdict's basis")
     return ". ".join(parts)
 
 

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from grpoctl.analysis.baseline import LAST_K
-from grpoctl.cli.compare import BaselineOption, FindingsOption, LastKOption
+from grpoctl.cli.compare import BaselineOption, FindingsOption, HeadlineOption, LastKOption
 from grpoctl.cli.options import DbOption
 
 
@@ -20,6 +20,7 @@ def report(
     baseline: BaselineOption = None,
     last_k: LastKOption = LAST_K,
     findings: FindingsOption = None,
+    headline: HeadlineOption = None,
     db: DbOption = None,
 ) -> None:
     """Write a markdown report of a sweep: what varied, results, each variant against the
@@ -28,7 +29,7 @@ def report(
     from grpoctl.registry import Registry
 
     with Registry(db, must_exist=True, readonly=True) as registry:
-        path = write_report(registry, name, out, baseline=baseline, last_k=last_k, findings=findings)
+        path = write_report(registry, name, out, baseline=baseline, last_k=last_k, findings=findings, headline=headline)
     typer.echo(f"wrote {path} (and its plots in {path.parent}/)")
 
 

@@ -43,6 +43,8 @@ def run_series(rd: ComparedRun, metric: str) -> list[tuple[int, float]]:
     """A run's points for `metric`; eval accuracy from its eval results when it has them."""
     if metric == metrics.EVAL_ACCURACY and rd.evals:
         return [(step, acc) for step, acc, _ in rd.evals]
+    if metric in rd.scores:  # pass@k, maj@k: from the sampled eval rows of the set read
+        return [(step, value) for step, value, _ in rd.scores[metric]]
     return [(s, v) for s, v in rd.series.get(metric, []) if math.isfinite(v)]
 
 

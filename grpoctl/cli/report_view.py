@@ -35,20 +35,26 @@ def write_report(
     baseline: str | None = None,
     last_k: int = LAST_K,
     findings: str | None = None,
+    headline: str | None = None,
 ) -> Path:
     """Write `report.md` and its plots into `folder` (default reports/NAME/); return its path.
-    `findings`: the family its declared findings are tested in (compare's --findings)."""
-    table = build_compare_table(registry, [name], baseline=baseline, last_k=last_k, findings=findings)
+    `findings`: the family its declared findings are tested in (compare's --findings);
+    `headline`: the eval set read as each run's headline (compare's --headline)."""
+    table = build_compare_table(
+        registry, [name], baseline=baseline, last_k=last_k, findings=findings, headline=headline
+    )
     folder = Path(folder) if folder is not None else default_folder(name)
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"cannot write the report to {folder}: {exc.strerror}") from None
+    from grpoctl.cli.report_evals import eval_sections
     from grpoctl.cli.report_plots import plot_all  # matplotlib: only now
 
     plots = plot_all(table.rows, folder, name)
     plots += _reward_component_plot(registry, table, folder)
-    text = "\n".join(_sections(registry, name, table, plots)) + "\n"
+    evals = eval_sections(registry, table, folder, name)
+    text = "\n".join(_sections(registry, name, table, plots, evals)) + "\n"
     path = folder / "report.md"
     path.write_text(text)
     return path
@@ -68,7 +74,9 @@ def _reward_component_plot(registry: Registry, table: CompareTable, folder: Path
     return [(REWARD_COMPONENTS_PNG, "reward components (each before its weight)")]
 
 
-def _sections(registry: Registry, name: str, table: CompareTable, plots: list[tuple[str, str]]):
+def _sections(
+    registry: Registry, name: str, table: CompareTable, plots: list[tuple[str, str]], evals: list[str] | None = None
+):
     runs = [rd for row in table.rows for rd in row.runs]
     kind, spec = _sweep(registry, name)
     yield f"# {name}"
@@ -81,6 +89,9 @@ def _sections(registry: Registry, name: str, table: CompareTable, plots: list[tu
     if spec:
         yield ""
         yield f"Asked for: {spec}"
+    if table.eval_set:
+        yield ""
+        yield f"Headline eval set: **{table.eval_set}** (`--headline`): every accuracy, pass@k and maj@k below is its."
     yield ""
 
     yield "## What varied"
@@ -128,6 +139,8 @@ def _sections(registry: Registry, name: str, table: CompareTable, plots: list[tu
         for filename, label in plots:
             yield f"![{label}]({filename})"
             yield ""
+
+    yield from evals or []  # pass@k and maj@k, and the breakdowns (cli/report_evals.py)
 
     yield "## Health"
     yield ""

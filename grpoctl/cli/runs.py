@@ -272,7 +272,7 @@ def _show_text(registry: Registry, run: Run) -> None:
                 format_number(e.accuracy),
                 format_number(e.format_rate),
                 f"{e.mean_response_length:.0f}",
-                Text(e.data_source),
+                Text(f"{e.eval_set}: {e.data_source}" if e.eval_set else e.data_source),  # eval.sets' name
                 Text(e.grader),
             )
         console.print(table)

@@ -231,7 +231,8 @@ def evaluate_checkpoint(
         ),
     ] = None,
     data: Annotated[
-        str | None, typer.Option(help="Eval jsonl (MATH or GSM8K shape); default: the run's eval data.")
+        str | None,
+        typer.Option(help="Eval jsonl (MATH or GSM8K shape); default: the run's eval data (its headline eval set)."),
     ] = None,
     source: Annotated[
         str | None,
@@ -288,6 +289,7 @@ def evaluate_checkpoint(
         # needed, and need not be found from here.
         base["prompt"]["reward"] = grader_reward(base["prompt"]["reward"], base["prompt"]["template"])
         base.get("reward", {})["components"] = []
+    _headline_set_only(base, data, subset)
     overrides = [f"model.path={path}"]
     if subset is not None or not run:
         overrides.append(f"eval.subset={subset if subset is not None else 1024}")
@@ -343,6 +345,21 @@ def evaluate_checkpoint(
         f"mean response length {result.mean_response_length:.1f}"
         + (f" → recorded for run {run.name}" if run else " → recorded (no run known for this checkpoint)")
     )
+
+
+def _headline_set_only(base: dict, data: str | None, subset: int | None) -> None:
+    """A run with several eval sets (eval.sets) is evaluated on its headline set, the first;
+    --data evaluates on that file instead (data.eval_*), and --subset sizes the set."""
+    sets = base.get("eval", {}).get("sets") or []
+    if not sets:
+        return
+    if data:
+        base["eval"]["sets"] = []
+        return
+    first = dict(sets[0])
+    if subset is not None:
+        first.pop("subset", None)  # eval.subset, set from --subset, sizes it
+    base["eval"]["sets"] = [first]
 
 
 def _parse_ks(text: str | None, samples: int | None) -> list[int]:

@@ -11,7 +11,7 @@ alike (data/prompt_length.py), before the eval subset is drawn.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,6 +32,30 @@ if TYPE_CHECKING:
 
 
 @dataclass
+class EvalSetSpec:
+    """Where one eval set comes from: an entry of eval.sets with data.eval_* filled in."""
+
+    name: str  # "" for the one unnamed set of a run without eval.sets
+    source: str
+    path: str | None
+    split: str
+    question_field: str
+    answer_field: str
+    subset: int
+
+
+@dataclass
+class EvalSet:
+    """One eval set, loaded: its subset and what makes two of its evals comparable."""
+
+    name: str  # "" for the one unnamed set of a run without eval.sets (metrics unprefixed)
+    examples: list[Example]
+    source: str
+    data_hash: str
+    overlong_dropped: int = 0
+
+
+@dataclass
 class RunData:
     train: list[Example]
     eval: list[Example]
@@ -43,11 +67,14 @@ class RunData:
     overlong_train_dropped: int = 0
     overlong_eval_dropped: int = 0
     train_hash: str = ""  # of the training data, as data_hash is of the eval data
+    # Every eval set, the headline (the first; the fields above) included (eval.sets).
+    sets: list[EvalSet] = field(default_factory=list)
 
     def fingerprint(self) -> dict:
         """What the run trained and evaluated on, stored with its row (Run.data_fingerprint):
-        each side's source and hash, the problems kept, and those dropped for their length."""
-        return {
+        each side's source and hash, the problems kept, and those dropped for their length;
+        with several eval sets (eval.sets), each set's under "sets"."""
+        record: dict = {
             "train": {
                 "hash": self.train_hash,
                 "problems": len(self.train),
@@ -60,6 +87,48 @@ class RunData:
                 "overlong_dropped": self.overlong_eval_dropped,
             },
         }
+        if any(s.name for s in self.sets):
+            record["sets"] = [
+                {
+                    "name": s.name,
+                    "source": s.source,
+                    "hash": s.data_hash,
+                    "subset": len(s.examples),
+                    "overlong_dropped": s.overlong_dropped,
+                }
+                for s in self.sets
+            ]
+        return record
+
+
+def eval_set_specs(cfg: RunConfig) -> list[EvalSetSpec]:
+    """The run's eval sets: eval.sets with data.eval_* and eval.subset filling what an entry
+    leaves out; without eval.sets, the one unnamed set of data.eval_*."""
+    d = cfg.data
+    default = EvalSetSpec(
+        name="",
+        source=d.eval_source or d.source,
+        path=d.eval_path,
+        split=d.eval_split,
+        question_field=d.eval_question_field or d.question_field,
+        answer_field=d.eval_answer_field or d.answer_field,
+        subset=cfg.eval.subset,
+    )
+    out = []
+    for entry in cfg.eval.sets:
+        given = {k: v for k, v in dict(entry).items() if v is not None}
+        out.append(
+            EvalSetSpec(
+                name=str(given["name"]),
+                source=given.get("source", default.source),
+                path=given.get("path", default.path),
+                split=given.get("split", default.split),
+                question_field=given.get("question_field", default.question_field),
+                answer_field=given.get("answer_field", default.answer_field),
+                subset=int(given.get("subset", default.subset)),
+            )
+        )
+    return out or [default]
 
 
 def load_run_data(
@@ -69,15 +138,14 @@ def load_run_data(
     subset and template; `warn` hears of a subset larger than the eval data (all of it is
     used) and of problems dropped for their length. `budget` (the model's tokenizer and
     context) drops overlong problems; without it none is dropped."""
-    d = cfg.data
-    eval_source = d.eval_source or d.source
+    specs = eval_set_specs(cfg)
     try:
         template = load_template(cfg.prompt.template)
     except (ValueError, OSError) as exc:
         raise UserError(str(exc)) from None
     try:
         train = _train_examples(cfg) if need_train else []
-        pool, data_hash = _eval_pool(cfg, eval_source)
+        pools = [_eval_pool(cfg, spec) for spec in specs]
     except DataError as exc:
         raise UserError(str(exc)) from None
     except ImportError as exc:  # data.source=hub without the `datasets` package
@@ -85,30 +153,37 @@ def load_run_data(
     except ValueError as exc:  # the synthetic task's own argument checks
         raise UserError(f"data.synthetic: {exc}") from None
     # No eval problem is ever trained on, even when a user's files overlap: the whole pool
-    # (an overlong problem included) is held out, so another --subset or seed later never
-    # scores trained-on problems.
-    held_out = {ex.question.strip() for ex in pool}
-    train_dropped = eval_dropped = 0
+    # of every eval set (an overlong problem included) is held out, so another --subset or
+    # seed later never scores trained-on problems.
+    held_out = {ex.question.strip() for pool, _ in pools for ex in pool}
+    train_dropped = 0
     if budget is not None:
         train, train_dropped = _fitting(train, template, budget, cfg.rollout.max_tokens, "training problems", warn)
-        pool, eval_dropped = _fitting(pool, template, budget, cfg.eval.max_tokens, "eval problems", warn)
-    if warn is not None and cfg.eval.subset > len(pool):
-        warn(
-            f"warning: eval.subset={cfg.eval.subset} but the eval data has {len(pool)} problems: evaluating on all of them"
-        )
-    evals = eval_subset(pool, cfg.eval.subset, cfg.eval.subset_seed)
+    sets = []
+    for spec, (pool, data_hash) in zip(specs, pools, strict=True):
+        what = f"eval set {spec.name}'s problems" if spec.name else "eval problems"
+        eval_dropped = 0
+        if budget is not None:
+            pool, eval_dropped = _fitting(pool, template, budget, cfg.eval.max_tokens, what, warn)
+        if warn is not None and spec.subset > len(pool):
+            key = f"eval.sets {spec.name}: subset" if spec.name else "eval.subset"
+            warn(f"warning: {key}={spec.subset} but the eval data has {len(pool)} problems: evaluating on all of them")
+        evals = eval_subset(pool, spec.subset, cfg.eval.subset_seed)
+        sets.append(EvalSet(spec.name, evals, spec.source, data_hash, eval_dropped))
     train = [ex for ex in train if ex.question.strip() not in held_out]
     if need_train and not train:
         raise UserError("no training examples left after removing the eval problems")
+    headline = sets[0]
     return RunData(
         train=train,
-        eval=evals,
+        eval=headline.examples,
         template_name=cfg.prompt.template,
         template=template,
-        data_hash=data_hash,
-        eval_source=eval_source,
+        data_hash=headline.data_hash,
+        eval_source=headline.source,
         overlong_train_dropped=train_dropped,
-        overlong_eval_dropped=eval_dropped,
+        overlong_eval_dropped=headline.overlong_dropped,
+        sets=sets,
         train_hash=_train_hash(cfg) if need_train else "",
     )
 
@@ -183,21 +258,23 @@ def _train_hash(cfg: RunConfig) -> str:
     return _source_hash(d.source, d.train_path, d.train_split, d)
 
 
-def _eval_pool(cfg: RunConfig, source: str) -> tuple[list[Example], str]:
-    """Every eval problem (the subset is drawn from these), and the hash of where they came from."""
-    d = cfg.data
+def _eval_pool(cfg: RunConfig, spec: EvalSetSpec) -> tuple[list[Example], str]:
+    """Every problem of an eval set (its subset is drawn from these), and the hash of where they came from."""
+    d, source = cfg.data, spec.source
     if source == "synthetic":
         knobs = _synthetic_knobs(d)
         if problem_count(**knobs) <= ENUMERATE_LIMIT:
             pool = load_examples("synthetic", split="eval", n=None, seed=0, **knobs)
         else:
-            pool = load_examples("synthetic", split="eval", n=cfg.eval.subset, seed=cfg.eval.subset_seed, **knobs)
+            pool = load_examples("synthetic", split="eval", n=spec.subset, seed=cfg.eval.subset_seed, **knobs)
         return pool, _source_hash(source, None, "", d)
     if source == "lab":
         return load_examples("lab", split="eval"), _source_hash(source, None, "", d)
-    if d.eval_path is None:
+    if spec.path is None:
+        if spec.name:
+            raise UserError(f"eval.sets {spec.name}: source={source} needs a path (a jsonl file or hub dataset)")
         key = "data.eval_source" if d.eval_source else "data.source"
         raise UserError(f"{key}={source} needs data.eval_path (a held-out jsonl or hub dataset)")
-    fields = _fields(source, d.eval_question_field or d.question_field, d.eval_answer_field or d.answer_field)
-    pool = load_examples(source, path=d.eval_path, split=d.eval_split, seed=0, **fields)
-    return pool, _source_hash(source, d.eval_path, d.eval_split, d)
+    fields = _fields(source, spec.question_field, spec.answer_field)
+    pool = load_examples(source, path=spec.path, split=spec.split, seed=0, **fields)
+    return pool, _source_hash(source, spec.path, spec.split, d)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy import text
+from sqlalchemy import text, true
 from sqlmodel import Field, Index, SQLModel, UniqueConstraint
 
 from grpoctl.rules import RUN_STATUSES  # noqa: F401  (the statuses a run row may hold)
@@ -125,6 +125,11 @@ class EvalResult(SQLModel, table=True):
     sampling: str = Field(default="{}", sa_column_kwargs={"server_default": "{}"})  # JSON: n, k, seed, subsets
     scores: str = Field(default="{}", sa_column_kwargs={"server_default": "{}"})  # JSON: eval/pass@k, eval/maj@k
     breakdown: str = Field(default="{}", sa_column_kwargs={"server_default": "{}"})  # JSON: field -> value -> figures
+    # Which eval set (eval.sets) the row is of: "" for a run's one unnamed set (every run
+    # before 0008, and any without eval.sets); `headline` marks the run's headline set, the
+    # first, whose rows make its accuracy curve. Migration 0008.
+    eval_set: str = Field(default="", sa_column_kwargs={"server_default": ""})
+    headline: bool = Field(default=True, sa_column_kwargs={"server_default": true()})
 
 
 # The EvalResult fields that make two evals comparable (`compare` warns when they differ).

@@ -9,11 +9,12 @@ aggregates (median, max) are computed in SQL. Mixed into Registry (store.py).
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from sqlalchemy import func, select
+from sqlalchemy import Integer, func, select
 
 from grpoctl import metrics
 from grpoctl.registry.models import COMPARABLE_EVAL_FIELDS, EVAL_KINDS, EvalResult, Metric
@@ -31,13 +32,18 @@ class RunSummary:
     eval_meta: list[dict] = field(default_factory=list)  # COMPARABLE_EVAL_FIELDS of each trainer eval
     s_per_step: float | None = None  # median of time/step
     peak_mem: float | None = None  # highest mem/peak (MiB)
+    # The sampled evals' curves by score (eval/pass@8, eval/maj@8: unprefixed, of the set
+    # read), each point (step, score, problems sampled): pass@k and maj@k read like accuracy.
+    scores: dict[str, list[EvalPoint]] = field(default_factory=dict)
 
 
-def _trainer_evals(run_ids: list[int]):
+def _trainer_evals(run_ids: list[int], eval_set: str | None = None, kind: str = EVAL_KINDS[0]):
     """The headline (greedy) eval rows of the runs' own trainers: a `grpoctl eval CKPT`
     (which records its checkpoint path) may use other data or decoding, and a sampled
-    eval is another measure; neither is a point of a run's accuracy curve."""
-    return (EvalResult.run_id.in_(run_ids)) & EvalResult.checkpoint_path.is_(None) & (EvalResult.kind == EVAL_KINDS[0])
+    eval is another measure; neither is a point of a run's accuracy curve. Rows of the
+    runs' headline eval set, or of the set named `eval_set` (eval.sets, migration 0008)."""
+    of_set = EvalResult.headline.is_(True) if eval_set is None else EvalResult.eval_set == eval_set
+    return (EvalResult.run_id.in_(run_ids)) & EvalResult.checkpoint_path.is_(None) & (EvalResult.kind == kind) & of_set
 
 
 def fetch_rows(conn, query) -> list[tuple]:
@@ -78,14 +84,18 @@ def _medians(ids: list[int], name: str):
 class RunSummaries:
     """Mixed into Registry: reads for tables of runs (`runs list`, `compare`, `report`)."""
 
-    def run_summaries(self, run_ids: Iterable[int], series: Iterable[str]) -> dict[int, RunSummary]:
+    def run_summaries(
+        self, run_ids: Iterable[int], series: Iterable[str], eval_set: str | None = None
+    ) -> dict[int, RunSummary]:
         """{run_id: RunSummary} with the per-step `series` named (eval/accuracy is always
-        fetched: it is the curve of runs recorded before eval rows existed)."""
+        fetched: it is the curve of runs recorded before eval rows existed). Its evals and
+        scores are those of each run's headline eval set, or of the set named `eval_set`."""
         ids = list(run_ids)
         out = {run_id: RunSummary() for run_id in ids}
         if not ids:
             return out
-        names = list(dict.fromkeys([*series, ACCURACY_METRIC]))
+        accuracy_metric = metrics.in_eval_set(eval_set, ACCURACY_METRIC) if eval_set else ACCURACY_METRIC
+        names = list(dict.fromkeys([*series, accuracy_metric]))
         series_q = select(Metric.run_id, Metric.name, Metric.step, Metric.value).where(
             Metric.run_id.in_(ids), Metric.name.in_(names), Metric.opt_step.is_(None)
         )
@@ -100,7 +110,10 @@ class RunSummaries:
             EvalResult.accuracy,
             EvalResult.n,
             *(getattr(EvalResult, f) for f in COMPARABLE_EVAL_FIELDS),
-        ).where(_trainer_evals(ids))
+        ).where(_trainer_evals(ids, eval_set))
+        sampled_q = select(EvalResult.run_id, EvalResult.step, EvalResult.n, EvalResult.scores).where(
+            _trainer_evals(ids, eval_set, EVAL_KINDS[1]), EvalResult.step.is_not(None)
+        )
         trainer_evals: dict[int, list[EvalPoint]] = {run_id: [] for run_id in ids}
         # One read transaction: the queries see the same snapshot while trainers keep writing.
         with self.engine.connect() as conn, conn.begin():
@@ -114,10 +127,59 @@ class RunSummaries:
                 out[run_id].eval_meta.append(dict(zip(COMPARABLE_EVAL_FIELDS, meta, strict=True)))
                 if step is not None:
                     trainer_evals[run_id].append((step, accuracy, n))
+            for run_id, step, n, scores in conn.execute(sampled_q):
+                for name, value in json.loads(scores or "{}").items():
+                    if metrics.is_sampled_score(name) and value is not None:
+                        out[run_id].scores.setdefault(name, []).append((step, float(value), n))
         for run_id, summary in out.items():
             for points in summary.series.values():
                 points.sort()  # usually sorted already: cheaper than an ORDER BY
-            summary.evals = eval_curve(trainer_evals[run_id], summary.series.get(ACCURACY_METRIC, []))
+            for curve in summary.scores.values():
+                curve.sort()
+            summary.evals = eval_curve(trainer_evals[run_id], summary.series.get(accuracy_metric, []))
+        return out
+
+    def eval_set_names(self, run_ids: Iterable[int]) -> dict[int, list[str]]:
+        """{run_id: the names of the eval sets its trainer recorded, the headline first};
+        "" is a run's one unnamed set (a run without eval.sets)."""
+        ids = list(run_ids)
+        out: dict[int, list[str]] = {run_id: [] for run_id in ids}
+        if not ids:
+            return out
+        query = (
+            select(EvalResult.run_id, EvalResult.eval_set, func.max(EvalResult.headline.cast(Integer)))
+            .where(EvalResult.run_id.in_(ids), EvalResult.checkpoint_path.is_(None))
+            .group_by(EvalResult.run_id, EvalResult.eval_set)
+        )
+        with self.engine.connect() as conn, conn.begin():
+            rows = conn.execute(query).all()
+        for run_id, name, _ in sorted(rows, key=lambda r: (r[0], -(r[2] or 0), r[1])):
+            out[run_id].append(name)
+        return out
+
+    def eval_breakdowns(
+        self, run_ids: Iterable[int], eval_set: str | None = None
+    ) -> dict[int, list[tuple[int, str, dict]]]:
+        """{run_id: [(step, kind, breakdown)]} of its trainer's evals (eval row kind greedy or
+        sampled) on its headline eval set or the set named `eval_set`, in step order;
+        breakdown: {field: {value: {"n": problems, figure: mean}}} (analysis/breakdown.py)."""
+        ids = list(run_ids)
+        out: dict[int, list[tuple[int, str, dict]]] = {run_id: [] for run_id in ids}
+        if not ids:
+            return out
+        of_set = EvalResult.headline.is_(True) if eval_set is None else EvalResult.eval_set == eval_set
+        query = select(EvalResult.run_id, EvalResult.step, EvalResult.kind, EvalResult.breakdown).where(
+            EvalResult.run_id.in_(ids),
+            EvalResult.checkpoint_path.is_(None),
+            EvalResult.step.is_not(None),
+            of_set,
+        )
+        with self.engine.connect() as conn, conn.begin():
+            rows = conn.execute(query).all()
+        for run_id, step, kind, blob in sorted(rows, key=lambda r: (r[0], r[1], r[2])):
+            table = json.loads(blob or "{}")
+            if table:
+                out[run_id].append((step, kind, table))
         return out
 
     def eval_curves(self, run_ids: Iterable[int]) -> dict[int, list[EvalPoint]]:

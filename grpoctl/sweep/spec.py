@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from grpoctl.config import load_config, parse_value, resolve_key, to_dict
 from grpoctl.errors import UserError
@@ -197,6 +197,10 @@ def absolute_paths(cfg) -> None:
     OmegaConf.update(cfg, "prompt.reward", absolute_spec(cfg.prompt.reward))
     for component in cfg.reward.components:
         component.spec = absolute_spec(component.spec)
+    for entry in OmegaConf.select(cfg, "eval.sets") or []:  # each eval set's file, read alike
+        value = entry.get("path") if isinstance(entry, DictConfig) else None
+        if isinstance(value, str) and value and not os.path.isabs(value) and os.path.exists(value):
+            entry["path"] = os.path.abspath(value)
 
 
 # --------------------------------------------------------------------------- plans

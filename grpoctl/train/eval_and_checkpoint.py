@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from grpoctl import metrics
+from grpoctl.data.run_data import EvalSet
 from grpoctl.rollout.base import Rollouts
 from grpoctl.rules import grader_reward
 from grpoctl.train.checkpoint import SavedTrainer, capture_rng, save_checkpoint, select_for_deletion
@@ -66,28 +67,57 @@ def eval_due(cfg: Config, step: int) -> bool:
 
 
 def evaluate_policy(run: RunContext, step: int) -> tuple[dict, list[dict], list[dict]]:
-    """The evals due at `step`: the headline eval on the eval subset (eval.every) and the
-    sampled one (eval.sampled.*). Returns (eval/* metrics, stored completions, eval rows)."""
+    """The evals due at `step`, on every eval set (eval.sets; the headline set first): the
+    greedy eval on its subset (eval.every) and the sampled one (eval.sampled.*). Returns
+    (eval/* metrics, stored completions, eval rows)."""
     figures: dict = {}
     samples: list[dict] = []
     rows: list[dict] = []
-    if step == 0 or eval_due(run.cfg, step):
-        figures, samples, row = headline_eval(run, step)
-        rows.append(row)
-    if sampled_eval_due(run.cfg, step):
-        sampled_figures, row = sampled_eval(run, step)
-        figures |= sampled_figures
-        rows.append(row)
+    for index, eval_set in enumerate(_eval_sets(run.data)):
+        headline = index == 0
+        if step == 0 or eval_due(run.cfg, step):
+            set_figures, set_samples, row = headline_eval(run, step, eval_set, headline)
+            figures |= _named(set_figures, eval_set.name, headline)
+            samples += set_samples if headline else []  # the headline set's completions are stored
+            rows.append(_of_set(row, eval_set.name, headline))
+        if sampled_eval_due(run.cfg, step):
+            sampled_figures, row = sampled_eval(run, step, eval_set)
+            figures |= _named(sampled_figures, eval_set.name, headline)
+            rows.append(_of_set(row, eval_set.name, headline))
     return figures, samples, rows
 
 
-def headline_eval(run: RunContext, step: int) -> tuple[dict, list[dict], dict]:
-    """The policy on the eval subset: (eval/* metrics, stored completions, the eval row to record)."""
+def _eval_sets(data: RunData) -> list[EvalSet]:
+    """The run's eval sets; a RunData built by hand (a test's) has only its one eval subset."""
+    return data.sets or [EvalSet("", data.eval, data.eval_source, data.data_hash, data.overlong_eval_dropped)]
+
+
+def _named(figures: dict, eval_set: str, headline: bool) -> dict:
+    """A set's eval/* figures under its own names (eval/SET/accuracy); the headline set's
+    also under the unprefixed names, so runs with and without eval.sets compare."""
+    if not eval_set:
+        return figures
+    named = {metrics.in_eval_set(eval_set, name): value for name, value in figures.items()}
+    return (figures | named) if headline else named
+
+
+def _of_set(row: dict, eval_set: str, headline: bool) -> dict:
+    """An eval row with its set's name and whether it is the headline set's (migration 0008)."""
+    return row | {"eval_set": eval_set, "headline": headline}
+
+
+def headline_eval(
+    run: RunContext, step: int, eval_set: EvalSet | None = None, headline: bool = True
+) -> tuple[dict, list[dict], dict]:
+    """The policy on an eval set's subset (default: the headline set): (eval/* metrics,
+    stored completions, the eval row to record). Only the headline set's accuracy picks
+    the best checkpoints."""
     cfg, data = run.cfg, run.data
+    eval_set = eval_set or _eval_sets(data)[0]
     sampling = eval_sampling(cfg.eval, cfg.rollout.stop)
     outcome = evaluate(
         run.backend,
-        data.eval,
+        eval_set.examples,
         data.template,
         grader_reward(cfg.prompt.reward, cfg.prompt.template),
         sampling,
@@ -95,15 +125,16 @@ def headline_eval(run: RunContext, step: int) -> tuple[dict, list[dict], dict]:
         n_samples=cfg.logging.samples_per_step,
         seed=cfg.eval.subset_seed,
     )
-    run.state.record_eval(step, outcome.accuracy)
+    if headline:
+        run.state.record_eval(step, outcome.accuracy)
     figures = outcome.metrics()
-    if data.overlong_eval_dropped:
-        figures[metrics.OVERLONG_EVAL_DROPPED] = data.overlong_eval_dropped
+    if eval_set.overlong_dropped:
+        figures[metrics.OVERLONG_EVAL_DROPPED] = eval_set.overlong_dropped
     row = eval_record(
         outcome,
-        examples=data.eval,
-        data_source=data.eval_source,
-        data_hash=data.data_hash,
+        examples=eval_set.examples,
+        data_source=eval_set.source,
+        data_hash=eval_set.data_hash,
         template_name=data.template_name,
         template=data.template,
         sampling=sampling,
@@ -112,10 +143,12 @@ def headline_eval(run: RunContext, step: int) -> tuple[dict, list[dict], dict]:
     return figures, outcome.samples, row
 
 
-def sampled_eval(run: RunContext, step: int) -> tuple[dict, dict]:
-    """pass@k and maj@k of the policy, from its own seed: (eval/* metrics, the eval row)."""
+def sampled_eval(run: RunContext, step: int, eval_set: EvalSet | None = None) -> tuple[dict, dict]:
+    """pass@k and maj@k of the policy on an eval set (default: the headline set), from its
+    own seed: (eval/* metrics, the eval row)."""
     cfg, data = run.cfg, run.data
-    problems = sampled_problems(cfg, data.eval)
+    eval_set = eval_set or _eval_sets(data)[0]
+    problems = sampled_problems(cfg, eval_set.examples)
     sampling = sampled_sampling(cfg)
     outcome = sampled_evaluate(
         run.backend,
@@ -131,8 +164,8 @@ def sampled_eval(run: RunContext, step: int) -> tuple[dict, dict]:
     row = sampled_record(
         outcome,
         examples=problems,
-        data_source=data.eval_source,
-        data_hash=data.data_hash,
+        data_source=eval_set.source,
+        data_hash=eval_set.data_hash,
         template_name=data.template_name,
         template=data.template,
         sampling=sampling,

@@ -42,7 +42,8 @@ def run_eval(
     say: Say = print,
     data: RunData | None = None,
 ) -> EvalResult:
-    """Evaluate the model at `path`; `data` is the already loaded (and checked) RunData, if any."""
+    """Evaluate the model at `path` on the headline eval set (the first of eval.sets); `data`
+    is the already loaded (and checked) RunData, if any."""
     cfg = typed_config(validated)
     device = pick_device(cfg)
     data = data or load_run_data(cfg, need_train=False, budget=prompt_budget(cfg, str(path)))
@@ -72,6 +73,7 @@ def run_eval(
         run_id=run.id if run else None,
         step=marker["step"] if (run and marker) else None,
         checkpoint_path=str(path.resolve()),
+        eval_set=data.sets[0].name if data.sets else "",  # the headline set (eval.sets' first)
         **eval_record(
             outcome,
             group_by=list(cfg.eval.group_by),
@@ -134,6 +136,7 @@ def _sampled(
         run_id=run.id if run else None,
         step=marker["step"] if (run and marker) else None,
         checkpoint_path=str(path.resolve()),
+        eval_set=data.sets[0].name if data.sets else "",  # the headline set (eval.sets' first)
         **sampled_record(
             outcome,
             examples=problems,
