@@ -9,7 +9,8 @@ eval every 10 steps) through the registry and writes, into --out:
   the seeds' range), each one's change from step 0 to the last step with a 95% interval
   over seeds (paired: every seed is its own before and after), the share of the headroom
   each closed, and the answer to the page's question, all computed here;
-- curves.png: the four series over steps, one thin line per seed and their mean.
+- curves.png: the four series over steps, one thin line per seed and their mean;
+- lab-pass-at-k/: the study's `grpoctl report` (every curve, pass@k's, and the breakdowns).
 
 Every number on the page comes from the registry; the only words fixed here are the
 question, and the reading rule below (what "raised" means).
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -69,7 +71,9 @@ def main() -> None:
     parser.add_argument("--out", default=str(ROOT / "docs" / "results" / "pass-at-k"))
     args = parser.parse_args()
 
-    registry = Registry(args.db, must_exist=True, readonly=True)
+    # Relative where it can be: the report names the registry it came from.
+    db = os.path.relpath(args.db) if not os.path.relpath(args.db).startswith("..") else args.db
+    registry = Registry(db, must_exist=True, readonly=True)
     runs = [r for r in registry.runs_in_group(GROUP) if r.status == "finished"]
     if not runs:
         sys.exit(f"no finished run of {GROUP} in {args.db}: run experiments/lab-pass-at-k.yaml first")
@@ -95,6 +99,9 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     plot(data, labels, seeds, steps, out / "curves.png", k)
+    from grpoctl.cli.report_view import write_report
+
+    write_report(registry, GROUP, out / GROUP)  # every curve, pass@k's and the breakdowns included
 
     lines = [
         "# Does RL on the lab raise pass@k, or only pass@1?",
@@ -106,7 +113,8 @@ def main() -> None:
         "is right; the unbiased estimator 1 - C(n-c, k)/C(n, k)) and maj@k (the most common answer of k "
         "samples is right). The greedy accuracy is the headline eval on all held-out problems. "
         f"The registry is [`lab-pass-at-k.db`](../lab-pass-at-k.db) ({len(runs)} runs); "
-        "`python scripts/pass_at_k_page.py` rewrites this page from it.",
+        "`python scripts/pass_at_k_page.py` rewrites this page from it, and the study's "
+        f"[`grpoctl report`]({GROUP}/report.md) beside it (every curve, and the accuracy by level).",
         "",
         "![pass@1, pass@k, maj@k and greedy accuracy over steps](curves.png)",
         "",
