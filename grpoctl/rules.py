@@ -13,6 +13,10 @@ this at start-up.
 from __future__ import annotations
 
 import importlib.util
+import math
+import os
+
+from grpoctl.errors import UserError
 
 # Re-exported for the modules and scripts that import them from here (their homes are these).
 from grpoctl.formatting import (  # noqa: F401
@@ -161,3 +165,53 @@ def headline_accuracy(curve: list[EvalPoint], at_step: int | None = None) -> Eva
     """A run's accuracy: the last point of its eval curve (at or before `at_step`)."""
     eligible = [point for point in curve if at_step is None or point[0] <= at_step]
     return eligible[-1] if eligible else None
+
+
+# --------------------------------------------------------------------------- a run's claim: its timings
+
+# The one-writer claim (registry/claims.py) lasts LEASE_S after its last renewal; the
+# trainer's heartbeat renews it every HEARTBEAT_S (each step commit does too), so two
+# heartbeats in a row may fail (a busy database) before the claim is lost. A sweep member
+# retried on another machine waits up to the lease plus one heartbeat for the previous
+# trainer to let go (its checkpoint after SIGTERM). These are the production timings;
+# tests shorten them (a fault test would otherwise sleep for minutes) through the two
+# variables below, nothing else.
+LEASE_S = 180.0
+HEARTBEAT_S = 60.0
+LEASE_ENV, HEARTBEAT_ENV = "GRPOCTL_LEASE_S", "GRPOCTL_HEARTBEAT_S"
+LEASE_RANGE_S = (2.0, 86_400.0)  # a day at most; under 2 s, a commit's round trip may outlast it
+
+
+def _seconds(name: str, default: float, low: float, high: float) -> float:
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not low <= value <= high:  # NaN fails too
+        raise UserError(f"{name} must be seconds between {low:g} and {high:g}, got '{text}'")
+    return value
+
+
+def lease_s() -> float:
+    """How long a run's claim lasts after its last renewal ($GRPOCTL_LEASE_S, default 180)."""
+    return _seconds(LEASE_ENV, LEASE_S, *LEASE_RANGE_S)
+
+
+def heartbeat_s() -> float:
+    """How often a trainer renews its claim ($GRPOCTL_HEARTBEAT_S, default 60): at most a
+    third of the lease, so that two missed heartbeats do not lose it."""
+    lease = lease_s()
+    return _seconds(HEARTBEAT_ENV, min(HEARTBEAT_S, lease / 3), 0.5, lease / 3)
+
+
+def check_claim_timings() -> None:
+    """Raise UserError (one line) if $GRPOCTL_LEASE_S or $GRPOCTL_HEARTBEAT_S is out of range."""
+    heartbeat_s()  # reads and checks both
+
+
+def claim_wait_s() -> float:
+    """How long a retried sweep member waits for the previous trainer to let go of the run."""
+    return lease_s() + heartbeat_s()

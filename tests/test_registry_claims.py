@@ -15,8 +15,9 @@ from sqlalchemy import func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from grpoctl.errors import UserError
-from grpoctl.registry import LEASE_S, ClaimLost, Metric, Registry, Run
+from grpoctl.registry import ClaimLost, Metric, Registry, Run
 from grpoctl.registry.models import utcnow
+from grpoctl.rules import lease_s
 
 
 def new_run(registry: Registry, name: str = "run-a") -> Run:
@@ -27,7 +28,7 @@ def new_run(registry: Registry, name: str = "run-a") -> Run:
 
 def expire(registry: Registry, run_id: int, **extra) -> None:
     """Make the run's lease run out, as if its holder stopped renewing it."""
-    past = utcnow() - timedelta(seconds=LEASE_S + 1)
+    past = utcnow() - timedelta(seconds=lease_s() + 1)
     with registry.engine.begin() as conn:
         conn.execute(update(Run).where(Run.id == run_id).values(claim_expires_at=past, **extra))
 
@@ -51,7 +52,7 @@ def test_the_creator_holds_the_claim_and_a_second_writer_is_refused(two):
     run = new_run(a)
     row = b.get_run(run.id)
     assert row.claim_token and row.claim_pid == os.getpid() and row.claim_host == socket.gethostname()
-    assert row.claim_expires_at > utcnow() + timedelta(seconds=LEASE_S - 30)
+    assert row.claim_expires_at > utcnow() + timedelta(seconds=lease_s() - 30)
     with pytest.raises(UserError, match=r"^run 'run-a' is being written by pid \d+ on .*expires in \d+ s"):
         b.claim_run(run.id)
     a.log_step(run.id, 1, {"x": 1.0})  # the holder writes on
@@ -152,7 +153,9 @@ def test_runs_from_before_claims_are_judged_by_their_heartbeat(two):
     with pytest.raises(UserError, match="on old-node"):
         b.claim_run(run.id)
     with a.engine.begin() as conn:
-        conn.execute(update(Run).where(Run.id == run.id).values(heartbeat_at=utcnow() - timedelta(seconds=LEASE_S + 1)))
+        conn.execute(
+            update(Run).where(Run.id == run.id).values(heartbeat_at=utcnow() - timedelta(seconds=lease_s() + 1))
+        )
     assert b.claimable(b.get_run(run.id))
     b.claim_run(run.id)
 

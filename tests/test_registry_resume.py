@@ -22,8 +22,9 @@ from conftest import REPO, fast_overrides
 from sqlalchemy import select, update
 
 from grpoctl.errors import UserError
-from grpoctl.registry import LEASE_S, Metric, Registry, Run
+from grpoctl.registry import Metric, Registry, Run
 from grpoctl.registry.models import utcnow
+from grpoctl.rules import lease_s
 
 DIGIT_TRAIN = [sys.executable, str(REPO / "tests" / "digit_reward_train.py")]
 STEPS = 6
@@ -112,7 +113,7 @@ def test_a_trainer_whose_claim_is_taken_over_stops_without_writing(db_url, tmp_p
     for _ in range(50):  # each step of the trainer renews its lease: expire it, then claim, until we win
         with successor.engine.begin() as conn:
             conn.execute(
-                update(Run).where(Run.id == run.id).values(claim_expires_at=utcnow() - timedelta(seconds=LEASE_S + 1))
+                update(Run).where(Run.id == run.id).values(claim_expires_at=utcnow() - timedelta(seconds=lease_s() + 1))
             )
         try:
             successor.claim_run(run.id)

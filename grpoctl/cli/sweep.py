@@ -20,6 +20,7 @@ import typer
 
 from grpoctl.cli.options import DbOption
 from grpoctl.errors import UserError
+from grpoctl.rules import check_claim_timings
 
 
 def sweep(
@@ -92,6 +93,7 @@ def sweep(
         if "=" not in item:
             raise UserError(f"unexpected argument '{item}': overrides are key=value")
     _check_executor(executor, parallel, ray_address, max_retries, cpus_per_run)
+    check_claim_timings()  # its members' trainers read them too: refused here, before any plan or row
     is_spec = target.endswith((".yaml", ".yml")) or Path(target).is_file()
     if is_spec:
         if values is not None:

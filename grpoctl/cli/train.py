@@ -17,7 +17,7 @@ import typer
 
 from grpoctl.cli.options import DbOption
 from grpoctl.errors import UserError
-from grpoctl.rules import grader_reward, reward_for_template
+from grpoctl.rules import check_claim_timings, grader_reward, reward_for_template
 
 
 def register(app: typer.Typer) -> None:
@@ -95,6 +95,7 @@ def train(
         raise UserError("--from takes overrides only (the config comes from the run)")
     if skip_missing and resume is None:
         raise UserError("--skip-missing-checkpoints goes with --resume RUN")
+    check_claim_timings()  # $GRPOCTL_LEASE_S and $GRPOCTL_HEARTBEAT_S, before anything is written
     # A fresh run's config is checked before the registry is even opened: bad input writes nothing.
     fresh = resume is None and from_run is None
     cfg = C.load_config(config_path or C.DEFAULT_CONFIG, overrides) if fresh else None

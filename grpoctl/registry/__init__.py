@@ -6,7 +6,7 @@ run = registry.create_run(name=..., config=..., ...)
 registry.log_step(run.id, step, {"train/reward": 0.4})
 """
 
-from grpoctl.registry.claims import LEASE_S, ClaimLost
+from grpoctl.registry.claims import ClaimLost
 from grpoctl.registry.engine import default_db_url
 from grpoctl.registry.models import (
     RUN_STATUSES,
@@ -24,7 +24,6 @@ from grpoctl.registry.open import NoRegistry
 from grpoctl.registry.store import STALE_AFTER_S, Registry, effective_status
 
 __all__ = [
-    "LEASE_S",
     "RUN_STATUSES",
     "STALE_AFTER_S",
     "Checkpoint",

@@ -5,7 +5,7 @@
 row is still the one it read, so of two processes racing for a run exactly one wins,
 on SQLite (where BEGIN IMMEDIATE serializes writers) and on PostgreSQL (where the
 UPDATE's row lock does, at READ COMMITTED) alike. The claim is a random token, the
-holder's host and pid, and a lease: it expires LEASE_S after the last renewal.
+holder's host and pid, and a lease: it expires `lease_s()` after the last renewal.
 
 Every commit of a claimed run (a step, an eval, a checkpoint, a status, a heartbeat)
 starts with `_fence`: an UPDATE of the run row WHERE claim_token = ours, which renews the
@@ -15,10 +15,11 @@ trainer that was only presumed dead (a frozen node, a partitioned network) can n
 write beside its successor; the unique index on step keys is the backstop under this.
 
 The lease: the trainer's heartbeat renews it every 60 s (each step commit does too), and
-it lasts LEASE_S = 180 s, so two heartbeats in a row may fail (a busy database) before the
-claim is lost. It can be taken over when it has expired, from any host: a retry of a dead
-run on another node waits at most 180 s (`stale`, shown after 300 s without a heartbeat,
-is for people and comes later). On the holder's own host a claim whose process no longer
+it lasts 180 s, so two heartbeats in a row may fail (a busy database) before the claim is
+lost (both timings live in grpoctl/rules.py, where tests may shorten them). It can be
+taken over when it has expired, from any host: a retry of a dead run on another node
+waits at most the lease (`stale`, shown after 300 s without a heartbeat, is for people
+and comes later). On the holder's own host a claim whose process no longer
 exists can be taken at once, and so can a claim held by the caller's parent process: a
 sweep member's supervisor claims the run (fencing out any trainer a dead machine left
 behind) and then starts the trainer that resumes it, which takes the claim over. Clocks
@@ -37,8 +38,7 @@ from sqlalchemy import select, update
 
 from grpoctl.errors import UserError
 from grpoctl.registry.models import Run, utcnow
-
-LEASE_S = 180
+from grpoctl.rules import lease_s
 
 
 class ClaimLost(UserError):
@@ -75,7 +75,7 @@ def claim_refusal(run: Run, now: datetime | None = None) -> str | None:
         if run.status != "running":
             return None
         # Written by a grpoctl from before claims: its heartbeat is all we have.
-        expires = _aware(run.heartbeat_at) + timedelta(seconds=LEASE_S)
+        expires = _aware(run.heartbeat_at) + timedelta(seconds=lease_s())
         host, pid = run.host, run.pid
     else:
         expires = _aware(run.claim_expires_at) if run.claim_expires_at else now
@@ -132,7 +132,7 @@ class ClaimRecords:
             claim_host=socket.gethostname(),
             claim_pid=pid,
             pid=pid,
-            claim_expires_at=utcnow() + timedelta(seconds=LEASE_S),
+            claim_expires_at=utcnow() + timedelta(seconds=lease_s()),
             stop_requested_at=None,
         )
 
@@ -144,7 +144,7 @@ class ClaimRecords:
             if values:
                 conn.execute(update(Run).where(Run.id == run_id).values(**values))
             return
-        values["claim_expires_at"] = utcnow() + timedelta(seconds=LEASE_S)
+        values["claim_expires_at"] = utcnow() + timedelta(seconds=lease_s())
         kept = conn.execute(update(Run).where(Run.id == run_id, Run.claim_token == token).values(**values))
         if kept.rowcount != 1:
             # The lost token stays in `_claims`: every later write about this run (from

@@ -44,13 +44,11 @@ from pathlib import Path
 import yaml
 
 from grpoctl.errors import UserError
-from grpoctl.registry import LEASE_S, Registry
+from grpoctl.registry import Registry
+from grpoctl.rules import claim_wait_s
 
 POLL_S = 0.2
 LOG_FLUSH_S = 1.0
-# How long an attempt waits for a previous trainer to let go of the run: its lease, and
-# some slack for the checkpoint a SIGTERMed trainer writes.
-CLAIM_WAIT_S = LEASE_S + 60
 
 
 class MemberLost(Exception):
@@ -70,7 +68,7 @@ class MemberSpec:
     action: str  # what the plan expected: "new", "retry" or "resume"
     cwd: str  # the trainer's working directory, where it exists
     env: dict[str, str] = field(default_factory=dict)  # for the trainer (threads, devices)
-    # Wait (up to CLAIM_WAIT_S) for a trainer that still holds the run: on Ray, a retry's
+    # Wait (up to rules.claim_wait_s(): the lease and a heartbeat) for a trainer that still holds the run: on Ray, a retry's
     # predecessor may be finishing its last step; here, a holder is someone else's run.
     wait_for_claim: bool = False
 
@@ -148,7 +146,7 @@ def _let_go(spec: MemberSpec, registry: Registry) -> None:
 
 def _attempt(spec: MemberSpec, registry: Registry, log: MemberLog) -> list[str] | Outcome:
     """The trainer's arguments for this attempt, or the outcome if there is nothing to run."""
-    deadline = time.monotonic() + (CLAIM_WAIT_S if spec.wait_for_claim else 0)
+    deadline = time.monotonic() + (claim_wait_s() if spec.wait_for_claim else 0)
     waiting = False
     while True:
         run = registry.runs_named([spec.run_name]).get(spec.run_name)

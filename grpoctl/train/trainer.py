@@ -31,6 +31,7 @@ from grpoctl.formatting import Say
 from grpoctl.grpo import PolicyGradientLoss
 from grpoctl.registry.claims import ClaimLost
 from grpoctl.rollout import make_backend
+from grpoctl.rules import heartbeat_s
 from grpoctl.run_identity import config_hash
 from grpoctl.tiny.lab_recipe import is_lab_path
 from grpoctl.train.checkpoint import (
@@ -236,7 +237,8 @@ def outer_loop(run: RunContext, fresh: bool) -> str:
 
 
 class Heartbeat(threading.Thread):
-    """Beats every 60 s even while one step takes minutes, so `stale` means dead, not slow.
+    """Beats every heartbeat_s() (60 s) even while one step takes minutes, so `stale` means
+    dead, not slow, and the run's claim is renewed (rules.py: the claim's timings).
 
     Every few seconds it also looks whether `grpoctl runs stop RUN` asked this run to stop
     (from any machine: the request is in the registry), and if so signals this process
@@ -246,12 +248,13 @@ class Heartbeat(threading.Thread):
         self,
         registry: Registry,
         run_id: int,
-        every_s: float = 60.0,
+        every_s: float | None = None,
         stop: StopRequest | None = None,
         check_s: float = 2.0,
     ):
         super().__init__(daemon=True)
-        self.registry, self.run_id, self.every_s, self.stop, self.check_s = registry, run_id, every_s, stop, check_s
+        self.every_s = heartbeat_s() if every_s is None else every_s  # rules.py: the claim's timings
+        self.registry, self.run_id, self.stop, self.check_s = registry, run_id, stop, check_s
         self._done = threading.Event()
 
     def run(self) -> None:
