@@ -214,3 +214,40 @@ def test_sweep_help_shows_the_executor_and_the_cluster_to_join(tmp_path):
         "--cpus-per-run",
     ):
         assert shown in out.stdout, shown
+
+
+# Joining a cluster with token auth (issue 25's token case): Ray raises before it connects
+# when this machine has no token, so ray.init's own error stands in for a token cluster here;
+# each case is one line naming what to do (reproduced by hand against a token head: 53 lines
+# of traceback before).
+AUTH_CASES = [
+    (
+        {"RAY_AUTH_MODE": "token"},
+        ray.exceptions.AuthenticationError(
+            "Token authentication is enabled but no authentication token was found. Ensure that the token..."
+        ),
+        "RAY_AUTH_MODE=token, but this machine has no auth token: give it the cluster's",
+    ),
+    (
+        {"RAY_AUTH_MODE": "token"},
+        ray.exceptions.AuthenticationError("Something else about tokens. More words."),
+        "Something else about tokens",
+    ),
+]
+
+
+@pytest.mark.parametrize(("env", "raised", "said"), AUTH_CASES)
+def test_a_token_problem_is_one_line(monkeypatch, env, raised, said):
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+
+    def refuse(**_):
+        raise raised
+
+    monkeypatch.setattr(on_ray.ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(on_ray.ray, "init", refuse)
+    with pytest.raises(UserError) as refused:
+        on_ray.connect("127.0.0.1:6379")
+    message = str(refused.value)
+    assert message.startswith("cannot connect to the Ray cluster at 127.0.0.1:6379: ") and said in message
+    assert "\n" not in message and "Traceback" not in message
