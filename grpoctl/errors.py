@@ -7,3 +7,19 @@ with no traceback, and the command must not have written anything before raising
 
 class UserError(Exception):
     """Bad input: a wrong flag, an unknown run, an invalid config value."""
+
+
+# Lines a library appends to its errors that say nothing about what went wrong: SQLAlchemy's
+# link to its error docs, and the statement and parameters it echoes.
+_NOISE = ("(Background on this error at:", "[SQL:", "[parameters:")
+
+
+def error_line(error: BaseException | str) -> str:
+    """The line of an error worth showing in a one-line summary (a sweep's member table):
+    its last line that is not a library's boilerplate, with whitespace folded."""
+    text = error if isinstance(error, str) else str(error)
+    lines = [" ".join(line.split()) for line in text.strip().splitlines()]
+    meaningful = [line for line in lines if line and not line.startswith(_NOISE)]
+    if meaningful:
+        return meaningful[-1]
+    return type(error).__name__ if isinstance(error, BaseException) else "(no message)"

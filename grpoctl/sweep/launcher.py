@@ -31,6 +31,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
+from grpoctl.errors import error_line
 from grpoctl.registry import Registry
 from grpoctl.sweep.member import Control, run_member, secret_env
 from grpoctl.sweep.planning import Job, SweepResult, decide, record_plan
@@ -136,7 +137,7 @@ def _run_here(result: SweepResult, registry: Registry, parallel: int, watcher: W
                 secret_env=secret_env(registry.url),
             ).status
         except Exception as exc:  # a bug or a registry gone: this member only
-            job.outcome = f"error: {type(exc).__name__}: {exc}"
+            job.outcome = f"error: {type(exc).__name__}: {error_line(exc)}"
         watcher.finished(job)
 
     pool = ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="member")

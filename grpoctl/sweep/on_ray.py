@@ -39,7 +39,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from sqlalchemy.engine import URL
 
 import grpoctl
-from grpoctl.errors import UserError
+from grpoctl.errors import UserError, error_line
 from grpoctl.registry import Registry
 from grpoctl.registry.engine import public_url, sqlite_path
 from grpoctl.sweep.member import MemberLost, MemberSpec, run_member, secret_env
@@ -280,8 +280,7 @@ def _finish(job: Job, ref, registry: Registry, watcher) -> None:
         if isinstance(exc.cause, MemberLost):
             job.outcome = _status_of(job, registry, otherwise="lost") + " (out of retries)"
         else:
-            last = (str(exc.cause or exc).strip().splitlines() or [type(exc).__name__])[-1]
-            job.outcome = f"error: {last}"
+            job.outcome = f"error: {error_line(exc.cause or exc)}"
     except RayError as exc:  # its worker or node died, more often than max_retries allows
         job.outcome = _status_of(job, registry, otherwise="lost") + f" ({type(exc).__name__}, out of retries)"
     watcher.finished(job)
