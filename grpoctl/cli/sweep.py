@@ -136,11 +136,11 @@ def sweep(
     if result.interrupted:
         console.print(f"interrupted. Run `{again}` again to resume where it stopped.", highlight=False, soft_wrap=True)
         raise SystemExit(130)
-    failed = [j for j in result.jobs if j.outcome == "failed" or j.outcome.startswith("did not start")]
+    failed = result.not_ended()
     if failed:
         console.print(
-            f"{len(failed)} run(s) failed: see their logs ({failed[0].log.parent}/); "
-            f"`{again} --retry-failed` runs them again.",
+            f"{len(failed)} run(s) did not finish ({', '.join(sorted({j.outcome for j in failed}))}): see their "
+            f"logs ({failed[0].log.parent}/); `{again} --retry-failed` runs them again.",
             highlight=False,
             soft_wrap=True,
         )

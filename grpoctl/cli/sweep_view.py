@@ -140,11 +140,16 @@ def summary_table(plan: SweepPlan, result: SweepResult, registry: Registry) -> T
             table.add_row(variant.label, str(variant.seed), "-", "not started" if why == "queued" else why, "", "")
             continue
         accuracy = last.get(run.id, {}).get(metrics.EVAL_ACCURACY)
+        status = effective_status(run)
+        if status == "running" and outcomes.get(variant.config_hash, "queued") not in UNFINISHED:
+            # Its member is over but the row was left running (a trainer lost with its
+            # database link): what became of the member, not a status nobody is writing.
+            status = outcomes[variant.config_hash]
         table.add_row(
             variant.label,
             str(variant.seed),
             run.name,
-            effective_status(run),
+            status,
             f"{max(run.last_step, 0)}/{run.total_steps}",
             "" if accuracy is None else format_number(accuracy),
         )

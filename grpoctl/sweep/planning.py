@@ -61,11 +61,20 @@ class Job:
         )
 
 
+# A member's outcome that counts as done: its run ended by its own rules. Anything else
+# (failed, interrupted, lost, "error: ...", "did not start ...") makes the sweep exit 1.
+ENDED_OUTCOMES = ("finished", "diverged")
+
+
 @dataclass
 class SweepResult:
     jobs: list[Job] = field(default_factory=list)
     skipped: list[tuple[Variant, str, Run | None]] = field(default_factory=list)  # (variant, why, run)
     interrupted: bool = False
+
+    def not_ended(self) -> list[Job]:
+        """The members that ran and did not end by their run's own rules."""
+        return [job for job in self.jobs if job.outcome not in ENDED_OUTCOMES]
 
 
 def record_plan(plan: SweepPlan, registry: Registry) -> None:
