@@ -75,3 +75,29 @@ def test_a_member_over_whose_row_says_running_is_shown_by_what_became_of_it(tmp_
     rows = {line.split("│")[3].strip(): line for line in text.export_text().splitlines() if "lr-sweep-" in line}
     assert "error: server closed the connection" in rows[plan.variants[0].run_name]
     assert "running" not in rows[plan.variants[0].run_name] and "finished" in rows[plan.variants[1].run_name]
+
+
+def test_a_member_resumed_on_another_node_is_announced_there(tmp_path):
+    """`start RUN (resume) on HOST` names the machine that holds the run's claim (the one
+    training it), not the one that created the run."""
+    from rich.console import Console
+    from sqlalchemy import update
+
+    from grpoctl.cli.sweep_view import SweepView
+    from grpoctl.registry import Registry, Run
+    from grpoctl.sweep import spec
+
+    plan = spec.param_sweep("lr", "3e-4", overrides=["loop.n_grpo_steps=6"])
+    (variant,) = plan.variants
+    registry = Registry(str(tmp_path / "registry.db"))
+    run = registry.create_run(
+        name=variant.run_name, config={}, config_diff={}, config_hash=variant.config_hash, seed=0, total_steps=6
+    )
+    with registry.engine.begin() as conn:  # as a retry on node w2 took the run over
+        conn.execute(update(Run).where(Run.id == run.id).values(host="w1", claim_host="w2"))
+    console = Console(width=200, record=True, file=open(os.devnull, "w"))
+    view = SweepView(plan, registry, console)
+    # A Ray member is announced from the registry (it started on a node, not here).
+    view.finished(Job(variant, "resume", variant.run_name, {}, tmp_path / "r.log", outcome="finished"))
+    said = console.export_text()
+    assert f"start {variant.run_name} (resume) on w2;" in said and "w1" not in said

@@ -60,7 +60,9 @@ class SweepView(Watcher):
     def _announce(self, job: Job) -> None:
         self._announced.add(job.run_name)
         run = self._runs.get(job.run_name) or self.registry.runs_named([job.run_name]).get(job.run_name)
-        where = f" on {run.host}" if run is not None else ""
+        # The claim's holder is the machine training it now (run.host made it: a resume
+        # on another node is announced where it runs).
+        where = f" on {run.claim_host or run.host}" if run is not None else ""
         self._say(f"start {job.run_name} ({job.action}){where}; `grpoctl runs logs {job.run_name}`")
 
     def refresh(self) -> None:
