@@ -196,7 +196,14 @@ def test_six_first_commands_on_an_empty_registry_all_succeed(db_url, tmp_path, f
     assert sum(r.stdout.startswith("created registry") for r in results) <= 1
     registry = Registry(db_url, readonly=True)
     assert sorted(s.name for s in registry.sweeps()) == ["a", "b", "c"]
-    assert sorted(r.status for r in registry.list_runs()) == ["finished"] * 6
+    # The three sweeps want the same two configs: a sweep that plans after another's members
+    # finished takes their runs (found by config hash) instead of training its own, so 2 to 6
+    # runs exist, by timing. What must hold: every member of every sweep has a finished run.
+    runs = registry.list_runs()
+    assert 2 <= len(runs) <= 6 and {r.status for r in runs} == {"finished"}
+    for name in ("a", "b", "c"):
+        members = registry.sweep_members(name)
+        assert len(members) == 2 and all(run is not None and run.status == "finished" for _, run in members), name
     status = subprocess.run(
         [sys.executable, "-m", "grpoctl", "db", "status", "--db", db_url],
         capture_output=True,
