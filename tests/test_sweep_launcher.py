@@ -66,6 +66,10 @@ for step in range(start, run.total_steps + 1):  # step 0 is the eval before trai
     time.sleep(float(os.environ.get("FAKE_SLEEP", "0")))
     registry.log_step(run.id, step, {"train/reward": 0.1 * step, "eval/accuracy": 0.2 + 0.1 * step})
     registry.add_checkpoint(run.id, step, f"ckpt/{run.name}/step-{step}")  # a sweep resumes only from one
+    fail_after = os.environ.get("FAKE_FAIL_AFTER", "")  # "NAME_PART:STEP": fail once that step is saved
+    if fail_after and fail_after.split(":")[0] in run.name and step == int(fail_after.split(":")[1]):
+        registry.set_status(run.id, "failed", error="OperationalError: the server closed the connection")
+        sys.exit(1)
 registry.set_status(run.id, "finished")
 """
 
@@ -117,6 +121,23 @@ def test_reinvoked_sweep_skips_finished_and_retries_failed_on_request(fake, tmp_
     members = registry.sweep_members("lr-sweep")
     assert [run.name for _, run in members][-1] == "lr-sweep-lr=1e-3-s0-r2"  # the newest answers
     assert all(run.status == "finished" for _, run in members)
+
+
+def test_retry_failed_resumes_a_failed_run_from_its_checkpoint(fake, tmp_path, monkeypatch, db_url):
+    """A run that failed on something outside it (a database outage) keeps its progress:
+    --retry-failed resumes it under its own name instead of starting a new run at step 0."""
+    registry = Registry(db_url)
+    plan = spec.param_sweep("lr", "3e-4,1e-3", overrides=["steps=4"])
+    monkeypatch.setenv("FAKE_FAIL_AFTER", "lr=1e-3:2")
+    first = sweep(registry, plan)
+    assert [j.outcome for j in first.jobs] == ["finished", "failed"]
+    monkeypatch.delenv("FAKE_FAIL_AFTER")
+    retry = sweep(registry, plan, retry_failed=True)
+    assert [(j.action, j.run_name, j.outcome) for j in retry.jobs] == [("resume", "lr-sweep-lr=1e-3-s0", "finished")]
+    assert calls(fake)[-1].startswith("--resume lr-sweep-lr=1e-3-s0 ")
+    run = registry.get_run("lr-sweep-lr=1e-3-s0")
+    assert (run.status, run.last_step) == ("finished", 4) and len(registry.list_runs()) == 2  # no -r2 run
+    assert [s for s, _ in registry.metric_series(run.id)["train/reward"]] == [0, 1, 2, 3, 4]  # none twice
 
 
 def test_interrupted_run_is_resumed_not_restarted(fake, tmp_path, db_url):

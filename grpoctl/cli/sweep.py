@@ -56,7 +56,12 @@ def sweep(
         str | None, typer.Option("--seeds", help="Repeat every variant with each seed, e.g. 0,1,2.")
     ] = None,
     retry_failed: Annotated[
-        bool, typer.Option("--retry-failed", help="Run failed and diverged variants again (as new runs).")
+        bool,
+        typer.Option(
+            "--retry-failed",
+            help="Run failed and diverged variants again: a failed run with a checkpoint resumes from it, "
+            "any other starts as a new run.",
+        ),
     ] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would run, and how; run nothing.")] = False,
     executor: Annotated[

@@ -154,7 +154,7 @@ def _attempt(spec: MemberSpec, registry: Registry, log: MemberLog) -> list[str] 
             return [_write_config(spec, log), "--db", spec.db]
         if run.config_hash != spec.config_hash:
             return Outcome(f"did not start: run name '{spec.run_name}' is taken by another config")
-        if run.status in ("finished", "failed", "diverged"):
+        if _ended(run.status, spec):
             return Outcome(run.status)  # an earlier attempt got there (a result, not an accident)
         try:
             registry.claim_run(run.id)
@@ -169,7 +169,7 @@ def _attempt(spec: MemberSpec, registry: Registry, log: MemberLog) -> list[str] 
                 waiting = True
         time.sleep(1.0)
     run = registry.runs_named([spec.run_name])[spec.run_name]
-    if run.status in ("finished", "failed", "diverged"):  # it ended while we waited
+    if _ended(run.status, spec):  # it ended while we waited
         registry.end_abandoned(run.id, [os.getpid()], run.status, run.error or "")
         return Outcome(run.status)
     if registry.checkpoints(run.id):
@@ -179,6 +179,14 @@ def _attempt(spec: MemberSpec, registry: Registry, log: MemberLog) -> list[str] 
     for path in registry.delete_run(run.id):
         shutil.rmtree(path, ignore_errors=True)
     return [_write_config(spec, log), "--db", spec.db]
+
+
+def _ended(status: str, spec: MemberSpec) -> bool:
+    """Whether the run is over for this member. A failed run it was planned to resume
+    (`--retry-failed`, a failed run with a checkpoint: planning.py) is not: it resumes."""
+    if status == "failed" and spec.action == "resume":
+        return False
+    return status in ("finished", "failed", "diverged")
 
 
 def _write_config(spec: MemberSpec, log: MemberLog) -> str:

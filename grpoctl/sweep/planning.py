@@ -2,8 +2,10 @@
 
 Re-invoking a sweep looks at each variant's run (found by config hash, see
 registry/sweeps.py): finished runs are skipped, stale or interrupted ones are resumed
-from their last checkpoint (`--resume RUN`), failed or diverged ones are retried as a new
-run only with `--retry-failed` (a diverged lr=1e-4 is a result, not an accident). What
+from their last checkpoint (`--resume RUN`), failed or diverged ones are run again only
+with `--retry-failed` (a diverged lr=1e-4 is a result, not an accident): a failed run
+that has a checkpoint is resumed from it (it failed on something outside it, a database
+outage say, and keeps its progress), any other as a new run. What
 each job finally does is settled where it runs (member.py), against the registry as it
 is then: a retried Ray task finds the run its previous attempt created, and resumes it.
 
@@ -103,7 +105,9 @@ def decide(plan: SweepPlan, registry: Registry | None, retry_failed: bool, log_r
         status = effective_status(run) if run else None
         if status == "running" and registry.claimable(run):
             status = "stale"  # its trainer's claim is dead (expired, or its process is gone)
-        if run is None or (status in ("failed", "diverged") and retry_failed):
+        if retry_failed and status == "failed" and registry.checkpoints(run.id):
+            name, action = run.name, "resume"
+        elif run is None or (status in ("failed", "diverged") and retry_failed):
             name = _fresh_name(variant.run_name, taken)
             taken.add(name)
             action = "new" if run is None else "retry"
