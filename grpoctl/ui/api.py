@@ -22,7 +22,8 @@ import json
 from starlette.requests import Request
 
 from grpoctl import metrics
-from grpoctl.analysis.compare import build_compare_table, fold_runs, load_compared_runs, resolve_runs
+from grpoctl.analysis.compare import build_compare_table, load_compared_runs
+from grpoctl.analysis.run_groups import fold_runs, resolve_runs
 from grpoctl.cli import compare_view
 from grpoctl.errors import UserError
 from grpoctl.registry import Registry, Run, effective_status
