@@ -26,7 +26,8 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from grpoctl.errors import UserError
-from grpoctl.reward_specs import COMPONENT_NAME_RE, PluginError, is_plugin, load_function
+from grpoctl.metrics import PART_NAME_RE, PART_NAME_WORDS
+from grpoctl.reward_specs import PluginError, is_plugin, load_function
 from grpoctl.rules import (
     CHOICES,
     GENERATED_DATA_SOURCES,
@@ -312,10 +313,8 @@ def check_rewards(cfg: DictConfig) -> None:
                 f"{where}: {shape} (weight optional, 1 by default), got keys {', '.join(map(str, item.keys()))}"
             )
         name, spec, weight = item["name"], item["spec"], item.get("weight", 1.0)
-        if not isinstance(name, str) or not COMPONENT_NAME_RE.match(name):
-            raise UserError(
-                f"{where}.name={name!r} must be 1-40 letters, digits, '_', '.' or '-' (it names train/reward/<name>)"
-            )
+        if not isinstance(name, str) or not PART_NAME_RE.match(name):
+            raise UserError(f"{where}.name={name!r} must be {PART_NAME_WORDS} (it names train/reward/<name>)")
         if name in names:
             raise UserError(f"reward.components has two components named {name!r}")
         names.add(name)
@@ -403,7 +402,6 @@ EVAL_SET_KEYS = ("name", "source", "path", "subset", "split", "question_field", 
 def check_eval_sets(cfg: DictConfig) -> None:
     """Each of eval.sets is a mapping with a unique, metric-safe name, known keys, a known
     source, a path where its source needs one (data.eval_path fills it), a subset >= 1."""
-    from grpoctl.metrics import EVAL_SET_NAME_RE
     from grpoctl.rules import DATA_SOURCES
 
     seen: set[str] = set()
@@ -417,11 +415,8 @@ def check_eval_sets(cfg: DictConfig) -> None:
                 f"{where} has unknown key(s) {', '.join(map(str, unknown))}: use {', '.join(EVAL_SET_KEYS)}"
             )
         name = entry.get("name")
-        if not isinstance(name, str) or not EVAL_SET_NAME_RE.match(name):
-            raise UserError(
-                f"{where}.name={name!r} must be 1-40 letters, digits, '_', '.' or '-' (it names the metrics "
-                "eval/NAME/*)"
-            )
+        if not isinstance(name, str) or not PART_NAME_RE.match(name):
+            raise UserError(f"{where}.name={name!r} must be {PART_NAME_WORDS} (it names the metrics eval/NAME/*)")
         if name in seen:
             raise UserError(f"eval.sets: the name {name!r} is used twice; each set needs its own")
         seen.add(name)

@@ -185,10 +185,15 @@ def is_sampled_score(name: str) -> bool:
     return split_eval_set(name)[1].startswith((f"{EVAL_PREFIX}pass@", f"{EVAL_PREFIX}maj@"))
 
 
+# A name a user gives that becomes part of metric names: an eval set's (eval/NAME/*) and a
+# reward component's (train/reward/NAME); config_checks.py refuses any other in these words.
+PART_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,39}$")
+PART_NAME_WORDS = "1-40 letters, digits, '_', '.' or '-'"
+
 # Several eval sets in one run (eval.sets): each set's figures are the unprefixed eval
 # names with the set's name after `eval/` (`eval/gsm8k/accuracy`, `eval/gsm8k/pass@8`).
 # The first set, the headline, is also recorded under the unprefixed names.
-EVAL_SET_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,39}$")
+EVAL_SET_NAME_RE = PART_NAME_RE
 
 
 def in_eval_set(eval_set: str, name: str) -> str:

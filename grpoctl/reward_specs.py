@@ -26,7 +26,6 @@ import hashlib
 import importlib
 import importlib.util
 import os
-import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -34,8 +33,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-# A component's name becomes part of a metric name (`train/reward/<name>`).
-COMPONENT_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,39}$")
 # A plugin's file or module could not be read: its identity says so instead of a digest.
 MISSING = "missing"
 

@@ -70,6 +70,10 @@ class RunData:
     # Every eval set, the headline (the first; the fields above) included (eval.sets).
     sets: list[EvalSet] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        if not self.sets:  # one unnamed set: the eval subset above (a RunData made by hand, say)
+            self.sets = [EvalSet("", self.eval, self.eval_source, self.data_hash, self.overlong_eval_dropped)]
+
     def fingerprint(self) -> dict:
         """What the run trained and evaluated on, stored with its row (Run.data_fingerprint):
         each side's source and hash, the problems kept, and those dropped for their length;

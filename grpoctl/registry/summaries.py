@@ -37,13 +37,22 @@ class RunSummary:
     scores: dict[str, list[EvalPoint]] = field(default_factory=dict)
 
 
+def _of_eval_set(eval_set: str | None):
+    """Eval rows of each run's headline eval set, or of the set named `eval_set` (eval.sets, migration 0008)."""
+    return EvalResult.headline.is_(True) if eval_set is None else EvalResult.eval_set == eval_set
+
+
 def _trainer_evals(run_ids: list[int], eval_set: str | None = None, kind: str = EVAL_KINDS[0]):
     """The headline (greedy) eval rows of the runs' own trainers: a `grpoctl eval CKPT`
     (which records its checkpoint path) may use other data or decoding, and a sampled
     eval is another measure; neither is a point of a run's accuracy curve. Rows of the
-    runs' headline eval set, or of the set named `eval_set` (eval.sets, migration 0008)."""
-    of_set = EvalResult.headline.is_(True) if eval_set is None else EvalResult.eval_set == eval_set
-    return (EvalResult.run_id.in_(run_ids)) & EvalResult.checkpoint_path.is_(None) & (EvalResult.kind == kind) & of_set
+    runs' headline eval set, or of the set named `eval_set`."""
+    return (
+        EvalResult.run_id.in_(run_ids)
+        & EvalResult.checkpoint_path.is_(None)
+        & (EvalResult.kind == kind)
+        & _of_eval_set(eval_set)
+    )
 
 
 def fetch_rows(conn, query) -> list[tuple]:
@@ -167,12 +176,11 @@ class RunSummaries:
         out: dict[int, list[tuple[int, str, dict]]] = {run_id: [] for run_id in ids}
         if not ids:
             return out
-        of_set = EvalResult.headline.is_(True) if eval_set is None else EvalResult.eval_set == eval_set
         query = select(EvalResult.run_id, EvalResult.step, EvalResult.kind, EvalResult.breakdown).where(
             EvalResult.run_id.in_(ids),
             EvalResult.checkpoint_path.is_(None),
             EvalResult.step.is_not(None),
-            of_set,
+            _of_eval_set(eval_set),
         )
         with self.engine.connect() as conn, conn.begin():
             rows = conn.execute(query).all()

@@ -121,35 +121,36 @@ def connect(address: str | None) -> bool:
         try:
             with _stderr_into(aside):
                 ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
-        except ray.exceptions.AuthenticationError as exc:
-            # Raised before any connection (RAY_AUTH_MODE=token, no token here): Ray's own
-            # message is a paragraph under a traceback; say what to do in one line.
-            where = address or os.environ.get("RAY_ADDRESS") or "a new local cluster"
-            said = str(getattr(exc, "message", exc))
-            first = said.split(". ")[0].strip().rstrip(".")
-            if "no authentication token was found" in said:
-                first = (
-                    "RAY_AUTH_MODE=token, but this machine has no auth token: give it the cluster's "
-                    "(~/.ray/auth_token, $RAY_AUTH_TOKEN_PATH or $RAY_AUTH_TOKEN; see the README, Scale out)"
-                )
-            raise UserError(f"cannot connect to the Ray cluster at {where}: {first}") from None
-        except (ConnectionError, RuntimeError, ValueError) as exc:
+        except (ray.exceptions.AuthenticationError, ConnectionError, RuntimeError, ValueError) as exc:
             aside.seek(0)
-            said = aside.read().decode(errors="replace")
             where = address or os.environ.get("RAY_ADDRESS") or "a new local cluster"
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            if "InvalidAuthToken" in said and os.environ.get("RAY_AUTH_MODE") == "token":
-                first = (
-                    "the cluster refused this machine's auth token: give it the cluster's "
-                    "(~/.ray/auth_token or $RAY_AUTH_TOKEN; see the README, Scale out)"
-                )
-            elif "InvalidAuthToken" in said:
-                first = (
-                    "the cluster wants its auth token: set RAY_AUTH_MODE=token and give this machine the "
-                    "cluster's token (~/.ray/auth_token or $RAY_AUTH_TOKEN; see the README, Scale out)"
-                )
-            raise UserError(f"cannot connect to the Ray cluster at {where}: {first}") from None
+            raise UserError(f"cannot connect to the Ray cluster at {where}: {_why_not(exc, aside.read())}") from None
     return True
+
+
+def _why_not(exc: Exception, said: bytes) -> str:
+    """One line for a failed ray.init: `exc`, and what Ray's core wrote to stderr meanwhile."""
+    if isinstance(exc, ray.exceptions.AuthenticationError):
+        # Raised before any connection (RAY_AUTH_MODE=token, no token here): Ray's own
+        # message is a paragraph under a traceback.
+        message = str(getattr(exc, "message", exc))
+        if "no authentication token was found" in message:
+            return (
+                "RAY_AUTH_MODE=token, but this machine has no auth token: give it the cluster's "
+                "(~/.ray/auth_token, $RAY_AUTH_TOKEN_PATH or $RAY_AUTH_TOKEN; see the README, Scale out)"
+            )
+        return message.split(". ")[0].strip().rstrip(".")
+    if b"InvalidAuthToken" in said:
+        if os.environ.get("RAY_AUTH_MODE") == "token":
+            return (
+                "the cluster refused this machine's auth token: give it the cluster's "
+                "(~/.ray/auth_token or $RAY_AUTH_TOKEN; see the README, Scale out)"
+            )
+        return (
+            "the cluster wants its auth token: set RAY_AUTH_MODE=token and give this machine the "
+            "cluster's token (~/.ray/auth_token or $RAY_AUTH_TOKEN; see the README, Scale out)"
+        )
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 @contextmanager

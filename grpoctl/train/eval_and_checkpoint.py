@@ -73,7 +73,7 @@ def evaluate_policy(run: RunContext, step: int) -> tuple[dict, list[dict], list[
     figures: dict = {}
     samples: list[dict] = []
     rows: list[dict] = []
-    for index, eval_set in enumerate(_eval_sets(run.data)):
+    for index, eval_set in enumerate(run.data.sets):
         headline = index == 0
         if step == 0 or eval_due(run.cfg, step):
             set_figures, set_samples, row = headline_eval(run, step, eval_set, headline)
@@ -85,11 +85,6 @@ def evaluate_policy(run: RunContext, step: int) -> tuple[dict, list[dict], list[
             figures |= _named(sampled_figures, eval_set.name, headline)
             rows.append(_of_set(row, eval_set.name, headline))
     return figures, samples, rows
-
-
-def _eval_sets(data: RunData) -> list[EvalSet]:
-    """The run's eval sets; a RunData built by hand (a test's) has only its one eval subset."""
-    return data.sets or [EvalSet("", data.eval, data.eval_source, data.data_hash, data.overlong_eval_dropped)]
 
 
 def _named(figures: dict, eval_set: str, headline: bool) -> dict:
@@ -113,7 +108,7 @@ def headline_eval(
     stored completions, the eval row to record). Only the headline set's accuracy picks
     the best checkpoints."""
     cfg, data = run.cfg, run.data
-    eval_set = eval_set or _eval_sets(data)[0]
+    eval_set = eval_set or data.sets[0]
     sampling = eval_sampling(cfg.eval, cfg.rollout.stop)
     outcome = evaluate(
         run.backend,
@@ -147,7 +142,7 @@ def sampled_eval(run: RunContext, step: int, eval_set: EvalSet | None = None) ->
     """pass@k and maj@k of the policy on an eval set (default: the headline set), from its
     own seed: (eval/* metrics, the eval row)."""
     cfg, data = run.cfg, run.data
-    eval_set = eval_set or _eval_sets(data)[0]
+    eval_set = eval_set or data.sets[0]
     problems = sampled_problems(cfg, eval_set.examples)
     sampling = sampled_sampling(cfg)
     outcome = sampled_evaluate(
