@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich import box
 from rich.console import Console, Group
 from rich.markup import escape
 from rich.panel import Panel
@@ -23,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from grpoctl import metrics
+from grpoctl.cli.grid import Column, Grid
 from grpoctl.cli.options import DbOption, RunArgument, open_registry
 from grpoctl.errors import UserError
 from grpoctl.formatting import STATUS_STYLES, format_number
@@ -128,36 +128,36 @@ def list_runs(
     ids = [r.id for r in runs]
     last, curves = registry.last_metrics(ids, (REWARD_METRIC,)), registry.eval_curves(ids)
     now = utcnow()
-    # No vertical rules: nine columns must fit an 80-column terminal.
-    table = Table(
+    grid = Grid(
+        [
+            Column("id", right=True),
+            # In a narrow terminal long names fold onto more lines rather than losing their
+            # end (where a sweep's variant is); figures keep their width.
+            Column("name", fold=True, min_width=12),
+            Column("group", fold=True),
+            Column("status"),
+            Column("step", right=True),
+            Column("eval acc", right=True),
+            Column("reward", right=True),
+            Column("created", fold=True, min_width=5),  # the time under the date
+            Column("duration"),
+        ],
         title=f"{len(runs)} run{'s' if len(runs) != 1 else ''}",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-        collapse_padding=True,
-        pad_edge=False,
     )
-    for column in ("id", "name", "group", "status", "step", "eval acc", "reward", "created", "duration"):
-        justify = "right" if column in ("id", "step", "eval acc", "reward") else "left"
-        # In a narrow terminal long names fold onto more lines rather than losing their
-        # end (where a sweep's variant is); figures keep their width.
-        if column in ("name", "group"):
-            table.add_column(column, overflow="fold", min_width=12 if column == "name" else 6)
-        else:
-            table.add_column(column, justify=justify, no_wrap=column in ("id", "status", "step"))
     for run in runs:
-        table.add_row(
+        status = effective_status(run, now)
+        grid.add_row(
             str(run.id),
-            Text(run.name),
-            Text(run.group or ""),
-            _status(run, now),
+            run.name,
+            run.group or "",
+            (status, STATUS_STYLES.get(status, "")),
             _progress(run),
             format_number(_accuracy(curves[run.id])),
             format_number(last[run.id].get(REWARD_METRIC)),
             _when(run.created_at, short=True),
             _duration(run, now),
         )
-    console.print(table)
+    console.print(grid)
 
 
 @runs_app.command("show")
