@@ -215,3 +215,21 @@ def check_claim_timings() -> None:
 def claim_wait_s() -> float:
     """How long a retried sweep member waits for the previous trainer to let go of the run."""
     return lease_s() + heartbeat_s()
+
+
+# A PostgreSQL registry that stops answering (a partition, a restart, an outage) must be
+# noticed, and a claimed write retried, within the lease: past it, another machine may
+# take the run over, and this trainer must by then have stopped trying. So both bounds
+# follow the lease: libpq gives up on a silent link after registry_link_s() (connecting,
+# unacknowledged data, keepalives, one statement), and a claimed write that failed on a
+# lost connection is retried for registry_retry_s(). The two together stay inside the
+# lease: 30 + 120 s of a 180 s lease by default, 2 + 6.7 s of the tests' 10 s.
+def registry_link_s() -> float:
+    """How long a registry connection may stay silent before libpq drops it: a sixth of
+    the lease, between 2 s and 30 s."""
+    return min(30.0, max(2.0, lease_s() / 6))
+
+
+def registry_retry_s() -> float:
+    """How long a claimed write that lost its connection is retried: two thirds of the lease."""
+    return lease_s() * 2 / 3

@@ -87,15 +87,25 @@ def start(root: Path, bindir: Path | None = None) -> str:
         f"-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={root} "
         "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=100"
     )
+    (root / "options").write_text(options)
+    (root / "port").write_text(str(port))
+    resume(root, bindir)
+    return admin_url(root)
+
+
+def resume(root: Path, bindir: Path | None = None) -> None:
+    """Start the server under `root` again, as `start` configured it (after `pause`)."""
+    bindir = bindir or find_bindir()
+    assert bindir is not None
     out = _as_server_user(
         [
             str(bindir / "pg_ctl"),
             "-D",
-            str(data),
+            str(root / "data"),
             "-l",
             str(root / "server.log"),
             "-o",
-            options,
+            (root / "options").read_text(),
             "-w",
             "-t",
             "60",
@@ -106,8 +116,26 @@ def start(root: Path, bindir: Path | None = None) -> str:
     if out.returncode != 0:
         log = (root / "server.log").read_text() if (root / "server.log").exists() else ""
         raise RuntimeError(f"pg_ctl start failed: {out.stderr.strip()} {log[-500:]}")
-    (root / "port").write_text(str(port))
-    return admin_url(root)
+
+
+def pause(root: Path) -> None:
+    """Stop the server as an administrator would (-m fast: sessions are ended, transactions
+    in flight rolled back), to `resume` it later: an outage."""
+    _pg_ctl(root, "-m", "fast", "-w", "stop")
+
+
+def restart(root: Path) -> None:
+    """`pg_ctl restart -m fast`: every session ended, the server back when it returns."""
+    # -l: the restarted server must not write to (and hold open) our capture pipe.
+    _pg_ctl(root, "-l", str(root / "server.log"), "-m", "fast", "-w", "-t", "60", "restart")
+
+
+def _pg_ctl(root: Path, *args: str) -> None:
+    bindir = find_bindir()
+    assert bindir is not None
+    out = _as_server_user([str(bindir / "pg_ctl"), "-D", str(root / "data"), *args], timeout=90)
+    if out.returncode != 0:
+        raise RuntimeError(f"pg_ctl {' '.join(args)} failed: {out.stderr.strip()}")
 
 
 def admin_url(root: Path) -> str:

@@ -29,6 +29,18 @@ def rows(db: Path, name: str) -> dict[str, list[tuple]]:
         }
 
 
+def pg_rows(url: str, name: str) -> dict[str, list[tuple]]:
+    """A run's rows in a PostgreSQL registry (`url` as grpoctl takes it, password included)."""
+    import psycopg
+
+    with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://")) as conn:
+        (run_id,) = conn.execute("SELECT id FROM run WHERE name = %s", (name,)).fetchone()
+        return {
+            table: [tuple(r) for r in conn.execute(query.replace("%", "%%").format(id="%s"), (run_id,)).fetchall()]
+            for table, query in (("metrics", METRICS), ("samples", SAMPLES), ("evals", EVALS))
+        }
+
+
 def assert_same_rows(got: dict, want: dict) -> None:
     keys = [(s, o, n) for s, o, n, _ in got["metrics"]]
     assert len(keys) == len(set(keys)), "duplicated metric rows"

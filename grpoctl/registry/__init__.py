@@ -6,7 +6,7 @@ run = registry.create_run(name=..., config=..., ...)
 registry.log_step(run.id, step, {"train/reward": 0.4})
 """
 
-from grpoctl.registry.claims import ClaimLost
+from grpoctl.registry.claims import ClaimLost, RegistryUnreachable
 from grpoctl.registry.engine import default_db_url
 from grpoctl.registry.models import (
     RUN_STATUSES,
@@ -32,6 +32,7 @@ __all__ = [
     "Metric",
     "NoRegistry",
     "Registry",
+    "RegistryUnreachable",
     "Run",
     "RunLog",
     "Sample",

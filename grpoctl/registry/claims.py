@@ -29,20 +29,83 @@ compares the lease with its own.
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 import secrets
 import socket
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
 
-from sqlalchemy import select, update
+from sqlalchemy import select, text, update
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from grpoctl.errors import UserError
 from grpoctl.registry.models import Run, utcnow
-from grpoctl.rules import lease_s
+from grpoctl.rules import lease_s, registry_link_s, registry_retry_s
+
+log = logging.getLogger("grpoctl")
+RETRY_PAUSE_S = 0.5
+Write = TypeVar("Write", bound=Callable[..., Any])
 
 
 class ClaimLost(UserError):
     """Another process holds the run now; this one must stop without writing more."""
+
+
+class RegistryUnreachable(UserError):
+    """A claimed write kept failing on a lost connection for rules.registry_retry_s(): the
+    trainer stops where it is; its claim lapses and a retry resumes the run from its last
+    checkpoint (a sweep member does so itself)."""
+
+
+def retried_when_unreachable(already_done: Callable[..., bool] | None = None) -> Callable[[Write], Write]:
+    """Retry a claimed write to a PostgreSQL registry that failed on a lost connection (a
+    restart, an outage, a partition noticed through rules.registry_link_s()), for up to
+    rules.registry_retry_s(); then its error stands. Each retry is a new transaction that
+    fences first, so a claim lost meanwhile stops it (ClaimLost), and `already_done(self,
+    *args)` tells a write whose COMMIT went through before the link broke (its answer did
+    not come back), which must not be written twice. SQLite's own errors are not retried."""
+
+    def wrap(write: Write) -> Write:
+        @functools.wraps(write)
+        def retrying(self, *args, **kwargs):
+            started = None
+            while True:
+                try:
+                    if started is not None and already_done is not None and already_done(self, *args, **kwargs):
+                        result = None
+                    else:
+                        result = write(self, *args, **kwargs)
+                    if started is not None:
+                        log.warning(f"registry: reached again after {time.monotonic() - started:.1f} s")
+                    return result
+                except (OperationalError, InterfaceError) as exc:
+                    if self.engine.dialect.name != "postgresql":
+                        raise
+                    now = time.monotonic()
+                    if started is None:
+                        started = now
+                        log.warning(
+                            f"registry: unreachable ({_first_line(exc)}); retrying for up to {registry_retry_s():.0f} s"
+                        )
+                    if now - started >= registry_retry_s():
+                        raise RegistryUnreachable(
+                            f"the registry was unreachable for {now - started:.0f} s ({_first_line(exc)}): "
+                            "stopped without writing more; the run resumes from its last checkpoint"
+                        ) from exc
+                    time.sleep(RETRY_PAUSE_S)
+
+        return retrying  # type: ignore[return-value]
+
+    return wrap
+
+
+def _first_line(exc: OperationalError | InterfaceError) -> str:
+    """The driver's own words, without SQLAlchemy's "(Background on this error at: ...)"."""
+    return (str(exc.orig or exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def _aware(moment: datetime) -> datetime:
@@ -145,6 +208,10 @@ class ClaimRecords:
                 conn.execute(update(Run).where(Run.id == run_id).values(**values))
             return
         values["claim_expires_at"] = utcnow() + timedelta(seconds=lease_s())
+        if conn.dialect.name == "postgresql":
+            # No statement of a claimed write may outlast the link's bound either (a lock
+            # held by a stuck session, a server crawling after a restart).
+            conn.execute(text(f"SET LOCAL statement_timeout = {int(registry_link_s() * 1000)}"))
         kept = conn.execute(update(Run).where(Run.id == run_id, Run.claim_token == token).values(**values))
         if kept.rowcount != 1:
             # The lost token stays in `_claims`: every later write about this run (from

@@ -29,6 +29,7 @@ none); SSL and other libpq options pass through the URL's query (`?sslmode=requi
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from urllib.parse import quote
@@ -38,6 +39,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from grpoctl.errors import UserError
+from grpoctl.rules import registry_link_s
 
 DEFAULT_DB_URL = "sqlite:///./registry.db"
 BUSY_TIMEOUT_MS = 30_000
@@ -50,7 +52,7 @@ POSTGRES_EXTRA = "pip install 'grpoctl[postgres]'"
 # = 48), and idle connections are kept, not reopened at every step.
 PG_POOL_SIZE = 2
 PG_MAX_OVERFLOW = 1
-PG_CONNECT_TIMEOUT_S = 10
+PG_CONNECT_TIMEOUT_S = 10  # at most: a command at a terminal should not hang longer
 # `grpoctl ui` (a long-lived server beside the trainers): at most 2 connections, and no
 # query of its own may hold one longer than this.
 SERVER_POOL_SIZE = 2
@@ -145,6 +147,22 @@ def _read_only_flags(path: Path, probe: bool = False) -> str | None:
     return "mode=ro"
 
 
+def pg_link_settings() -> dict[str, int]:
+    """libpq's settings that notice a silent server within rules.registry_link_s(): on
+    connecting (connect_timeout, whole seconds), with data unacknowledged
+    (tcp_user_timeout), and on an idle pooled connection (keepalives). Without them a
+    commit in flight over a cut link waits for TCP to give up, which takes many minutes."""
+    link = registry_link_s()
+    return {
+        "connect_timeout": max(2, math.ceil(min(link, PG_CONNECT_TIMEOUT_S))),
+        "tcp_user_timeout": int(link * 1000),
+        "keepalives": 1,
+        "keepalives_idle": max(1, int(link / 2)),
+        "keepalives_interval": max(1, int(link / 6)),
+        "keepalives_count": 3,
+    }
+
+
 def make_engine(url: URL, read_only: bool = False, probe: bool = False, server: bool = False) -> Engine:
     """An engine for `url`; for SQLite, with the pragmas and BEGIN handling above.
 
@@ -155,7 +173,7 @@ def make_engine(url: URL, read_only: bool = False, probe: bool = False, server: 
     """
     if url.get_backend_name() == "postgresql":
         # Defaults only: whatever the URL's query says (sslmode, application_name, ...) wins.
-        defaults: dict = {"connect_timeout": PG_CONNECT_TIMEOUT_S, "application_name": "grpoctl"}
+        defaults: dict = {"application_name": "grpoctl", **pg_link_settings()}
         options = []
         if read_only:  # the server refuses any write in a reader's transactions
             options.append("-c default_transaction_read_only=on")

@@ -29,7 +29,7 @@ from sqlmodel import Session, select
 
 import grpoctl
 from grpoctl.errors import UserError
-from grpoctl.registry.claims import ClaimRecords
+from grpoctl.registry.claims import ClaimRecords, retried_when_unreachable
 from grpoctl.registry.dashboard import DashboardReads
 from grpoctl.registry.engine import (
     default_db_url,
@@ -213,6 +213,7 @@ class Registry(SweepRecords, ClaimRecords, RunSummaries, MemberRecords, Dashboar
         self._claims[run_id] = token
         return Run(id=run_id, **values)
 
+    @retried_when_unreachable(already_done=lambda self, run_id, step, *_, **__: self._recorded_step(run_id) >= step)
     def log_step(
         self,
         run_id: int,
@@ -253,11 +254,33 @@ class Registry(SweepRecords, ClaimRecords, RunSummaries, MemberRecords, Dashboar
             if eval_rows:
                 conn.execute(insert(EvalResult), eval_rows)
 
+    def _recorded_step(self, run_id: int) -> int:
+        """The run's last complete step, as committed (for a retried step commit)."""
+        with self.engine.connect() as conn:
+            return conn.scalar(select(Run.last_step).where(Run.id == run_id))
+
+    def _ended_as(self, run_id: int, status: str) -> bool:
+        """Whether a retried set_status had committed already: the run ended so and let go."""
+        if status == "running":
+            return False  # idempotent: the retry writes it again
+        with self.engine.connect() as conn:
+            row = conn.execute(select(Run.status, Run.claim_token).where(Run.id == run_id)).first()
+        return row is not None and row[0] == status and row[1] is None
+
+    def _has_checkpoint(self, run_id: int, step: int, path: str) -> bool:
+        with self.engine.connect() as conn:
+            query = select(Checkpoint.id).where(
+                Checkpoint.run_id == run_id, Checkpoint.step == step, Checkpoint.path == _absolute(path)
+            )
+            return conn.scalar(query) is not None
+
+    @retried_when_unreachable()
     def heartbeat(self, run_id: int) -> None:
         """The trainer is alive: renews its claim's lease (and fails if it was lost)."""
         with self._writer.begin() as conn:
             self._fence(conn, run_id, heartbeat_at=utcnow())
 
+    @retried_when_unreachable(already_done=lambda self, run_id, status, *_, **__: self._ended_as(run_id, status))
     def set_status(self, run_id: int, status: str, error: str | None = None, pid: int | None = None) -> None:
         """Record a run's status; `pid` names the process that now owns a running run.
 
@@ -285,6 +308,7 @@ class Registry(SweepRecords, ClaimRecords, RunSummaries, MemberRecords, Dashboar
         if status != "running":
             self._released(run_id)
 
+    @retried_when_unreachable()
     def truncate_after(self, run_id: int, step: int) -> list[str]:
         """Forget everything a run recorded after `step`, so a resume can redo it.
 
@@ -445,6 +469,9 @@ class Registry(SweepRecords, ClaimRecords, RunSummaries, MemberRecords, Dashboar
             query = select(EvalResult).where(EvalResult.run_id == run_id)
             return list(session.exec(query.order_by(EvalResult.step, EvalResult.id)).all())
 
+    @retried_when_unreachable(
+        already_done=lambda self, run_id, step, path, *_, **__: self._has_checkpoint(run_id, step, path)
+    )
     def add_checkpoint(self, run_id: int, step: int, path: str, eval_accuracy: float | None = None) -> Checkpoint:
         checkpoint = Checkpoint(run_id=run_id, step=step, path=_absolute(path), eval_accuracy=eval_accuracy)
         with self._write() as session, session.begin():
@@ -452,6 +479,7 @@ class Registry(SweepRecords, ClaimRecords, RunSummaries, MemberRecords, Dashboar
             session.add(checkpoint)
         return checkpoint
 
+    @retried_when_unreachable()
     def mark_checkpoint_deleted(self, checkpoint_id: int) -> None:
         with self._writer.begin() as conn:
             run_id = conn.scalar(select(Checkpoint.run_id).where(Checkpoint.id == checkpoint_id))

@@ -199,5 +199,7 @@ def checkpoint(run: RunContext) -> None:
     for old in select_for_deletion(
         run.registry.checkpoints(run_id), cfg.checkpoint.keep_last, cfg.checkpoint.keep_best
     ):
-        shutil.rmtree(old.path, ignore_errors=True)
+        # Recorded (a fenced commit) before the files go: a trainer that lost its claim
+        # stops there, and never deletes a checkpoint its successor may be resuming from.
         run.registry.mark_checkpoint_deleted(old.id)
+        shutil.rmtree(old.path, ignore_errors=True)

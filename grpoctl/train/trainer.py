@@ -29,7 +29,7 @@ from grpoctl.data.prompt_length import prompt_budget
 from grpoctl.data.run_data import load_run_data
 from grpoctl.formatting import Say
 from grpoctl.grpo import PolicyGradientLoss
-from grpoctl.registry.claims import ClaimLost
+from grpoctl.registry.claims import ClaimLost, RegistryUnreachable
 from grpoctl.rollout import make_backend
 from grpoctl.rules import heartbeat_s
 from grpoctl.run_identity import config_hash
@@ -220,7 +220,9 @@ def outer_loop(run: RunContext, fresh: bool) -> str:
             status, error = "failed", str(exc)
         except KeyboardInterrupt:  # a second signal
             status, error = "interrupted", stop.reason(at_once=True)
-        except ClaimLost:  # another process owns the run now: write nothing more
+        except (ClaimLost, RegistryUnreachable):
+            # Another process owns the run now, or may by the time the registry answers
+            # again: write nothing more (not even the status; the member records the end).
             stop.closing = True
             run.backend.close()
             raise
