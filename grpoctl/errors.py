@@ -6,7 +6,15 @@ with no traceback, and the command must not have written anything before raising
 
 
 class UserError(Exception):
-    """Bad input: a wrong flag, an unknown run, an invalid config value."""
+    """Bad input: a wrong flag, an unknown run, an invalid config value. The CLI prints
+    it in one line and exits with `exit_code`."""
+
+    exit_code = 2
+
+
+# The exit code of a trainer that stopped because the registry could not be reached: a
+# temporary failure (sysexits' EX_TEMPFAIL), which a sweep member retries by resuming.
+TEMPFAIL_EXIT = 75
 
 
 # Lines a library appends to its errors that say nothing about what went wrong: SQLAlchemy's

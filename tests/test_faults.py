@@ -120,6 +120,10 @@ def dump(db: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def straight(tmp_path_factory) -> dict:
+    return straight_rows(tmp_path_factory)
+
+
+def straight_rows(tmp_path_factory) -> dict:
     """The rows of the same run, never interrupted: trained once for all workers, on its own
     copy of the tiny model (the same seed, so the same weights as `tiny_model_dir`)."""
     from grpoctl.tiny.model import create_tiny_model_dir

@@ -12,7 +12,7 @@ and the test breaks the server there, so what fails is that commit:
 - an outage of several seconds: the server is stopped, the trainer finds it gone, and
   it is started again while the trainer retries. The trainer finishes.
 - an outage longer than registry_retry_s(): the trainer stops in one line without
-  writing more, and `--resume` (once the server is back) finishes the run.
+  writing more (exit 75, a temporary failure, which a sweep member retries), and `--resume` (once the server is back) finishes the run.
 
 After each, the run's rows are exactly an uninterrupted run's, and no claim is held.
 """
@@ -31,9 +31,9 @@ import psycopg
 import pytest
 from conftest import record_service_start
 from run_rows import assert_same_rows, pg_rows
-from test_faults import overrides, start, stderr_of, wait, wait_stopped
-from test_faults import straight as straight_fixture  # noqa: F401 (the fixture `straight`, shared with test_faults)
+from test_faults import overrides, start, stderr_of, straight_rows, wait, wait_stopped
 
+from grpoctl.errors import TEMPFAIL_EXIT
 from grpoctl.rules import registry_retry_s
 
 pytestmark = pytest.mark.slow
@@ -66,6 +66,12 @@ def database(server, request):
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {name}")
     return root, admin.rsplit("/", 1)[0] + "/" + name
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory) -> dict:
+    """The rows of the run never interrupted (on SQLite; shared with tests/test_faults.py)."""
+    return straight_rows(tmp_path_factory)
 
 
 @pytest.fixture(autouse=True)
@@ -156,7 +162,7 @@ def test_an_outage_past_the_retry_bound_stops_the_trainer_and_resume_finishes(
     took = time.monotonic() - stopped_at
     pg_server.resume(root)
     err = stderr_of(tmp_path)
-    assert code == 2, err[-2000:]
+    assert code == TEMPFAIL_EXIT, err[-2000:]  # a temporary failure: a sweep member retries it
     assert registry_retry_s() <= took < 10.0, took  # gave up within the lease
     last = err.strip().splitlines()[-1]
     assert last.startswith("error: the registry was unreachable for") and "stopped without writing more" in last

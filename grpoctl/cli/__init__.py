@@ -79,10 +79,10 @@ def _options(
     """GRPO for small math LLMs, with every run in an experiment registry."""
 
 
-def fail(message: str) -> None:
+def fail(message: str, code: int = 2) -> None:
     """Print one line and exit 2: the convention for bad input everywhere in the CLI."""
     typer.echo(f"error: {message}", err=True)
-    raise SystemExit(2)
+    raise SystemExit(code)
 
 
 def main() -> None:
@@ -91,7 +91,7 @@ def main() -> None:
         # way, and an exit code (typer.Exit, --help) comes back as the return value.
         code = app(standalone_mode=False)
     except UserError as exc:
-        fail(str(exc))
+        fail(str(exc), exc.exit_code)
     except typer.Abort:
         typer.echo("aborted", err=True)
         raise SystemExit(130) from None

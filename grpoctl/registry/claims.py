@@ -42,7 +42,7 @@ from typing import Any, TypeVar
 from sqlalchemy import select, text, update
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from grpoctl.errors import UserError
+from grpoctl.errors import TEMPFAIL_EXIT, UserError
 from grpoctl.registry.models import Run, utcnow
 from grpoctl.rules import lease_s, registry_link_s, registry_retry_s
 
@@ -58,7 +58,9 @@ class ClaimLost(UserError):
 class RegistryUnreachable(UserError):
     """A claimed write kept failing on a lost connection for rules.registry_retry_s(): the
     trainer stops where it is; its claim lapses and a retry resumes the run from its last
-    checkpoint (a sweep member does so itself)."""
+    checkpoint (a sweep member does so itself, told by the exit code)."""
+
+    exit_code = TEMPFAIL_EXIT
 
 
 def retried_when_unreachable(already_done: Callable[..., bool] | None = None) -> Callable[[Write], Write]:
@@ -108,7 +110,8 @@ def _first_line(exc: OperationalError | InterfaceError) -> str:
     return (str(exc.orig or exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
-def _aware(moment: datetime) -> datetime:
+def aware(moment: datetime) -> datetime:
+    """`moment` with its time zone: UTC where the database returned none (SQLite)."""
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
@@ -133,15 +136,15 @@ def _handed_to_us(host: str | None, pid: int | None) -> bool:
 
 def claim_refusal(run: Run, now: datetime | None = None) -> str | None:
     """Why `run` cannot be claimed now (its holder is alive as far as we can tell), or None."""
-    now = _aware(now or utcnow())
+    now = aware(now or utcnow())
     if run.claim_token is None:
         if run.status != "running":
             return None
         # Written by a grpoctl from before claims: its heartbeat is all we have.
-        expires = _aware(run.heartbeat_at) + timedelta(seconds=lease_s())
+        expires = aware(run.heartbeat_at) + timedelta(seconds=lease_s())
         host, pid = run.host, run.pid
     else:
-        expires = _aware(run.claim_expires_at) if run.claim_expires_at else now
+        expires = aware(run.claim_expires_at) if run.claim_expires_at else now
         host, pid = run.claim_host, run.claim_pid
     if now >= expires or _process_gone(host, pid) or _handed_to_us(host, pid):
         return None

@@ -22,14 +22,14 @@ import secrets
 import socket
 import subprocess
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import datetime
 
 from sqlalchemy import delete, func, insert, update
 from sqlmodel import Session, select
 
 import grpoctl
 from grpoctl.errors import UserError
-from grpoctl.registry.claims import ClaimRecords, retried_when_unreachable
+from grpoctl.registry.claims import ClaimRecords, aware, retried_when_unreachable
 from grpoctl.registry.dashboard import DashboardReads
 from grpoctl.registry.engine import (
     default_db_url,
@@ -66,14 +66,9 @@ def effective_status(run: Run, now: datetime | None = None) -> str:
     """The status to show: "stale" for a "running" run that stopped heartbeating."""
     if run.status != "running":
         return run.status
-    if (_aware(now or utcnow()) - _aware(run.heartbeat_at)).total_seconds() > STALE_AFTER_S:
+    if (aware(now or utcnow()) - aware(run.heartbeat_at)).total_seconds() > STALE_AFTER_S:
         return "stale"
     return run.status
-
-
-def _aware(moment: datetime) -> datetime:
-    # Datetimes come back from the database aware (UTC); accept naive UTC ones too.
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def _git_commit() -> str | None:

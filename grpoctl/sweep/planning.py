@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 from grpoctl.registry import Registry, Run, effective_status
@@ -35,6 +36,8 @@ class Job:
     outcome: str = "queued"  # then "running", then the run's final status (or why not)
     where: str = ""  # the GPU it was pinned to, when the local executor pins
     started: float = 0.0
+    retries: int = 0  # attempts the Ray driver started itself, on finding the run's claim lapsed
+    retried_at: datetime = datetime.min.replace(tzinfo=UTC)
 
     @property
     def config_file(self) -> Path:

@@ -1,0 +1,75 @@
+"""The retry of a claimed write whose connection was lost (registry/claims.py,
+retried_when_unreachable): what it retries, for how long, and what it never writes twice.
+The end-to-end cases (a real restart and outages under a trainer) are in
+tests/test_registry_outage.py."""
+
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+
+import pytest
+from sqlalchemy.exc import OperationalError
+
+from grpoctl.registry.claims import RETRY_PAUSE_S, RegistryUnreachable, retried_when_unreachable
+
+
+class Store:
+    """A registry stand-in: `failures` lost connections, then the write goes through."""
+
+    def __init__(self, failures: int, dialect: str = "postgresql", committed_anyway: bool = False) -> None:
+        self.engine = SimpleNamespace(dialect=SimpleNamespace(name=dialect))
+        self.failures, self.committed_anyway = failures, committed_anyway
+        self.attempts, self.rows = 0, []
+
+    @retried_when_unreachable(already_done=lambda self, step: step in self.rows)
+    def log_step(self, step: int) -> None:
+        self.attempts += 1
+        if self.attempts <= self.failures:
+            if self.committed_anyway:  # the COMMIT went through; its answer was lost
+                self.rows.append(step)
+            raise OperationalError("COMMIT", {}, Exception("server closed the connection unexpectedly\nmore"))
+        self.rows.append(step)
+
+
+@pytest.fixture(autouse=True)
+def short_lease(monkeypatch):
+    monkeypatch.setenv("GRPOCTL_LEASE_S", "3")  # retried for 2 s
+    monkeypatch.setattr("grpoctl.registry.claims.time.sleep", lambda s: None)
+
+
+def test_a_lost_connection_is_retried_until_the_write_goes_through(caplog):
+    store = Store(failures=3)
+    with caplog.at_level(logging.WARNING, logger="grpoctl"):
+        store.log_step(4)
+    assert store.rows == [4] and store.attempts == 4
+    said = [r.getMessage() for r in caplog.records]
+    assert said[0] == "registry: unreachable (server closed the connection unexpectedly); retrying for up to 2 s"
+    assert said[1].startswith("registry: reached again after") and len(said) == 2
+
+
+def test_a_commit_whose_answer_was_lost_is_not_written_again():
+    store = Store(failures=1, committed_anyway=True)
+    store.log_step(4)
+    assert store.rows == [4] and store.attempts == 1  # the retry saw the step recorded
+
+
+def test_past_the_bound_the_trainer_stops_in_one_line(monkeypatch):
+    clock = iter(x * RETRY_PAUSE_S for x in range(1000))
+    monkeypatch.setattr("grpoctl.registry.claims.time.monotonic", lambda: next(clock))
+    store = Store(failures=10_000)
+    with pytest.raises(RegistryUnreachable) as caught:
+        store.log_step(4)
+    assert store.attempts == 5  # 0, 0.5, ..., 2.0 s: the last one past the bound
+    assert str(caught.value) == (
+        "the registry was unreachable for 2 s (server closed the connection unexpectedly): "
+        "stopped without writing more; the run resumes from its last checkpoint"
+    )
+    assert caught.value.exit_code == 75 and store.rows == []
+
+
+def test_sqlite_errors_are_not_retried():
+    store = Store(failures=1, dialect="sqlite")
+    with pytest.raises(OperationalError):
+        store.log_step(4)
+    assert store.attempts == 1
