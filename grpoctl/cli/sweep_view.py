@@ -75,6 +75,9 @@ class SweepView(Watcher):
             if job.run_name not in self._announced and run is not None and run.status == "running":
                 self._announce(job)
 
+    def note(self, text: str) -> None:
+        self._say(f"note  {text}")
+
     def interrupting(self, count: int) -> None:
         self._stop_live()
         self._say(f"interrupting {count} running run(s); waiting for them to record it...")

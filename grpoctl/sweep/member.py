@@ -42,8 +42,9 @@ from datetime import datetime
 from pathlib import Path
 
 import yaml
+from sqlalchemy.exc import InterfaceError, OperationalError
 
-from grpoctl.errors import UserError
+from grpoctl.errors import TEMPFAIL_EXIT, UserError, error_line
 from grpoctl.registry import Registry
 from grpoctl.rules import claim_wait_s
 
@@ -149,23 +150,28 @@ def _attempt(spec: MemberSpec, registry: Registry, log: MemberLog) -> list[str] 
     deadline = time.monotonic() + (claim_wait_s() if spec.wait_for_claim else 0)
     waiting = False
     while True:
-        run = registry.runs_named([spec.run_name]).get(spec.run_name)
-        if run is None:
-            return [_write_config(spec, log), "--db", spec.db]
-        if run.config_hash != spec.config_hash:
-            return Outcome(f"did not start: run name '{spec.run_name}' is taken by another config")
-        if _ended(run.status, spec):
-            return Outcome(run.status)  # an earlier attempt got there (a result, not an accident)
         try:
+            run = registry.runs_named([spec.run_name]).get(spec.run_name)
+            if run is None:
+                return [_write_config(spec, log), "--db", spec.db]
+            if run.config_hash != spec.config_hash:
+                return Outcome(f"did not start: run name '{spec.run_name}' is taken by another config")
+            if _ended(run.status, spec):
+                return Outcome(run.status)  # an earlier attempt got there (a result, not an accident)
             registry.claim_run(run.id)
             break
-        except UserError as refusal:
+        except (UserError, OperationalError, InterfaceError) as refusal:  # held, or the registry is away
+            held = isinstance(refusal, UserError)
+            if not held and not spec.wait_for_claim:
+                raise
             if time.monotonic() >= deadline:
                 if spec.wait_for_claim:
-                    raise MemberLost(f"the previous trainer kept the run: {refusal}") from None
+                    kept = "the previous trainer kept the run" if held else "the registry stayed unreachable"
+                    raise MemberLost(f"{kept}: {error_line(refusal)}") from None
                 return Outcome(f"running elsewhere ({refusal})")
             if not waiting:
-                log.note(f"waiting for the previous trainer to let go: {refusal}")
+                what = "the previous trainer to let go" if held else "the registry"
+                log.note(f"waiting for {what}: {error_line(refusal)}")
                 waiting = True
         time.sleep(1.0)
     run = registry.runs_named([spec.run_name])[spec.run_name]
@@ -270,6 +276,11 @@ def _signal(proc: subprocess.Popen, sig: int) -> None:
 
 def _ending(spec: MemberSpec, registry: Registry, proc: subprocess.Popen, asked: bool) -> Outcome:
     code = proc.returncode
+    if code == TEMPFAIL_EXIT:
+        # It lost the registry for longer than it may retry (its log says so) and stopped
+        # where it was; it could record nothing. Its claim lapses, and another attempt
+        # (Ray's retry of this member) resumes the run from its last checkpoint.
+        return Outcome("interrupted (the registry was unreachable)", lost=True)
     run = registry.runs_named([spec.run_name]).get(spec.run_name)
     if run is None or run.config_hash != spec.config_hash:
         return Outcome(f"did not start (exit {code}; `grpoctl runs logs {spec.run_name}`)")

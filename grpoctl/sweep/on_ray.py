@@ -37,16 +37,21 @@ import ray
 from ray.exceptions import RayError, RayTaskError, TaskCancelledError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from sqlalchemy.engine import URL
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 import grpoctl
 from grpoctl.errors import UserError, error_line
 from grpoctl.registry import Registry
+from grpoctl.registry.claims import aware
 from grpoctl.registry.engine import public_url, sqlite_path
+from grpoctl.registry.models import utcnow
 from grpoctl.sweep.member import MemberLost, MemberSpec, run_member, secret_env
 from grpoctl.sweep.planning import Job, SweepResult
 from grpoctl.train.threads import THREADS_ENV
 
 POLL_S = 0.5
+LAPSE_CHECK_S = 2.0  # how often the driver looks for members whose claim lapsed
+NODE_ID_LABEL = "ray.io/node-id"  # every Ray node carries it: `!in(...)` keeps tasks off nodes
 PROBE_TIMEOUT_S = 120
 INTERRUPT_GRACE_S = 120
 DEFAULT_MAX_RETRIES = 3
@@ -71,27 +76,64 @@ class RayCluster:
             if problem:
                 raise UserError(problem)
             self.env = secret_env(url)
-            check_nodes(nodes, public_url(url), self.env)
+            # Nodes that cannot reach the registry are left out (named), not a reason to stop.
+            self.left_out = check_nodes(nodes, public_url(url), self.env)
+            self.avoid = {node_id for node_id, _ in self.left_out}
             self.gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
         except BaseException:
             self.close()
             raise
 
     def run(self, result: SweepResult, registry: Registry, watcher) -> None:
-        refs = {}
-        for job in result.jobs:
-            cpus = self.cpus_per_run or max(1, int(job.config["runtime"]["threads"] or 1))
-            spec = job.member(registry.public_url, {THREADS_ENV: str(cpus)}, wait_for_claim=True)
-            task = _member_task.options(
-                name=f"grpoctl train {job.run_name}",
-                num_gpus=self.gpus,
-                num_cpus=cpus,
-                max_retries=self.max_retries,
-                retry_exceptions=[MemberLost],
-                runtime_env={"env_vars": self.env} if self.env else None,
+        for _, why in self.left_out:
+            watcher.note(why)
+        refs = {self._submit(job, registry): job for job in result.jobs}
+        _watch(refs, registry, result, watcher, self)
+
+    def _submit(self, job: Job, registry: Registry):
+        """Start one attempt of `job`'s member, on any node but those left out."""
+        cpus = self.cpus_per_run or max(1, int(job.config["runtime"]["threads"] or 1))
+        spec = job.member(registry.public_url, {THREADS_ENV: str(cpus)}, wait_for_claim=True)
+        task = _member_task.options(
+            name=f"grpoctl train {job.run_name}",
+            num_gpus=self.gpus,
+            num_cpus=cpus,
+            max_retries=self.max_retries,
+            retry_exceptions=[MemberLost],
+            runtime_env={"env_vars": self.env} if self.env else None,
+            label_selector={NODE_ID_LABEL: f"!in({','.join(sorted(self.avoid))})"} if self.avoid else None,
+        )
+        return task.remote(spec)
+
+    def retry_lapsed(self, pending: dict, registry: Registry, watcher) -> None:
+        """Start again, elsewhere, each member whose run's claim has lapsed: its trainer has
+        renewed nothing for a whole lease, so its node is dead or cut off from the registry.
+        Ray would notice a dead node's task only much later (its own timeouts), and never
+        one whose node is alive but partitioned. The old task is cancelled (a partitioned
+        trainer that outlives it can write nothing: its claim is gone) and its node avoided."""
+        try:
+            runs = registry.runs_named(job.run_name for job in pending.values())
+        except (OperationalError, InterfaceError):
+            return  # the driver cannot see the registry either: nothing to judge by
+        now = utcnow()
+        for ref, job in list(pending.items()):
+            run = runs.get(job.run_name)
+            if run is None or run.status != "running" or run.claim_expires_at is None:
+                continue
+            if aware(run.claim_expires_at) > now or job.retried_at > aware(run.claim_expires_at):
+                continue  # held, or lapsed before our last retry (which has yet to claim it)
+            job.retries += 1
+            if job.retries > self.max_retries:
+                continue  # left to Ray: it reports the task when its node is declared dead
+            self.avoid |= {n["NodeID"] for n in ray.nodes() if n.get("NodeManagerHostname") == run.claim_host}
+            watcher.note(
+                f"{job.run_name}: its claim on {run.claim_host} lapsed (the node is dead or cut off from the "
+                f"registry); trying again elsewhere ({job.retries} of {self.max_retries})"
             )
-            refs[task.remote(spec)] = job
-        _watch(refs, registry, result, watcher)
+            ray.cancel(ref, force=True)
+            del pending[ref]
+            job.retried_at = now
+            pending[self._submit(job, registry)] = job
 
     def close(self) -> None:
         if self._started and ray.is_initialized():
@@ -101,7 +143,10 @@ class RayCluster:
 
 @ray.remote
 def _member_task(spec: MemberSpec) -> str:
-    outcome = run_member(spec)
+    try:
+        outcome = run_member(spec)
+    except (OperationalError, InterfaceError) as exc:  # this node lost the registry: another attempt
+        raise MemberLost(f"the registry was unreachable from {socket.gethostname()}: {error_line(exc)}") from None
     if outcome.lost:
         raise MemberLost(f"run {spec.run_name} ended {outcome.status} by nobody's request (killed or preempted)")
     return outcome.status
@@ -199,8 +244,9 @@ def _probe(db: str) -> dict:
     return {"host": socket.gethostname(), "python": sys.executable, "registry": reaches, **driver_versions()}
 
 
-def check_nodes(nodes: list[dict], db: str, env: dict[str, str]) -> None:
-    """Raise a one-line UserError unless every node runs our versions and reaches the registry."""
+def check_nodes(nodes: list[dict], db: str, env: dict[str, str]) -> list[tuple[str, str]]:
+    """Raise a one-line UserError unless every node runs our versions and one reaches the
+    registry; returns (node id, why) for each node that does not reach it, to leave out."""
     refs = {}
     for node in nodes:
         strategy = NodeAffinitySchedulingStrategy(node_id=node["NodeID"], soft=False)
@@ -219,9 +265,15 @@ def check_nodes(nodes: list[dict], db: str, env: dict[str, str]) -> None:
     problem = version_problem(driver_versions(), probes)
     if problem:
         raise UserError(problem)
-    for address, probe in probes.items():
-        if probe["registry"]:
-            raise UserError(f"node {address} ({probe['host']}) cannot open the registry: {probe['registry']}")
+    ids = {node["NodeManagerAddress"]: node["NodeID"] for node in nodes}
+    sick = [
+        (ids[address], f"node {address} ({probe['host']}) cannot open the registry: {probe['registry']}")
+        for address, probe in sorted(probes.items())
+        if probe["registry"]
+    ]
+    if len(sick) == len(probes):
+        raise UserError(sick[0][1])
+    return [(node_id, f"{why}: left out of this sweep") for node_id, why in sick]
 
 
 def version_problem(driver: dict[str, str], probes: dict[str, dict]) -> str | None:
@@ -239,14 +291,21 @@ def version_problem(driver: dict[str, str], probes: dict[str, dict]) -> str | No
 # --------------------------------------------------------------------------- watching
 
 
-def _watch(refs: dict, registry: Registry, result: SweepResult, watcher) -> None:
+def _watch(refs: dict, registry: Registry, result: SweepResult, watcher, cluster: RayCluster) -> None:
     pending = dict(refs)
+    looked = time.monotonic()
     try:
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=POLL_S)
             for ref in ready:
                 _finish(pending.pop(ref), ref, registry, watcher)
-            watcher.refresh()
+            if time.monotonic() - looked >= LAPSE_CHECK_S:
+                looked = time.monotonic()
+                cluster.retry_lapsed(pending, registry, watcher)
+            try:
+                watcher.refresh()
+            except (OperationalError, InterfaceError):  # the registry is away: the members wait it out
+                pass
     except KeyboardInterrupt:
         result.interrupted = True
         watcher.interrupting(len(pending))
@@ -288,5 +347,8 @@ def _finish(job: Job, ref, registry: Registry, watcher) -> None:
 
 
 def _status_of(job: Job, registry: Registry, otherwise: str) -> str:
-    run = registry.runs_named([job.run_name]).get(job.run_name)
+    try:
+        run = registry.runs_named([job.run_name]).get(job.run_name)
+    except (OperationalError, InterfaceError):
+        return otherwise + " (the registry is unreachable)"
     return run.status if run is not None else otherwise
