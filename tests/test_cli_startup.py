@@ -126,3 +126,19 @@ def test_help_lists_every_command_with_its_own_one_line_help():
     listed = [row.split()[1] for row in out.stdout.splitlines() if row.startswith("│ ") and len(row.split()) > 2]
     assert [n for n in listed if n in COMMANDS] == list(COMMANDS)
     assert app.registered_commands == [] and app.registered_groups == []  # all of them lazy
+
+
+def test_the_registry_skips_pydantic_s_plugin_scan_and_leaves_plugins_on_for_others():
+    probe = (
+        "import os; os.environ.pop('PYDANTIC_DISABLE_PLUGINS', None)\n"
+        "import grpoctl.registry\n"
+        "from pydantic.plugin import _loader\n"
+        "assert _loader._plugins is None, 'the registry scanned for plugins'\n"
+        "assert 'PYDANTIC_DISABLE_PLUGINS' not in os.environ, 'the setting leaked'\n"
+        "import pydantic\n"
+        "class Later(pydantic.BaseModel):\n"
+        "    x: int = 0\n"
+        "assert _loader._plugins is not None, 'a later model found no plugins'\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=os.environ)
+    assert out.returncode == 0, out.stderr
