@@ -44,6 +44,7 @@ SERIAL_MODULES = {
     "test_ray_sweep",
     "test_ray_faults",
     "test_ui_browser",
+    "test_cluster",
 }
 
 
@@ -76,6 +77,7 @@ E2E_MODULES = {
     "test_registry_resume",
     "test_sweep_launcher",
     "test_ui_browser",
+    "test_cluster",
 }
 
 

@@ -1,5 +1,7 @@
 """A throwaway PostgreSQL server for the tests and benchmarks: initdb in a temporary
 directory, listening on 127.0.0.1 only, password auth (scram) for TCP, stopped at the end.
+(tests/cluster.py starts one inside a network namespace, listening on that namespace's
+address instead: `listen` and `launcher`.)
 
     python tests/pg_server.py start DIR     # prints the admin URL; the server runs on
     python tests/pg_server.py stop DIR
@@ -11,6 +13,7 @@ directory, listening on 127.0.0.1 only, password auth (scram) for TCP, stopped a
 from __future__ import annotations
 
 import glob
+import json
 import os
 import pwd
 import shutil
@@ -18,6 +21,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 USER = "grpoctl"
@@ -42,14 +46,18 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _as_server_user(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
+def _as_server_user(cmd: list[str], launcher: Sequence[str] = (), **kwargs) -> subprocess.CompletedProcess:
     if os.geteuid() == 0:
         cmd = ["runuser", "-u", "postgres", "--", *cmd]
-    return subprocess.run(cmd, capture_output=True, text=True, **kwargs)
+    return subprocess.run([*launcher, *cmd], capture_output=True, text=True, **kwargs)
 
 
-def start(root: Path, bindir: Path | None = None) -> str:
-    """Start a fresh server under `root`; returns its admin URL (database `postgres`)."""
+def start(root: Path, bindir: Path | None = None, listen: str = "127.0.0.1", launcher: Sequence[str] = ()) -> str:
+    """Start a fresh server under `root`; returns its admin URL (database `postgres`).
+
+    `listen`: the one address it listens on; other than 127.0.0.1, clients of the subnets
+    it is on (pg_hba's `samenet`) may log in with the password too. `launcher`: a command
+    prefix that the server is started through (say, `ip netns exec NS`)."""
     bindir = bindir or find_bindir()
     if bindir is None:
         raise RuntimeError("PostgreSQL is not installed (no initdb)")
@@ -82,15 +90,24 @@ def start(root: Path, bindir: Path | None = None) -> str:
     )
     if out.returncode != 0:
         raise RuntimeError(f"initdb failed: {out.stderr.strip()}")
+    if listen != "127.0.0.1":
+        with open(data / "pg_hba.conf", "a") as hba:
+            hba.write("host all all samenet scram-sha-256\n")
     port = _free_port()
     options = (
-        f"-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={root} "
+        f"-c listen_addresses={listen} -c port={port} -c unix_socket_directories={root} "
         "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=100"
     )
     (root / "options").write_text(options)
     (root / "port").write_text(str(port))
+    (root / "host").write_text(listen)
+    (root / "launcher").write_text(json.dumps(list(launcher)))
     resume(root, bindir)
     return admin_url(root)
+
+
+def _launcher(root: Path) -> list[str]:
+    return json.loads((root / "launcher").read_text())
 
 
 def resume(root: Path, bindir: Path | None = None) -> None:
@@ -111,6 +128,7 @@ def resume(root: Path, bindir: Path | None = None) -> None:
             "60",
             "start",
         ],
+        _launcher(root),
         timeout=90,
     )
     if out.returncode != 0:
@@ -133,14 +151,15 @@ def restart(root: Path) -> None:
 def _pg_ctl(root: Path, *args: str) -> None:
     bindir = find_bindir()
     assert bindir is not None
-    out = _as_server_user([str(bindir / "pg_ctl"), "-D", str(root / "data"), *args], timeout=90)
+    out = _as_server_user([str(bindir / "pg_ctl"), "-D", str(root / "data"), *args], _launcher(root), timeout=90)
     if out.returncode != 0:
         raise RuntimeError(f"pg_ctl {' '.join(args)} failed: {out.stderr.strip()}")
 
 
 def admin_url(root: Path) -> str:
     port = (root / "port").read_text().strip()
-    return f"postgresql+psycopg://{USER}:{PASSWORD}@127.0.0.1:{port}/postgres"
+    host = (root / "host").read_text().strip() if (root / "host").exists() else "127.0.0.1"
+    return f"postgresql+psycopg://{USER}:{PASSWORD}@{host}:{port}/postgres"
 
 
 def stop(root: Path, bindir: Path | None = None) -> None:

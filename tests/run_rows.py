@@ -1,10 +1,19 @@
 """What "the rows of an uninterrupted run" means in the fault and resume tests: a run's
 metric rows (timings and memory left out: they differ run to run), stored completions and
-evals in a canonical order, and the comparison of two such sets."""
+evals in a canonical order, and the comparison of two such sets.
+
+A registry that only another network namespace reaches (tests/cluster.py) is read there:
+
+    python tests/run_rows.py URL NAME       # prints url_rows(URL, NAME) as JSON ($PGPASSWORD)
+
+and the JSON turned back into rows with `from_json`.
+"""
 
 from __future__ import annotations
 
+import json
 import sqlite3
+import sys
 from pathlib import Path
 
 import pytest
@@ -29,16 +38,28 @@ def rows(db: Path, name: str) -> dict[str, list[tuple]]:
         }
 
 
-def pg_rows(url: str, name: str) -> dict[str, list[tuple]]:
-    """A run's rows in a PostgreSQL registry (`url` as grpoctl takes it, password included)."""
-    import psycopg
+def url_rows(url: str, name: str) -> dict[str, list[tuple]]:
+    """`rows`, from a registry at any URL or path (PostgreSQL: the password from the URL,
+    $PGPASSWORD or ~/.pgpass)."""
+    from sqlalchemy import create_engine, text
 
-    with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://")) as conn:
-        (run_id,) = conn.execute("SELECT id FROM run WHERE name = %s", (name,)).fetchone()
-        return {
-            table: [tuple(r) for r in conn.execute(query.replace("%", "%%").format(id="%s"), (run_id,)).fetchall()]
-            for table, query in (("metrics", METRICS), ("samples", SAMPLES), ("evals", EVALS))
-        }
+    from grpoctl.registry.engine import resolve_url
+
+    engine = create_engine(resolve_url(url))
+    try:
+        with engine.connect() as conn:
+            run_id = conn.execute(text("SELECT id FROM run WHERE name = :n"), {"n": name}).scalar_one()
+            return {
+                table: [tuple(r) for r in conn.execute(text(query.format(id=":id")), {"id": run_id})]
+                for table, query in (("metrics", METRICS), ("samples", SAMPLES), ("evals", EVALS))
+            }
+    finally:
+        engine.dispose()
+
+
+def from_json(text: str) -> dict[str, list[tuple]]:
+    """Rows printed by `python tests/run_rows.py URL NAME` (JSON keeps floats exact)."""
+    return {table: [tuple(r) for r in rows] for table, rows in json.loads(text).items()}
 
 
 def assert_same_rows(got: dict, want: dict) -> None:
@@ -52,3 +73,9 @@ def assert_same_rows(got: dict, want: dict) -> None:
         for a, b in zip(got[table], want[table], strict=True):
             assert a[:-1] == b[:-1] if table == "samples" else a[:2] == b[:2], (table, a, b)
             assert a[-1] == pytest.approx(b[-1], rel=1e-5, abs=1e-6), (table, a, b)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        raise SystemExit(f"usage: {sys.argv[0]} URL NAME")
+    print(json.dumps(url_rows(sys.argv[1], sys.argv[2])))

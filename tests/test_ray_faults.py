@@ -31,10 +31,7 @@ import trainer_zygote
 import yaml
 from conftest import REPO, drop_pg_database, fast_overrides, fresh_pg_database
 from ray_cluster import local_cluster, need_ray, recorder, seen
-from run_rows import EVALS, METRICS, SAMPLES, assert_same_rows
-from sqlalchemy import create_engine, text
-
-from grpoctl.registry.engine import resolve_url
+from run_rows import assert_same_rows, url_rows
 
 need_ray()
 
@@ -55,20 +52,6 @@ def cluster(tmp_path_factory):
         recorder(workdir) | {"GRPOCTL_FAULT": "step-rollouts@3:STOP"}, num_cpus=4, num_gpus=2
     ) as address:
         yield address, workdir
-
-
-def rows(url: str, name: str) -> dict[str, list[tuple]]:
-    """run_rows.rows, from a registry at any URL (here PostgreSQL)."""
-    engine = create_engine(resolve_url(url))
-    try:
-        with engine.connect() as conn:
-            run_id = conn.execute(text("SELECT id FROM run WHERE name = :n"), {"n": name}).scalar_one()
-            return {
-                table: [tuple(r) for r in conn.execute(text(query.format(id=":id")), {"id": run_id})]
-                for table, query in (("metrics", METRICS), ("samples", SAMPLES), ("evals", EVALS))
-            }
-    finally:
-        engine.dispose()
 
 
 def straight_runs(model: Path, workdir: Path) -> dict[str, dict]:
@@ -94,7 +77,7 @@ def straight_runs(model: Path, workdir: Path) -> dict[str, dict]:
     for lr, (where, proc) in procs.items():
         _, err = proc.communicate(timeout=TIMEOUT_S)
         assert proc.returncode == 0, err[-2000:]
-        out[lr] = rows(str(where / "registry.db"), "straight")
+        out[lr] = url_rows(str(where / "registry.db"), "straight")
     return out
 
 
@@ -205,7 +188,7 @@ def test_a_killed_trainer_and_a_killed_worker_are_resumed_without_a_duplicate_ro
         for lr, name in zip(LRS, (a, b), strict=True):
             run = registry.get_run(name)
             assert (run.status, run.last_step) == ("finished", STEPS), (name, run.status, run.error)
-            assert_same_rows(rows(db, name), straight[lr])
+            assert_same_rows(url_rows(db, name), straight[lr])
             log = "".join(t for _, _, t in registry.log_chunks(name))
             assert log.count(" on ") >= 2 and log.count("--resume " + name) == 1, log  # two attempts, one resumed
         # The orphan heard its parent die (into the node's log file, which it writes itself).

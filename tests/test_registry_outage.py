@@ -30,7 +30,7 @@ import pg_server
 import psycopg
 import pytest
 from conftest import record_service_start
-from run_rows import assert_same_rows, pg_rows
+from run_rows import assert_same_rows, url_rows
 from test_faults import overrides, start, stderr_of, straight_rows, wait, wait_stopped
 
 from grpoctl.errors import TEMPFAIL_EXIT
@@ -103,7 +103,7 @@ def assert_finished_whole(db: str, want: dict) -> None:
     with psycopg.connect(_plain(db)) as conn:
         row = conn.execute("SELECT status, last_step, claim_token FROM run WHERE name = 'straight'").fetchone()
     assert row == ("finished", 5, None), row
-    assert_same_rows(pg_rows(db, "straight"), want)
+    assert_same_rows(url_rows(db, "straight"), want)
 
 
 def test_a_restart_with_a_step_commit_in_flight_is_retried(database, tiny_model_dir, tmp_path, straight):
