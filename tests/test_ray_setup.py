@@ -6,8 +6,9 @@ What is checked: a cluster spread over several machines refuses, in one line and
 the registry is created, a SQLite registry and a PostgreSQL server on localhost; a node
 whose grpoctl or Ray differs from the driver's is refused in one line (the real probe
 task reports the node's versions); on a cluster without GPUs a member reserves none; the
-registry's password travels in the tasks' runtime_env, never in a task's arguments (which
-Ray stores) or a trainer's argv; the local executor never imports Ray.
+registry's password travels as an object in Ray's object store, never in a task's
+arguments (which Ray stores) or runtime_env (which Ray logs) or a trainer's argv; the
+local executor never imports Ray.
 """
 
 from __future__ import annotations
@@ -116,7 +117,7 @@ def test_a_node_with_other_versions_than_the_driver_is_refused(cluster, monkeypa
     assert not (tmp_path / "registry.db").exists()
 
 
-def test_members_reserve_no_gpu_on_a_cpu_cluster_and_get_the_password_only_in_runtime_env(
+def test_members_reserve_no_gpu_on_a_cpu_cluster_and_get_the_password_only_by_reference(
     cluster, pg_admin_url, monkeypatch, capsys, tmp_path
 ):
     db = fresh_pg_database(pg_admin_url)
@@ -130,9 +131,9 @@ def test_members_reserve_no_gpu_on_a_cpu_cluster_and_get_the_password_only_in_ru
             task = real_task.options(**options)
 
             class Submit:
-                def remote(self, spec):
-                    submitted.append((pickle.dumps(spec), options))
-                    return task.remote(spec)
+                def remote(self, spec, secret):
+                    submitted.append((pickle.dumps(spec), options, secret))
+                    return task.remote(spec, secret)
 
             return Submit()
 
@@ -156,10 +157,11 @@ def test_members_reserve_no_gpu_on_a_cpu_cluster_and_get_the_password_only_in_ru
         with Registry(db) as registry:
             assert [(r.status, r.last_step) for r in registry.runs_in_group("lr-sweep")] == [("finished", 2)] * 2
         assert len(submitted) == 2
-        for spec, options in submitted:
+        for spec, options, secret in submitted:
             assert password.encode() not in spec  # Ray stores task arguments (and shows them)
             assert options["num_gpus"] == 0 and options["num_cpus"] >= 1
-            assert options["runtime_env"] == {"env_vars": {"PGPASSWORD": password}}
+            assert "runtime_env" not in options  # Ray's runtime-env agent logs every runtime_env
+            assert isinstance(secret, ray.ObjectRef) and ray.get(secret) == {"PGPASSWORD": password}
         trainer_argv = cluster.read_text()
         assert trainer_argv.count("--db") == 2 and password not in trainer_argv
         assert password not in out + err

@@ -180,7 +180,7 @@ def test_four_members_on_two_fake_gpus_run_two_at_a_time(cluster, pg_url, tiny_m
     for name, (start, _end) in spans.items():  # never three at once: at most one other at its start
         assert sum(1 for other, (s, e) in spans.items() if other != name and s <= start < e) <= 1, spans
 
-    # The password is in the tasks' runtime_env, never in a trainer's argv or in a log.
+    # The password travels by object reference, never in a trainer's argv or in a log.
     from sqlalchemy.engine import make_url
 
     password = make_url(pg_url).password

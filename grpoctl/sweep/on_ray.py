@@ -16,8 +16,10 @@ Before anything is submitted, the cluster is checked, in one line each:
 - every node must run the driver's grpoctl and Ray versions (a probe task per node),
   and be able to open the registry.
 
-The password travels in the tasks' runtime_env ($PGPASSWORD), never in a task's
-arguments, which Ray stores and shows. Ctrl-C cancels the tasks: a queued one never
+The password travels as an object in Ray's object store ($PGPASSWORD for the member's
+own registry connection and its trainer), never in a task's arguments, which Ray stores
+and shows, nor in a runtime_env, which Ray's runtime-env agent writes into its log on
+every node. Ctrl-C cancels the tasks: a queued one never
 starts, a running one gets KeyboardInterrupt, which its member forwards to the trainer
 as the first Ctrl-C (finish the step, checkpoint, end `interrupted`); a second Ctrl-C
 is the second signal (stop at once). Cancelled tasks are not retried.
@@ -36,7 +38,7 @@ from contextlib import contextmanager
 import ray
 from ray.exceptions import RayError, RayTaskError, TaskCancelledError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-from sqlalchemy.engine import URL
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 import grpoctl
@@ -75,9 +77,9 @@ class RayCluster:
             problem = registry_problem(url, {n["NodeManagerAddress"] for n in nodes})
             if problem:
                 raise UserError(problem)
-            self.env = secret_env(url)
+            self.secret = ray.put(secret_env(url))
             # Nodes that cannot reach the registry are left out (named), not a reason to stop.
-            self.left_out = check_nodes(nodes, public_url(url), self.env)
+            self.left_out = check_nodes(nodes, public_url(url), self.secret)
             self.avoid = {node_id for node_id, _ in self.left_out}
             self.gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
         except BaseException:
@@ -100,10 +102,9 @@ class RayCluster:
             num_cpus=cpus,
             max_retries=self.max_retries,
             retry_exceptions=[MemberLost],
-            runtime_env={"env_vars": self.env} if self.env else None,
             label_selector={NODE_ID_LABEL: f"!in({','.join(sorted(self.avoid))})"} if self.avoid else None,
         )
-        return task.remote(spec)
+        return task.remote(spec, self.secret)
 
     def retry_lapsed(self, pending: dict, registry: Registry, watcher) -> None:
         """Start again, elsewhere, each member whose run's claim has lapsed: its trainer has
@@ -142,9 +143,14 @@ class RayCluster:
 
 
 @ray.remote
-def _member_task(spec: MemberSpec) -> str:
+def _member_task(spec: MemberSpec, secret: dict[str, str]) -> str:
+    """One attempt of a member; `secret` ($PGPASSWORD, resolved from the object store)."""
     try:
-        outcome = run_member(spec)
+        registry = Registry(_with_password(spec.db, secret))
+        try:
+            outcome = run_member(spec, registry=registry, secret_env=secret)
+        finally:
+            registry.close()
     except (OperationalError, InterfaceError) as exc:  # this node lost the registry: another attempt
         raise MemberLost(f"the registry was unreachable from {socket.gethostname()}: {error_line(exc)}") from None
     if outcome.lost:
@@ -233,26 +239,30 @@ def driver_versions() -> dict[str, str]:
     return {"grpoctl": grpoctl.__version__, "ray": ray.__version__}
 
 
+def _with_password(db: str, secret: dict[str, str]) -> str:
+    """The registry URL `db` with the password in `secret`, if any (for this process only)."""
+    password = secret.get("PGPASSWORD")
+    return make_url(db).set(password=password).render_as_string(hide_password=False) if password else db
+
+
 @ray.remote(num_cpus=0)
-def _probe(db: str) -> dict:
+def _probe(db: str, secret: dict[str, str]) -> dict:
     """What a node runs, and whether it reaches the registry."""
     try:
-        Registry.check(db, write=True)
+        Registry.check(_with_password(db, secret), write=True)
         reaches = None
     except UserError as exc:
         reaches = str(exc)
     return {"host": socket.gethostname(), "python": sys.executable, "registry": reaches, **driver_versions()}
 
 
-def check_nodes(nodes: list[dict], db: str, env: dict[str, str]) -> list[tuple[str, str]]:
+def check_nodes(nodes: list[dict], db: str, secret) -> list[tuple[str, str]]:
     """Raise a one-line UserError unless every node runs our versions and one reaches the
     registry; returns (node id, why) for each node that does not reach it, to leave out."""
     refs = {}
     for node in nodes:
         strategy = NodeAffinitySchedulingStrategy(node_id=node["NodeID"], soft=False)
-        refs[node["NodeManagerAddress"]] = _probe.options(
-            scheduling_strategy=strategy, runtime_env={"env_vars": env} if env else None
-        ).remote(db)
+        refs[node["NodeManagerAddress"]] = _probe.options(scheduling_strategy=strategy).remote(db, secret)
     probes = {}
     for address, ref in refs.items():
         try:
