@@ -40,6 +40,19 @@ runpy.run_path(script, run_name="__main__")
 """
 
 
+def lr_sweep_argv(address: str, db: str, values: tuple[str, ...], overrides: list[str], *extra: str) -> list[str]:
+    """`grpoctl sweep lr` over `values` on the Ray cluster at `address`, as the fault tests run it."""
+    return [sys.executable, "-m", "grpoctl", "sweep", "lr", "--values", ",".join(values), *overrides] + [
+        "--executor",
+        "ray",
+        "--ray-address",
+        address,
+        "--db",
+        db,
+        *extra,
+    ]
+
+
 def need_ray():
     """Ray, or a skip (a failure under CI=true, where the `test` extra must have brought it)."""
     try:

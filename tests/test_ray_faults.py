@@ -30,7 +30,7 @@ import pytest
 import trainer_zygote
 import yaml
 from conftest import REPO, drop_pg_database, fast_overrides, fresh_pg_database
-from ray_cluster import local_cluster, need_ray, recorder, seen
+from ray_cluster import local_cluster, lr_sweep_argv, need_ray, recorder, seen
 from run_rows import assert_same_rows, url_rows
 
 need_ray()
@@ -122,24 +122,9 @@ def test_a_killed_trainer_and_a_killed_worker_are_resumed_without_a_duplicate_ro
     db = fresh_pg_database(pg_admin_url)
     try:
         driver = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "grpoctl",
-                "sweep",
-                "lr",
-                "--values",
-                ",".join(LRS),
-                *fast_overrides(tiny_model_dir, tmp_path, **FAULT_CONFIG),
-                "--executor",
-                "ray",
-                "--ray-address",
-                address,
-                "--max-retries",
-                "3",
-                "--db",
-                db,
-            ],
+            lr_sweep_argv(
+                address, db, LRS, fast_overrides(tiny_model_dir, tmp_path, **FAULT_CONFIG), "--max-retries", "3"
+            ),
             cwd=tmp_path,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from cli import invoke
 from conftest import drop_pg_database, fast_overrides, fresh_pg_database
-from ray_cluster import local_cluster, need_ray, recorder, seen
+from ray_cluster import local_cluster, lr_sweep_argv, need_ray, recorder, seen
 from sqlalchemy import text
 
 need_ray()
@@ -69,19 +69,8 @@ def grpoctl(*args: str, cwd: Path, timeout: float = TIMEOUT_S) -> subprocess.Com
 
 
 def sweep_args(address: str, db: str, model: Path, workdir: Path, values: str, **extra) -> list[str]:
-    return [
-        "sweep",
-        "lr",
-        "--values",
-        values,
-        *fast_overrides(model, workdir, **extra),
-        "--executor",
-        "ray",
-        "--ray-address",
-        address,
-        "--db",
-        db,
-    ]
+    argv = lr_sweep_argv(address, db, (values,), fast_overrides(model, workdir, **extra))
+    return argv[argv.index("sweep") :]  # for `grpoctl` above
 
 
 def counts(registry: Registry, run) -> dict[str, int]:
