@@ -73,3 +73,25 @@ def test_sqlite_errors_are_not_retried():
     with pytest.raises(OperationalError):
         store.log_step(4)
     assert store.attempts == 1
+
+
+@pytest.mark.parametrize(
+    "said, expected",
+    [
+        (
+            'connection to server at "192.0.2.10", port 5432 failed: Permission denied',
+            "cannot connect to PostgreSQL at 192.0.2.10:5432: no route to it from this machine",
+        ),
+        (
+            'connection to server at "192.0.2.10", port 5432 failed: No route to host',
+            "cannot connect to PostgreSQL at 192.0.2.10:5432: no route to it from this machine",
+        ),
+        ("permission denied for table run", "user 'grpo' may not do this in database 'g' at 192.0.2.10:5432"),
+    ],
+)
+def test_a_route_that_refuses_is_not_mistaken_for_a_missing_privilege(said, expected):
+    from sqlalchemy.engine import make_url
+
+    from grpoctl.registry.open import describe_error
+
+    assert describe_error(Exception(said), make_url("postgresql+psycopg://grpo@192.0.2.10/g")).startswith(expected)

@@ -118,6 +118,14 @@ def describe_error(exc: BaseException, url: URL) -> str:
     database = url.database or "(default database)"
     if "connection refused" in lower:
         return f"cannot connect to PostgreSQL at {server}: connection refused (is the server running?)"
+    if (
+        "no route to host" in lower
+        or "network is unreachable" in lower
+        or (
+            "connection to server" in lower and "failed: permission denied" in lower  # a route that prohibits
+        )
+    ):
+        return f"cannot connect to PostgreSQL at {server}: no route to it from this machine ({message})"
     if "password authentication failed" in lower:
         return (
             f"PostgreSQL at {server} refused user '{user}': password authentication failed "

@@ -56,6 +56,19 @@ class MemberLost(Exception):
     """The member's trainer ended without a result nobody asked for (killed, preempted)."""
 
 
+class RegistryOutOfReach(Exception):
+    """The registry could not be reached from the machine running this member (its trainer
+    stopped for want of it, exit 75, or the member could not open it): worth another
+    attempt, elsewhere if the registry is up and only this machine is cut off from it."""
+
+    def __init__(self, host: str, why: str) -> None:
+        super().__init__(host, why)  # both in args, so that it pickles (Ray sends it to the driver)
+        self.host, self.why = host, why
+
+    def __str__(self) -> str:
+        return f"the registry was unreachable from {self.host}: {self.why}"
+
+
 @dataclass
 class MemberSpec:
     """Everything a member needs, wherever it runs (picklable; no password)."""
@@ -279,8 +292,8 @@ def _ending(spec: MemberSpec, registry: Registry, proc: subprocess.Popen, asked:
     if code == TEMPFAIL_EXIT:
         # It lost the registry for longer than it may retry (its log says so) and stopped
         # where it was; it could record nothing. Its claim lapses, and another attempt
-        # (Ray's retry of this member) resumes the run from its last checkpoint.
-        return Outcome("interrupted (the registry was unreachable)", lost=True)
+        # (the sweep's) resumes the run from its last checkpoint.
+        raise RegistryOutOfReach(socket.gethostname(), f"trainer stopped (`grpoctl runs logs {spec.run_name}`)")
     run = registry.runs_named([spec.run_name]).get(spec.run_name)
     if run is None or run.config_hash != spec.config_hash:
         return Outcome(f"did not start (exit {code}; `grpoctl runs logs {spec.run_name}`)")

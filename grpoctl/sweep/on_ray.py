@@ -47,7 +47,7 @@ from grpoctl.registry import Registry
 from grpoctl.registry.claims import aware
 from grpoctl.registry.engine import public_url, sqlite_path
 from grpoctl.registry.models import utcnow
-from grpoctl.sweep.member import MemberLost, MemberSpec, run_member, secret_env
+from grpoctl.sweep.member import MemberLost, MemberSpec, RegistryOutOfReach, run_member, secret_env
 from grpoctl.sweep.planning import Job, SweepResult
 from grpoctl.train.threads import THREADS_ENV
 
@@ -136,6 +136,32 @@ class RayCluster:
             job.retried_at = now
             pending[self._submit(job, registry)] = job
 
+    def retry_out_of_reach(self, job: Job, ref, registry: Registry, watcher):
+        """A new attempt of `job` if its task ended for want of the registry (a new ref),
+        else None. When the driver reaches the registry, only that node was cut off from
+        it: the new attempt keeps off it (unless that would leave no node at all)."""
+        try:
+            ray.get(ref, timeout=30)
+            return None
+        except RayTaskError as exc:
+            cause = exc.cause
+            if not isinstance(cause, RegistryOutOfReach) or job.retries >= self.max_retries:
+                return None
+        except RayError:
+            return None
+        job.retries += 1
+        try:
+            registry.runs_named([job.run_name])
+            alive = {n["NodeID"]: n.get("NodeManagerHostname") for n in ray.nodes() if n.get("Alive")}
+            sick = {node for node, host in alive.items() if host == cause.host}
+            if set(alive) - self.avoid - sick:
+                self.avoid |= sick
+        except (OperationalError, InterfaceError):
+            pass  # the registry itself is away: any node will do, once it is back
+        watcher.note(f"{job.run_name}: {cause}; trying again ({job.retries} of {self.max_retries})")
+        job.retried_at = utcnow()
+        return self._submit(job, registry)
+
     def close(self) -> None:
         if self._started and ray.is_initialized():
             ray.shutdown()
@@ -147,12 +173,14 @@ def _member_task(spec: MemberSpec, secret: dict[str, str]) -> str:
     """One attempt of a member; `secret` ($PGPASSWORD, resolved from the object store)."""
     try:
         registry = Registry(_with_password(spec.db, secret))
-        try:
-            outcome = run_member(spec, registry=registry, secret_env=secret)
-        finally:
-            registry.close()
-    except (OperationalError, InterfaceError) as exc:  # this node lost the registry: another attempt
-        raise MemberLost(f"the registry was unreachable from {socket.gethostname()}: {error_line(exc)}") from None
+    except (UserError, OperationalError, InterfaceError) as exc:
+        raise RegistryOutOfReach(socket.gethostname(), error_line(exc)) from None
+    try:
+        outcome = run_member(spec, registry=registry, secret_env=secret)
+    except (OperationalError, InterfaceError) as exc:
+        raise RegistryOutOfReach(socket.gethostname(), error_line(exc)) from None
+    finally:
+        registry.close()
     if outcome.lost:
         raise MemberLost(f"run {spec.run_name} ended {outcome.status} by nobody's request (killed or preempted)")
     return outcome.status
@@ -308,7 +336,12 @@ def _watch(refs: dict, registry: Registry, result: SweepResult, watcher, cluster
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=POLL_S)
             for ref in ready:
-                _finish(pending.pop(ref), ref, registry, watcher)
+                job = pending.pop(ref)
+                again = cluster.retry_out_of_reach(job, ref, registry, watcher)
+                if again is not None:
+                    pending[again] = job
+                else:
+                    _finish(job, ref, registry, watcher)
             if time.monotonic() - looked >= LAPSE_CHECK_S:
                 looked = time.monotonic()
                 cluster.retry_lapsed(pending, registry, watcher)
