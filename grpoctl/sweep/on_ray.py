@@ -47,6 +47,7 @@ from grpoctl.registry import Registry
 from grpoctl.registry.claims import aware
 from grpoctl.registry.engine import public_url, sqlite_path
 from grpoctl.registry.models import utcnow
+from grpoctl.rules import claim_wait_s
 from grpoctl.sweep.member import MemberLost, MemberSpec, RegistryOutOfReach, run_member, secret_env
 from grpoctl.sweep.planning import Job, SweepResult
 from grpoctl.train.threads import THREADS_ENV
@@ -171,10 +172,7 @@ class RayCluster:
 @ray.remote
 def _member_task(spec: MemberSpec, secret: dict[str, str]) -> str:
     """One attempt of a member; `secret` ($PGPASSWORD, resolved from the object store)."""
-    try:
-        registry = Registry(_with_password(spec.db, secret))
-    except (UserError, OperationalError, InterfaceError) as exc:
-        raise RegistryOutOfReach(socket.gethostname(), error_line(exc)) from None
+    registry = _registry_once_it_answers(spec.db, secret)
     try:
         outcome = run_member(spec, registry=registry, secret_env=secret)
     except (OperationalError, InterfaceError) as exc:
@@ -265,6 +263,19 @@ def registry_problem(url: URL, hosts: set[str]) -> str | None:
 
 def driver_versions() -> dict[str, str]:
     return {"grpoctl": grpoctl.__version__, "ray": ray.__version__}
+
+
+def _registry_once_it_answers(db: str, secret: dict[str, str]) -> Registry:
+    """The registry, waiting for it as a member waits for a claim (rules.claim_wait_s):
+    an attempt started during an outage waits it out, rather than spend its retries."""
+    deadline = time.monotonic() + claim_wait_s()
+    while True:
+        try:
+            return Registry(_with_password(db, secret))
+        except (UserError, OperationalError, InterfaceError) as exc:
+            if time.monotonic() >= deadline:
+                raise RegistryOutOfReach(socket.gethostname(), error_line(exc)) from None
+        time.sleep(1.0)
 
 
 def _with_password(db: str, secret: dict[str, str]) -> str:
