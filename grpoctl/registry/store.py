@@ -249,19 +249,6 @@ class Registry(SweepRecords, ClaimRecords, RunSummaries, MemberRecords, Dashboar
             if eval_rows:
                 conn.execute(insert(EvalResult), eval_rows)
 
-    def _recorded_step(self, run_id: int) -> int:
-        """The run's last complete step, as committed (for a retried step commit)."""
-        with self.engine.connect() as conn:
-            return conn.scalar(select(Run.last_step).where(Run.id == run_id))
-
-    def _ended_as(self, run_id: int, status: str) -> bool:
-        """Whether a retried set_status had committed already: the run ended so and let go."""
-        if status == "running":
-            return False  # idempotent: the retry writes it again
-        with self.engine.connect() as conn:
-            row = conn.execute(select(Run.status, Run.claim_token).where(Run.id == run_id)).first()
-        return row is not None and row[0] == status and row[1] is None
-
     def _has_checkpoint(self, run_id: int, step: int, path: str) -> bool:
         with self.engine.connect() as conn:
             query = select(Checkpoint.id).where(
