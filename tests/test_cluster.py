@@ -34,6 +34,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -327,14 +328,35 @@ def start_sweep(cluster: Cluster, db: str, model: Path, workdir: Path) -> subpro
     return cluster.popen("head", cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def finish(driver: subprocess.Popen, timeout: float = SWEEP_TIMEOUT_S) -> str:
+def finish(
+    driver: subprocess.Popen, timeout: float = SWEEP_TIMEOUT_S, release: Callable[[], None] | None = None
+) -> str:
+    """The sweep's output once it ends; meanwhile `release()` (say, letting trainers that
+    stopped at a fault point go on) every 0.2 s."""
+    deadline = time.monotonic() + timeout
     try:
-        said, _ = driver.communicate(timeout=timeout)
+        while release is not None and driver.poll() is None and time.monotonic() < deadline:
+            release()
+            time.sleep(0.2)
+        said, _ = driver.communicate(timeout=max(1.0, deadline - time.monotonic()))
     finally:
         if driver.poll() is None:
             driver.kill()
             driver.wait()
     return said
+
+
+def release_stopped(cluster: Cluster, workdir: Path, node: str) -> Callable[[], None]:
+    """Lets every trainer on `node` stopped at its fault point go on (a later attempt of a
+    held run reaches the point again)."""
+
+    def release() -> None:
+        on_node = set(ns_pids(cluster.ns(node)))
+        for pid in seen(workdir):
+            if pid in on_node and stopped(pid):
+                os.kill(pid, signal.SIGCONT)
+
+    return release
 
 
 def assert_whole(cluster: Cluster, db: str, straight: dict, workdir: Path, said: str) -> None:
@@ -479,7 +501,7 @@ def test_the_registry_going_away_with_a_step_commit_in_flight_loses_no_member(
             locker.kill()
             locker.wait()
     finally:
-        said = finish(driver)
+        said = finish(driver, release=release_stopped(cluster, gnc[1], "w1"))
     assert driver.returncode == 0, said
     log = trainer_log(tmp_path, name)
     assert "registry: unreachable" in log, log[-2000:]
