@@ -438,6 +438,7 @@ def test_a_trainer_cut_off_from_the_registry_stops_and_its_run_is_taken_over(
     assert f"{name}: the registry was unreachable from {w1}" in said or f"{name}: its claim on {w1} lapsed" in said
 
     assert log_hosts(cluster, db)[name] == [cluster.hostname("w1"), cluster.hostname("head")]
+    assert f"done  {name}: finished (on {cluster.hostname('head')})" in said, said  # where it ended
     assert_whole(cluster, db, straight, tmp_path, said)
 
 

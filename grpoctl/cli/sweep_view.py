@@ -55,7 +55,16 @@ class SweepView(Watcher):
         if self._live is None:
             if job.run_name not in self._announced:  # it ran between two looks at the registry
                 self._announce(job)
-            self._say(f"done  {job.run_name}: {job.outcome}")
+            self._say(f"done  {job.run_name}: {job.outcome}{self._where_it_ran(job)}")
+
+    def _where_it_ran(self, job: Job) -> str:
+        """' (on HOST)': the machine of the member's last attempt, from its stored log (a
+        retried member may end on another node than it started on)."""
+        try:
+            host = self.registry.last_log_host(job.run_name)
+        except Exception:  # a registry gone away: the outcome is what matters
+            return ""
+        return f" (on {host})" if host else ""
 
     def _announce(self, job: Job) -> None:
         self._announced.add(job.run_name)

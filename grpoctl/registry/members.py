@@ -94,3 +94,9 @@ class MemberRecords:
         )
         with self.engine.connect() as conn:
             return [tuple(row) for row in conn.execute(query)]
+
+    def last_log_host(self, run_name: str) -> str | None:
+        """The machine that stored the run's latest log lines: where its last attempt ran."""
+        query = select(RunLog.host).where(RunLog.run_name == run_name).order_by(RunLog.id.desc()).limit(1)
+        with self.engine.connect() as conn:
+            return conn.scalar(query)
