@@ -122,8 +122,8 @@ class RayCluster:
             run = runs.get(job.run_name)
             if run is None or run.status != "running" or run.claim_expires_at is None:
                 continue
-            if aware(run.claim_expires_at) > now or job.retried_at > aware(run.claim_expires_at):
-                continue  # held, or lapsed before our last retry (which has yet to claim it)
+            if aware(run.claim_expires_at) > now or (now - job.retried_at).total_seconds() < claim_wait_s():
+                continue  # held, or our latest attempt is young enough to be waiting for the claim itself
             job.retries += 1
             if job.retries > self.max_retries:
                 continue  # left to Ray: it reports the task when its node is declared dead
