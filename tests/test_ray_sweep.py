@@ -36,10 +36,12 @@ TIMEOUT_S = 420
 # grpoctl/train/faults.py), so that a test acts on a run mid-way, not on a timing guess.
 # Runs of 3 steps (the default here) never get there.
 HOLD = "step-rollouts@5"
-# The stop/Ctrl-C test's runs: long enough that the member let go after Ctrl-C cannot
-# reach the end before the sweep's forwarded SIGINT stops it (15 steps of slack), short
-# enough that the resumed sweep finishing both is quick.
-LONG_STEPS = 20
+# The stop/Ctrl-C test's runs: long enough that a member let go after `runs stop` cannot
+# reach the end before its heartbeat thread (which looks every 2 s) sees the request: at
+# about 0.06 s a step, 20 steps were not (seen once in CI: the run finished at step 20,
+# the request seen at step 19), 60 leave 3 s; short enough that the resumed sweep
+# finishing both is quick.
+LONG_STEPS = 60
 pytestmark = pytest.mark.slow
 
 
