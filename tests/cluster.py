@@ -32,6 +32,10 @@ so its session logs can be searched), no dashboard, no usage stats. The GCS chec
 health every second and gives a node up after 3 failed checks of 1 s (HEALTH_CHECK), so
 a dead node is marked dead within ~5 s, not Ray's default ~30 s.
 
+A test puts a fault point on one node's trainers with `set_fault` (a file named after the
+node's hostname, which the members' train command reads: tests/ray_cluster.py, RECORDER),
+so that no node restarts for it; `reset` clears it.
+
 Under CI=true a missing capability (ip netns, PostgreSQL, Ray, root) fails; otherwise
 the tests skip, saying why.
 """
@@ -237,6 +241,7 @@ class Cluster:
         self.nodes = ["pg", "head", *self.workers]
         self.token_file = self.root / "auth_token"
         self.pg_root = self.root / "pg"
+        self.faults = self.root / "faults"  # NODE's hostname: the $GRPOCTL_FAULT of its trainers
         self.pg_port = 0
         self.before: dict | None = None
         self.started_at: dict[str, float] = {}
@@ -382,6 +387,7 @@ class Cluster:
         self.root.mkdir(mode=0o755)
         self.token_file.write_text(secrets.token_hex(32))
         self.token_file.chmod(0o600)
+        self.faults.mkdir()
         try:
             self._network()
             self._postgres()
@@ -421,7 +427,7 @@ class Cluster:
         self.started_at["postgresql"] = time.monotonic() - started
 
     def ray_env(self, node: str, extra: dict[str, str] | None = None) -> dict[str, str]:
-        env = self.base_env() | CLAIM_TIMINGS | self.env | (extra or {})
+        env = self.base_env() | CLAIM_TIMINGS | self.env | {"RAYTEST_FAULTS": str(self.faults)} | (extra or {})
         if node == "head":
             env |= HEALTH_CHECK
         return env
@@ -547,6 +553,13 @@ class Cluster:
         self.revive_node(node, extra_env)
         self.wait_for_nodes(1 + len(self.workers), exact=True)
 
+    def set_fault(self, node: str, spec: str) -> None:
+        """Trainers started on `node` from now on stop or die at the fault point `spec`
+        ($GRPOCTL_FAULT, grpoctl/train/faults.py), until `reset`: read by the members'
+        train command (tests/ray_cluster.py, RECORDER), so the node runs on undisturbed."""
+        (self.faults / self.hostname(node)).write_text(spec)
+        self.broken.setdefault(node, "fault")
+
     def cut_from_pg(self, node: str, kind: str = "blackhole") -> None:
         """`node` can no longer reach PostgreSQL (a route of `kind`: blackhole, prohibit or
         unreachable, in the node's own namespace); everything else still works."""
@@ -560,11 +573,16 @@ class Cluster:
 
     def reset(self) -> None:
         """Undo what the fault helpers did (between tests): routes healed, PostgreSQL
-        running, killed nodes or nodes started with extra settings started plainly."""
+        running, fault points cleared, killed nodes or nodes started with extra settings
+        started plainly."""
         if (self.pg_root / "stopped").exists():
             self.start_pg()
+        for path in self.faults.iterdir():
+            path.unlink()
         for node, what in list(self.broken.items()):
-            if what.startswith("cut:"):
+            if what == "fault":
+                del self.broken[node]
+            elif what.startswith("cut:"):
                 self.heal(node)
             elif node == "pg":
                 self.revive_node(node)

@@ -145,6 +145,12 @@ def record_service_start(name: str, seconds: float) -> None:
             out.write(f"{name} {seconds:.2f}\n")
 
 
+def record_module_seconds(module_file: str, seconds: float) -> None:
+    """Note how long a whole test module took, first setup to last teardown, for .ci/run's
+    ledger (a module with a target of its own: tests/test_cluster.py's 5 minutes)."""
+    record_service_start(Path(module_file).name, seconds)  # `NAME.py SECONDS`: .ci/run tells them apart
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     from grpoctl.tiny.model import create_tiny_model_dir

@@ -28,12 +28,19 @@ LOCAL_ONLY = {"RAY_AUTH_MODE": "disabled", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": 
 # Runs as `grpoctl train` for the members: notes which devices and command each trainer
 # process saw, then becomes tests/digit_reward_train.py in the same process (so that
 # the trainer is still the member's direct child, as `grpoctl train` would be).
+# Where $RAYTEST_FAULTS names a directory, a file there named after this machine's
+# hostname holds the $GRPOCTL_FAULT its trainers get (tests/cluster.py, `set_fault`): a
+# fault for one node, set between tests without restarting the node.
 RECORDER = r"""
-import os, runpy, sys
+import os, runpy, socket, sys
 path = os.path.join(os.environ["RAYTEST_RECORD"], f"{os.getpid()}")
 with open(path + ".tmp", "w") as out:
     out.write(os.environ.get("CUDA_VISIBLE_DEVICES", "-") + "\n" + " ".join(sys.argv[1:]) + "\n")
 os.replace(path + ".tmp", path + ".txt")  # whole, for a test that reads it meanwhile
+faults = os.environ.get("RAYTEST_FAULTS")
+fault = os.path.join(faults, socket.gethostname()) if faults else None
+if fault and os.path.exists(fault):
+    os.environ["GRPOCTL_FAULT"] = open(fault).read().strip()
 script = os.path.join(os.environ["RAYTEST_REPO"], "tests", "digit_reward_train.py")
 sys.argv = [script, "train", *sys.argv[1:]]
 runpy.run_path(script, run_name="__main__")

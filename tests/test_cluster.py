@@ -43,7 +43,7 @@ import pytest
 import yaml
 from cluster import Cluster, default_routes, grep_files, host_network, missing, ns_pids
 from cluster import unavailable as cluster_unavailable
-from conftest import REPO, fast_overrides, record_service_start
+from conftest import REPO, fast_overrides, record_module_seconds, record_service_start
 from ray_cluster import lr_sweep_argv, recorder, seen
 from run_rows import assert_same_rows, url_rows
 
@@ -62,6 +62,15 @@ AFTER_DEATH_S = 150
 # after the trainer's last renewal (10 s here), the driver looks every LAPSE_CHECK_S (2 s),
 # and the new attempt needs a few seconds to claim the run and start its trainer.
 RECOVERY_BOUND_S = 10 + 20
+
+
+@pytest.fixture(scope="module", autouse=True)
+def module_seconds():
+    """The module's seconds, its cluster's start and stop included, for .ci/run's ledger
+    (issue 25's target: 5 minutes)."""
+    started = time.monotonic()
+    yield
+    record_module_seconds(__file__, time.monotonic() - started)
 
 
 @pytest.fixture(scope="module")
@@ -241,9 +250,9 @@ def test_a_dead_node_s_member_is_resumed_on_the_head_with_exact_rows(
     gnc, db, straight, tiny_model_dir, tmp_path, link_first
 ):
     cluster, workdir = gnc
-    # The worker node again, its trainers stopping themselves once step 3's rollouts exist
-    # (a checkpoint of step 2 is on the shared filesystem by then): the test acts there.
-    cluster.restart_node("w1", {"GRPOCTL_FAULT": HOLD})
+    # The worker node's trainers stop themselves once step 3's rollouts exist (a checkpoint
+    # of step 2 is on the shared filesystem by then): the test acts there.
+    cluster.set_fault("w1", HOLD)
 
     watcher = cluster.watch_nodes()
     driver = cluster.popen(
@@ -411,7 +420,7 @@ def test_a_trainer_cut_off_from_the_registry_stops_and_its_run_is_taken_over(
     """prohibit: connections are refused at once; blackhole: packets vanish, as in a real
     partition, and only libpq's timeouts (rules.registry_link_s) tell."""
     cluster, workdir = gnc
-    cluster.restart_node("w1", {"GRPOCTL_FAULT": HOLD})
+    cluster.set_fault("w1", HOLD)
     driver = start_sweep(cluster, db, tiny_model_dir, tmp_path)
     try:
         pid, name = held_on(cluster, workdir, "w1")
@@ -480,7 +489,7 @@ def test_the_registry_going_away_with_a_step_commit_in_flight_loses_no_member(
     75) and the sweep's own retry resumes the run. The head's member, unheld, meets the
     outage wherever it is, or has finished before it."""
     cluster, _ = gnc
-    cluster.restart_node("w1", {"GRPOCTL_FAULT": "step-record@3:STOP"})
+    cluster.set_fault("w1", "step-record@3:STOP")
     driver = start_sweep(cluster, db, tiny_model_dir, tmp_path)
     try:
         pid, name = held_on(cluster, gnc[1], "w1")
