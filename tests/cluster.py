@@ -571,10 +571,11 @@ class Cluster:
         kind = self.broken.pop(node).split(":", 1)[1]
         sh("ip", "-n", self.ns(node), "route", "del", kind, f"{self.ip('pg')}/32")
 
-    def reset(self) -> None:
+    def reset(self, nodes_too: bool = True) -> None:
         """Undo what the fault helpers did (between tests): routes healed, PostgreSQL
-        running, fault points cleared, killed nodes or nodes started with extra settings
-        started plainly."""
+        running, fault points cleared, and with `nodes_too`, killed nodes or nodes started
+        with extra settings started plainly (without: they wait for the next reset, so a
+        module whose last test kills a node does not start it again for nothing)."""
         if (self.pg_root / "stopped").exists():
             self.start_pg()
         for path in self.faults.iterdir():
@@ -584,6 +585,8 @@ class Cluster:
                 del self.broken[node]
             elif what.startswith("cut:"):
                 self.heal(node)
+            elif not nodes_too:
+                continue
             elif node == "pg":
                 self.revive_node(node)
             else:

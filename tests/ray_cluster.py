@@ -12,13 +12,16 @@ command ($GRPOCTL_TRAIN_CMD, a recorder around tests/digit_reward_train.py, see
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import record_service_start
+import trainer_zygote
+from conftest import fast_overrides, record_service_start
+from run_rows import url_rows
 
 REPO = Path(__file__).resolve().parents[1]
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -45,6 +48,41 @@ script = os.path.join(os.environ["RAYTEST_REPO"], "tests", "digit_reward_train.p
 sys.argv = [script, "train", *sys.argv[1:]]
 runpy.run_path(script, run_name="__main__")
 """
+
+
+# The fault tests' sweep (test_ray_faults, test_cluster): two members, one per learning
+# rate, each a run of FAULT_STEPS steps with checkpoints at 2, 4 and 5, all kept, and evals
+# at 0, 2, 4 and 5: a trainer held at step 3 (a fault point) has a checkpoint to resume from.
+FAULT_STEPS = 5
+FAULT_CONFIG = {"loop.n_grpo_steps": FAULT_STEPS, "checkpoint.every": 2, "checkpoint.keep_last": 3, "eval.every": 2}
+FAULT_LRS = ("1e-3", "2e-3")
+
+
+def start_straight_runs(model: Path, workdir: Path) -> dict[str, tuple[Path, object]]:
+    """Each fault-sweep member's run trained by plain `grpoctl train` (the members' reward
+    script) on SQLite, never interrupted, started here: {lr: (its directory, its process)}.
+    Their rows are what every fault test's members must end with (`straight_rows`)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("GRPOCTL_FAULT", "GRPOCTL_DB")}
+    env["PYTHONPATH"] = str(REPO)
+    procs = {}
+    for lr in FAULT_LRS:
+        where = workdir / f"straight-{lr}"
+        where.mkdir()
+        args = fast_overrides(model, where, **FAULT_CONFIG, **{"optimizer.lr": lr}) + ["name=straight"]
+        cmd = [sys.executable, str(REPO / "tests" / "digit_reward_train.py"), "train", "addition", *args]
+        # a child of the tests' fork server: the imports are paid once
+        procs[lr] = (where, trainer_zygote.spawn(cmd, where, env, stdout=subprocess.DEVNULL))
+    return procs
+
+
+def straight_rows(procs: dict[str, tuple[Path, object]], timeout: float) -> dict[str, dict]:
+    """{lr: rows} of the runs `start_straight_runs` started, once they end."""
+    out = {}
+    for lr, (where, proc) in procs.items():
+        _, err = proc.communicate(timeout=timeout)
+        assert proc.returncode == 0, err[-2000:]
+        out[lr] = url_rows(str(where / "registry.db"), "straight")
+    return out
 
 
 def lr_sweep_argv(address: str, db: str, values: tuple[str, ...], overrides: list[str], *extra: str) -> list[str]:

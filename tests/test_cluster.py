@@ -7,27 +7,31 @@ token auth, the sweep driven from the head node as a user would.
   the same runs trained uninterrupted, no claim is left held, and the registry's
   password is in no log: the sweep's output, Ray's session logs, PostgreSQL's log;
 - a driver without the cluster's token is refused in one line (exit 2);
-- a node that dies mid-run (every process SIGKILLed, its link down; or its link down
-  first, a power cut) has its member run again on the head node, resumed from the shared
-  checkpoint, with exact rows, within RECOVERY_BOUND_S of the death;
 - a worker cut off from PostgreSQL mid-run (a `prohibit` route: refused at once; a
   `blackhole`: silence) notices within the link's bound, stops without writing more, and
   its run is taken over on the head;
 - a sweep started while a worker cannot reach PostgreSQL runs on the other node and
   names the one it left out;
 - PostgreSQL restarted, or down for 3 s or 14 s, with a step commit in flight: no member
-  is lost and nobody lends a hand.
+  is lost and nobody lends a hand;
+- a node that dies mid-run (every process SIGKILLed, its link down; or its link down
+  first, a power cut) has its member run again on the head node, resumed from the shared
+  checkpoint, with exact rows, within RECOVERY_BOUND_S of the death.
 
 After each fault the invariants of `assert_whole` hold: every member finished, exact rows,
 no claim held, each checkpoint directory holding what retention kept, and the password in
 no log. The claim timings are the tests' (lease 10 s, heartbeat 3 s: cluster.CLAIM_TIMINGS).
 
-One cluster for the module (~20 s to start); each test gets a fresh database, and what a
-test broke is mended after it (`Cluster.reset`).
+One cluster for the module (~15 s to start); each test gets a fresh database, and what a
+test broke is mended after it (`Cluster.reset`), but for a killed node, started again by
+the next test, if any: the node-death tests come last. Fault points are set per node
+(`Cluster.set_fault`), without restarting it. The module's seconds go to .ci/run's ledger
+(the target: 5 minutes).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -43,16 +47,22 @@ import pytest
 import yaml
 from cluster import Cluster, default_routes, grep_files, host_network, missing, ns_pids
 from cluster import unavailable as cluster_unavailable
-from conftest import REPO, fast_overrides, record_module_seconds, record_service_start
-from ray_cluster import lr_sweep_argv, recorder, seen
-from run_rows import assert_same_rows, url_rows
+from conftest import fast_overrides, record_module_seconds, record_service_start
+from ray_cluster import (
+    FAULT_CONFIG,
+    FAULT_LRS,
+    FAULT_STEPS,
+    lr_sweep_argv,
+    recorder,
+    seen,
+    start_straight_runs,
+    straight_rows,
+)
+from run_rows import assert_same_rows
 
 pytestmark = pytest.mark.slow
 
-STEPS = 5
-# Checkpoints at 2, 4 and 5, all kept; evals at 0, 2, 4 and 5 (as in tests/test_ray_faults.py).
-CONFIG = {"loop.n_grpo_steps": STEPS, "checkpoint.every": 2, "checkpoint.keep_last": 3, "eval.every": 2}
-LRS = ("1e-3", "2e-3")
+STEPS, CONFIG, LRS = FAULT_STEPS, FAULT_CONFIG, FAULT_LRS
 NAMES = tuple(f"lr-sweep-lr={lr}-s0" for lr in LRS)
 SWEEP_TIMEOUT_S = 240
 HOLD = "step-rollouts@3:STOP"
@@ -75,21 +85,9 @@ def module_seconds():
 
 @pytest.fixture(scope="module")
 def straight_started(tmp_path_factory, tiny_model_dir):
-    """Each member's run trained by plain `grpoctl train` (the members' reward script) on
-    SQLite in the host's namespace, never interrupted: started here, while the cluster starts."""
-    workdir = tmp_path_factory.mktemp("straight")
-    env = {k: v for k, v in os.environ.items() if k not in ("GRPOCTL_FAULT", "GRPOCTL_DB")}
-    env["PYTHONPATH"] = str(REPO)
-    procs = {}
-    for lr in LRS:
-        where = workdir / lr
-        where.mkdir()
-        args = fast_overrides(tiny_model_dir, where, **CONFIG, **{"optimizer.lr": lr}) + ["name=straight"]
-        cmd = [sys.executable, str(REPO / "tests" / "digit_reward_train.py"), "train", "addition", *args]
-        procs[lr] = (
-            where,
-            subprocess.Popen(cmd, cwd=where, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE),
-        )
+    """The members' runs trained uninterrupted (ray_cluster.start_straight_runs) in the
+    host's namespace, on SQLite: started here, while the cluster starts."""
+    procs = start_straight_runs(tiny_model_dir, tmp_path_factory.mktemp("straight"))
     yield procs
     for _, proc in procs.values():
         if proc.poll() is None:
@@ -100,12 +98,7 @@ def straight_started(tmp_path_factory, tiny_model_dir):
 @pytest.fixture(scope="module")
 def straight(straight_started) -> dict[str, dict]:
     """{lr: rows} of the straight runs."""
-    out = {}
-    for lr, (where, proc) in straight_started.items():
-        _, err = proc.communicate(timeout=SWEEP_TIMEOUT_S)
-        assert proc.returncode == 0, err[-2000:]
-        out[lr] = url_rows(str(where / "registry.db"), "straight")
-    return out
+    return straight_rows(straight_started, SWEEP_TIMEOUT_S)
 
 
 @pytest.fixture(scope="module")
@@ -128,13 +121,19 @@ def gnc(straight_started, tmp_path_factory):
 @pytest.fixture
 def db(gnc):
     """A fresh, empty registry database on the cluster's server (its URL without the
-    password); what the test broke is mended afterwards."""
+    password). What the test broke is mended afterwards, but for a killed node, which
+    the next test starts again (the module's last tests kill the worker node)."""
     cluster, workdir = gnc
+    cluster.reset()
     for path in (workdir / "seen").glob("*"):
         path.unlink()
     url = cluster.fresh_database()
     yield url
-    cluster.reset()
+    for pid in seen(workdir):  # a trainer a failed test left stopped at its fault point
+        with contextlib.suppress(OSError):
+            if stopped(pid) and "record_and_train" in Path(f"/proc/{pid}/cmdline").read_text():
+                os.kill(pid, signal.SIGKILL)
+    cluster.reset(nodes_too=False)
     cluster.drop_database(url)
 
 
@@ -228,97 +227,6 @@ def stopped(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
     except FileNotFoundError:
         return False
-
-
-# The node dies in two ways: its processes SIGKILLed, then its link down (their sockets
-# close first, so the driver may hear of it at once), or its link down first (a power cut:
-# only missed health checks and the claim's lease tell). Ray's owner of the task (the
-# driver) waits on its gRPC channel to the vanished worker, which only gRPC's keepalive
-# ends (minutes, by Ray's default): the driver does not wait for that. It retries a member
-# whose run's claim lapsed (grpoctl/sweep/on_ray.py, retry_lapsed), within RECOVERY_BOUND_S.
-@pytest.mark.timeout(420)
-@pytest.mark.parametrize(
-    "link_first",
-    [
-        pytest.param(False, id="killed"),
-        # Seen before retry_lapsed: Ray marked the node dead ~6 s after the cut, and the
-        # driver had not retried the member 340 s later.
-        pytest.param(True, id="power-cut"),
-    ],
-)
-def test_a_dead_node_s_member_is_resumed_on_the_head_with_exact_rows(
-    gnc, db, straight, tiny_model_dir, tmp_path, link_first
-):
-    cluster, workdir = gnc
-    # The worker node's trainers stop themselves once step 3's rollouts exist (a checkpoint
-    # of step 2 is on the shared filesystem by then): the test acts there.
-    cluster.set_fault("w1", HOLD)
-
-    watcher = cluster.watch_nodes()
-    driver = cluster.popen(
-        "head",
-        sweep_cmd(cluster, db, tiny_model_dir, tmp_path),
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    timings: dict[str, float] = {}
-    killed = None
-    try:
-        deadline = time.monotonic() + 360
-        victim = None
-        while victim is None:
-            assert driver.poll() is None, driver.communicate()[0]
-            assert time.monotonic() < deadline, "no trainer on the worker node reached step 3"
-            on_worker = set(ns_pids(cluster.ns("w1")))
-            victim = next((pid for pid in seen(workdir) if pid in on_worker and stopped(pid)), None)
-            time.sleep(0.1)
-        name = yaml.safe_load(Path(seen(workdir)[victim][1].split()[0]).read_text())["name"]
-        killed = cluster.kill_node("w1", link_first=link_first)
-
-        # When the member's next trainer starts (its recorder's file: on the head), when the sweep ends.
-        while driver.poll() is None and time.time() < killed + AFTER_DEATH_S:
-            if "trainer resumed" not in timings:
-                retried = [p for p in (workdir / "seen").glob("*.txt") if p.stat().st_mtime > killed]
-                retried = [p for p in retried if f"--resume {name}" in p.read_text()]
-                if retried:
-                    timings["trainer resumed"] = min(p.stat().st_mtime for p in retried) - killed
-            time.sleep(0.2)
-        if driver.poll() is None:
-            driver.kill()
-            pytest.fail(
-                f"the sweep had not ended {AFTER_DEATH_S} s after the node died ({timings}): "
-                + driver.communicate(timeout=60)[0][-3000:]
-            )
-        timings["sweep ended"] = time.time() - killed
-        said, _ = driver.communicate(timeout=60)
-    finally:
-        if driver.poll() is None:
-            driver.kill()
-            driver.wait()
-        events = cluster.node_events(watcher)
-        if killed is not None:
-            dead = [t for t, what, ip in events if what == "dead" and ip == cluster.ip("w1") and t > killed]
-            if dead:
-                timings["Ray marked the node dead"] = min(dead) - killed
-        print(f"\nnode death: {', '.join(f'{k} {v:.1f} s' for k, v in sorted(timings.items(), key=lambda kv: kv[1]))}")
-    assert driver.returncode == 0, said
-    assert timings["trainer resumed"] <= RECOVERY_BOUND_S, timings
-
-    runs = runs_of(cluster, db)
-    for run in runs.values():
-        assert (run["status"], run["last_step"]) == ("finished", STEPS), run
-        assert run["claim_token"] is None, run
-    retry = first_note_after(cluster, db, name, cluster.hostname("head"), killed)
-    if retry is not None:
-        print(f"node death: the member's retry wrote its first note on the head {retry - killed:.1f} s after the kill")
-    hosts = log_hosts(cluster, db)
-    assert hosts[name] == [cluster.hostname("w1"), cluster.hostname("head")], hosts
-    resumed = [args for args in (a for _, a in seen(workdir).values()) if f"--resume {name}" in args]
-    assert len(resumed) == 1, seen(workdir)
-    for lr, run_name in zip(LRS, NAMES, strict=True):
-        assert_same_rows(cluster.rows(db, run_name), straight[lr])
 
 
 # --------------------------------------------------------------------------- the registry's faults
@@ -520,3 +428,98 @@ def test_the_registry_going_away_with_a_step_commit_in_flight_loses_no_member(
     else:
         assert "registry: reached again after" in log, log[-2000:]
     assert_whole(cluster, db, straight, tmp_path, said)
+
+
+# --------------------------------------------------------------------------- node death (last: the
+# worker node is started again only for a test after these)
+
+
+# The node dies in two ways: its processes SIGKILLed, then its link down (their sockets
+# close first, so the driver may hear of it at once), or its link down first (a power cut:
+# only missed health checks and the claim's lease tell). Ray's owner of the task (the
+# driver) waits on its gRPC channel to the vanished worker, which only gRPC's keepalive
+# ends (minutes, by Ray's default): the driver does not wait for that. It retries a member
+# whose run's claim lapsed (grpoctl/sweep/on_ray.py, retry_lapsed), within RECOVERY_BOUND_S.
+@pytest.mark.timeout(420)
+@pytest.mark.parametrize(
+    "link_first",
+    [
+        pytest.param(False, id="killed"),
+        # Seen before retry_lapsed: Ray marked the node dead ~6 s after the cut, and the
+        # driver had not retried the member 340 s later.
+        pytest.param(True, id="power-cut"),
+    ],
+)
+def test_a_dead_node_s_member_is_resumed_on_the_head_with_exact_rows(
+    gnc, db, straight, tiny_model_dir, tmp_path, link_first
+):
+    cluster, workdir = gnc
+    # The worker node's trainers stop themselves once step 3's rollouts exist (a checkpoint
+    # of step 2 is on the shared filesystem by then): the test acts there.
+    cluster.set_fault("w1", HOLD)
+
+    watcher = cluster.watch_nodes()
+    driver = cluster.popen(
+        "head",
+        sweep_cmd(cluster, db, tiny_model_dir, tmp_path),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    timings: dict[str, float] = {}
+    killed = None
+    try:
+        deadline = time.monotonic() + 360
+        victim = None
+        while victim is None:
+            assert driver.poll() is None, driver.communicate()[0]
+            assert time.monotonic() < deadline, "no trainer on the worker node reached step 3"
+            on_worker = set(ns_pids(cluster.ns("w1")))
+            victim = next((pid for pid in seen(workdir) if pid in on_worker and stopped(pid)), None)
+            time.sleep(0.1)
+        name = yaml.safe_load(Path(seen(workdir)[victim][1].split()[0]).read_text())["name"]
+        killed = cluster.kill_node("w1", link_first=link_first)
+
+        # When the member's next trainer starts (its recorder's file: on the head), when the sweep ends.
+        while driver.poll() is None and time.time() < killed + AFTER_DEATH_S:
+            if "trainer resumed" not in timings:
+                retried = [p for p in (workdir / "seen").glob("*.txt") if p.stat().st_mtime > killed]
+                retried = [p for p in retried if f"--resume {name}" in p.read_text()]
+                if retried:
+                    timings["trainer resumed"] = min(p.stat().st_mtime for p in retried) - killed
+            time.sleep(0.2)
+        if driver.poll() is None:
+            driver.kill()
+            pytest.fail(
+                f"the sweep had not ended {AFTER_DEATH_S} s after the node died ({timings}): "
+                + driver.communicate(timeout=60)[0][-3000:]
+            )
+        timings["sweep ended"] = time.time() - killed
+        said, _ = driver.communicate(timeout=60)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+        events = cluster.node_events(watcher)
+        if killed is not None:
+            dead = [t for t, what, ip in events if what == "dead" and ip == cluster.ip("w1") and t > killed]
+            if dead:
+                timings["Ray marked the node dead"] = min(dead) - killed
+        print(f"\nnode death: {', '.join(f'{k} {v:.1f} s' for k, v in sorted(timings.items(), key=lambda kv: kv[1]))}")
+    assert driver.returncode == 0, said
+    assert timings["trainer resumed"] <= RECOVERY_BOUND_S, timings
+
+    runs = runs_of(cluster, db)
+    for run in runs.values():
+        assert (run["status"], run["last_step"]) == ("finished", STEPS), run
+        assert run["claim_token"] is None, run
+    retry = first_note_after(cluster, db, name, cluster.hostname("head"), killed)
+    if retry is not None:
+        print(f"node death: the member's retry wrote its first note on the head {retry - killed:.1f} s after the kill")
+    hosts = log_hosts(cluster, db)
+    assert hosts[name] == [cluster.hostname("w1"), cluster.hostname("head")], hosts
+    resumed = [args for args in (a for _, a in seen(workdir).values()) if f"--resume {name}" in args]
+    assert len(resumed) == 1, seen(workdir)
+    for lr, run_name in zip(LRS, NAMES, strict=True):
+        assert_same_rows(cluster.rows(db, run_name), straight[lr])

@@ -22,15 +22,24 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-import trainer_zygote
 import yaml
-from conftest import REPO, drop_pg_database, fast_overrides, fresh_pg_database
-from ray_cluster import local_cluster, lr_sweep_argv, need_ray, recorder, seen
+from conftest import drop_pg_database, fast_overrides, fresh_pg_database
+from ray_cluster import (
+    FAULT_CONFIG,
+    FAULT_LRS,
+    FAULT_STEPS,
+    local_cluster,
+    lr_sweep_argv,
+    need_ray,
+    recorder,
+    seen,
+    start_straight_runs,
+    straight_rows,
+)
 from run_rows import assert_same_rows, url_rows
 
 need_ray()
@@ -38,10 +47,7 @@ need_ray()
 from grpoctl.registry import Registry  # noqa: E402
 
 TIMEOUT_S = 600
-STEPS = 5
-# Checkpoints at 2, 4 and 5, all kept; evals at 0, 2, 4 and 5 (as in tests/test_faults.py).
-FAULT_CONFIG = {"loop.n_grpo_steps": STEPS, "checkpoint.every": 2, "checkpoint.keep_last": 3, "eval.every": 2}
-LRS = ("1e-3", "2e-3")
+STEPS, LRS = FAULT_STEPS, FAULT_LRS
 pytestmark = pytest.mark.slow
 
 
@@ -52,33 +58,6 @@ def cluster(tmp_path_factory):
         recorder(workdir) | {"GRPOCTL_FAULT": "step-rollouts@3:STOP"}, num_cpus=4, num_gpus=2
     ) as address:
         yield address, workdir
-
-
-def straight_runs(model: Path, workdir: Path) -> dict[str, dict]:
-    """{lr: rows} of each member's run trained by plain `grpoctl train`, never interrupted."""
-    env = {k: v for k, v in os.environ.items() if k not in ("GRPOCTL_FAULT", "GRPOCTL_DB")}
-    env["PYTHONPATH"] = str(REPO)
-    procs = {}
-    for lr in LRS:
-        where = workdir / f"straight-{lr}"
-        where.mkdir()
-        args = fast_overrides(model, where, **FAULT_CONFIG, **{"optimizer.lr": lr}) + ["name=straight"]
-        procs[lr] = (
-            where,
-            # a child of the tests' fork server (the members are fresh interpreters under Ray)
-            trainer_zygote.spawn(
-                [sys.executable, str(REPO / "tests" / "digit_reward_train.py"), "train", "addition", *args],
-                where,
-                env,
-                stdout=subprocess.DEVNULL,
-            ),
-        )
-    out = {}
-    for lr, (where, proc) in procs.items():
-        _, err = proc.communicate(timeout=TIMEOUT_S)
-        assert proc.returncode == 0, err[-2000:]
-        out[lr] = url_rows(str(where / "registry.db"), "straight")
-    return out
 
 
 def state(pid: int) -> str | None:
@@ -131,7 +110,7 @@ def test_a_killed_trainer_and_a_killed_worker_are_resumed_without_a_duplicate_ro
             text=True,
             env=os.environ,
         )
-        straight = straight_runs(tiny_model_dir, tmp_path)  # meanwhile
+        straight = straight_rows(start_straight_runs(tiny_model_dir, tmp_path), TIMEOUT_S)  # meanwhile
         a, b = (f"lr-sweep-lr={lr}-s0" for lr in LRS)
         done: set[int] = set()
         holds: dict[str, int] = {}
