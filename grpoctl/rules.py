@@ -222,8 +222,12 @@ def claim_wait_s() -> float:
 # take the run over, and this trainer must by then have stopped trying. So both bounds
 # follow the lease: libpq gives up on a silent link after registry_link_s() (connecting,
 # unacknowledged data, keepalives, one statement), and a claimed write that failed on a
-# lost connection is retried for registry_retry_s(). The two together stay inside the
-# lease: 30 + 120 s of a 180 s lease by default, 2 + 6.7 s of the tests' 10 s.
+# lost connection is retried for registry_retry_s() (30 and 120 s of a 180 s lease by
+# default, 2 and 6.7 s of the tests' 10 s). The retry also ends before the claim could
+# lapse, counted from its last renewal that committed, less one more attempt (a link
+# timeout and a pause) and a second to say so and exit (registry/claims.py): a trainer
+# whose last renewal came long before the failure (a long step, a frozen process) stops
+# sooner, and never after its successor could start.
 def registry_link_s() -> float:
     """How long a registry connection may stay silent before libpq drops it: a sixth of
     the lease, between 2 s and 30 s."""

@@ -11,8 +11,10 @@ and the test breaks the server there, so what fails is that commit:
   ends its session. The trainer retries the step's transaction and finishes.
 - an outage of several seconds: the server is stopped, the trainer finds it gone, and
   it is started again while the trainer retries. The trainer finishes.
-- an outage longer than registry_retry_s(): the trainer stops in one line without
-  writing more (exit 75, a temporary failure, which a sweep member retries), and `--resume` (once the server is back) finishes the run.
+- an outage longer than the trainer may wait (registry_retry_s(), and never past the
+  moment its claim could lapse): the trainer stops in one line without writing more
+  (exit 75, a temporary failure, which a sweep member retries), before its claim has
+  lapsed, and `--resume` (once the server is back) finishes the run.
 
 After each, the run's rows are exactly an uninterrupted run's, and no claim is held.
 """
@@ -24,6 +26,7 @@ import shutil
 import signal
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pg_server
@@ -34,7 +37,8 @@ from run_rows import assert_same_rows, url_rows
 from test_faults import overrides, start, stderr_of, straight_rows, wait, wait_stopped
 
 from grpoctl.errors import TEMPFAIL_EXIT
-from grpoctl.rules import registry_retry_s
+from grpoctl.registry.claims import aware
+from grpoctl.rules import registry_link_s
 
 pytestmark = pytest.mark.slow
 TIMINGS = {"GRPOCTL_LEASE_S": "10", "GRPOCTL_HEARTBEAT_S": "3"}
@@ -140,8 +144,10 @@ def test_an_outage_longer_than_one_reconnect_is_waited_out(database, tiny_model_
     proc.send_signal(signal.SIGCONT)
     wait_for(lambda: "registry: unreachable" in stderr_of(tmp_path), why="the trainer never noticed the outage")
     noticed = time.monotonic()
-    # Down for a few reconnects (each refused at once), well inside registry_retry_s().
-    while time.monotonic() - noticed < registry_retry_s() / 2:
+    # Down for a few reconnects (each refused at once, one each RETRY_PAUSE_S), well inside
+    # the trainer's bound: registry_retry_s() from its first failure, and its claim's lapse
+    # (its last renewal was before the hold) less a last attempt and SAY_AND_EXIT_S.
+    while time.monotonic() - noticed < 2.0:
         assert proc.poll() is None, stderr_of(tmp_path)[-2000:]
         time.sleep(0.1)
     pg_server.resume(root)
@@ -159,11 +165,16 @@ def test_an_outage_past_the_retry_bound_stops_the_trainer_and_resume_finishes(
     stopped_at = time.monotonic()
     proc.send_signal(signal.SIGCONT)
     code = wait(proc, tmp_path)
-    took = time.monotonic() - stopped_at
+    took, exited = time.monotonic() - stopped_at, datetime.now(UTC)
     pg_server.resume(root)
     err = stderr_of(tmp_path)
     assert code == TEMPFAIL_EXIT, err[-2000:]  # a temporary failure: a sweep member retries it
-    assert registry_retry_s() <= took < 10.0, took  # gave up within the lease
+    assert took >= registry_link_s(), took  # it tried for a while (the bound is checked below)
+    with psycopg.connect(_plain(db)) as conn:
+        lapse = conn.execute("SELECT claim_expires_at FROM run WHERE name = 'straight'").fetchone()[0]
+    # It had stopped, and said why, before its claim could lapse: nobody could have taken
+    # the run over while it still tried.
+    assert exited < aware(lapse), (exited, lapse)
     last = err.strip().splitlines()[-1]
     assert last.startswith("error: the registry was unreachable for") and "stopped without writing more" in last
     assert "Traceback" not in err and "sqlalche.me" not in err

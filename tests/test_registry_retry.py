@@ -11,7 +11,13 @@ from types import SimpleNamespace
 import pytest
 from sqlalchemy.exc import OperationalError
 
-from grpoctl.registry.claims import RETRY_PAUSE_S, RegistryUnreachable, retried_when_unreachable
+from grpoctl.registry.claims import (
+    RETRY_PAUSE_S,
+    SAY_AND_EXIT_S,
+    ClaimRenewals,
+    RegistryUnreachable,
+    retried_when_unreachable,
+)
 
 
 class Store:
@@ -21,10 +27,13 @@ class Store:
         self.engine = SimpleNamespace(dialect=SimpleNamespace(name=dialect))
         self.failures, self.committed_anyway = failures, committed_anyway
         self.attempts, self.rows = 0, []
+        self._renewals = ClaimRenewals()
+        self.fenced_at = 0.0  # the time.monotonic() its fences note (the clock is the tests')
 
     @retried_when_unreachable(already_done=lambda self, step: step in self.rows)
     def log_step(self, step: int) -> None:
         self.attempts += 1
+        self._renewals.fencing(1, self.fenced_at)  # as Registry._fence does, for run 1's claim
         if self.attempts <= self.failures:
             if self.committed_anyway:  # the COMMIT went through; its answer was lost
                 self.rows.append(step)
@@ -66,6 +75,39 @@ def test_past_the_bound_the_trainer_stops_in_one_line(monkeypatch):
         "stopped without writing more; the run resumes from its last checkpoint"
     )
     assert caught.value.exit_code == 75 and store.rows == []
+
+
+def test_a_trainer_stops_retrying_before_its_claim_could_lapse(monkeypatch):
+    """Lease 6 s (link 2 s, retried for 4 s): a claim last renewed at 0 s lapses at 6 s, so
+    the write that fails from 0.5 s on is given up at the first look past 6 - 2 - 0.5 - 1 =
+    2.5 s (one more pause and a whole attempt, then a second to say so and exit), before
+    registry_retry_s (4 s after its first failure) would have ended it."""
+    clock = iter(x * RETRY_PAUSE_S for x in range(1, 1000))
+    monkeypatch.setattr("grpoctl.registry.claims.time.monotonic", lambda: next(clock))
+    monkeypatch.setenv("GRPOCTL_LEASE_S", "6")
+    assert 6 - 2 - RETRY_PAUSE_S - SAY_AND_EXIT_S == 2.5
+    held, unclaimed = Store(failures=10_000), Store(failures=10_000)
+    held._renewals.taken(1, 0.0)
+    with pytest.raises(RegistryUnreachable):
+        held.log_step(4)
+    assert held.attempts == 5  # failures seen at 0.5, 1.0, ... 2.5 s: given up there
+    clock = iter(x * RETRY_PAUSE_S for x in range(1, 1000))
+    with pytest.raises(RegistryUnreachable):
+        unclaimed.log_step(4)  # no claim to lose: registry_retry_s alone, 4 s from 0.5 s
+    assert unclaimed.attempts == 9
+
+
+def test_only_a_fence_whose_commit_came_back_renews_the_claim():
+    store = Store(failures=0)  # lease 3 s
+    store._renewals.taken(1, 0.0)
+    store.fenced_at = 10.0
+    store.log_step(4)  # fenced at 10 s, and committed
+    assert store._renewals.lapse_at() == 13.0
+    store._renewals.begin()
+    store._renewals.fencing(1, 20.0)  # a fence whose commit never came back
+    assert store._renewals.lapse_at() == 13.0
+    store._renewals.forget(1)  # released: no claim held, no lapse to stop before
+    assert store._renewals.lapse_at() is None
 
 
 def test_sqlite_errors_are_not_retried():

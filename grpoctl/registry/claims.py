@@ -34,6 +34,7 @@ import logging
 import os
 import secrets
 import socket
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -48,6 +49,9 @@ from grpoctl.rules import lease_s, registry_link_s, registry_retry_s
 
 log = logging.getLogger("grpoctl")
 RETRY_PAUSE_S = 0.5
+# How long a trainer needs, after its last attempt at a lost registry failed, to say so and
+# exit: it stops retrying this long (plus a pause and an attempt) before its claim could lapse.
+SAY_AND_EXIT_S = 1.0
 Write = TypeVar("Write", bound=Callable[..., Any])
 
 
@@ -64,23 +68,31 @@ class RegistryUnreachable(UserError):
 
 
 def retried_when_unreachable(already_done: Callable[..., bool] | None = None) -> Callable[[Write], Write]:
-    """Retry a claimed write to a PostgreSQL registry that failed on a lost connection (a
-    restart, an outage, a partition noticed through rules.registry_link_s()), for up to
-    rules.registry_retry_s(); then its error stands. Each retry is a new transaction that
-    fences first, so a claim lost meanwhile stops it (ClaimLost), and `already_done(self,
-    *args)` tells a write whose COMMIT went through before the link broke (its answer did
-    not come back), which must not be written twice. SQLite's own errors are not retried."""
+    """Retry a claimed write (or a read a trainer's step needs) to a PostgreSQL registry
+    that failed on a lost connection (a restart, an outage, a partition noticed through
+    rules.registry_link_s()), for up to rules.registry_retry_s(), and never past the moment
+    a claim this process holds could lapse (`ClaimRenewals.lapse_at`, less the time of one
+    more attempt and SAY_AND_EXIT_S): then it raises RegistryUnreachable, so a trainer cut
+    off from the registry has stopped, and said why, before another machine may take its
+    run over. Each retry is a new transaction that fences first, so a claim lost meanwhile
+    stops it (ClaimLost), and `already_done(self, *args)` tells a write whose COMMIT went
+    through before the link broke (its answer did not come back), which must not be
+    written twice. SQLite's own errors are not retried."""
 
     def wrap(write: Write) -> Write:
         @functools.wraps(write)
         def retrying(self, *args, **kwargs):
-            started = None
+            started: float | None = None
+            until: float | None = None
+            renewals: ClaimRenewals = self._renewals
             while True:
                 try:
+                    renewals.begin()
                     if started is not None and already_done is not None and already_done(self, *args, **kwargs):
                         result = None
                     else:
                         result = write(self, *args, **kwargs)
+                    renewals.committed()
                     if started is not None:
                         log.warning(f"registry: reached again after {time.monotonic() - started:.1f} s")
                     return result
@@ -88,12 +100,16 @@ def retried_when_unreachable(already_done: Callable[..., bool] | None = None) ->
                     if self.engine.dialect.name != "postgresql":
                         raise
                     now = time.monotonic()
-                    if started is None:
-                        started = now
+                    if started is None or until is None:
+                        started, until = now, now + registry_retry_s()
+                        lapse = renewals.lapse_at()
+                        if lapse is not None:  # one more attempt and a second to say so, before it lapses
+                            until = min(until, lapse - registry_link_s() - RETRY_PAUSE_S - SAY_AND_EXIT_S)
                         log.warning(
-                            f"registry: unreachable ({_first_line(exc)}); retrying for up to {registry_retry_s():.0f} s"
+                            f"registry: unreachable ({_first_line(exc)}); "
+                            f"retrying for up to {max(0.0, until - now):.0f} s"
                         )
-                    if now - started >= registry_retry_s():
+                    if now >= until:
                         raise RegistryUnreachable(
                             f"the registry was unreachable for {now - started:.0f} s ({_first_line(exc)}): "
                             "stopped without writing more; the run resumes from its last checkpoint"
@@ -103,6 +119,45 @@ def retried_when_unreachable(already_done: Callable[..., bool] | None = None) ->
         return retrying  # type: ignore[return-value]
 
     return wrap
+
+
+class ClaimRenewals:
+    """When this process last renewed each claim it holds, as far as it knows for sure:
+    the moment (time.monotonic()) a fence began, counted once its commit came back. The
+    lease runs from the renewal's own clock reading, taken after that moment, so the claim
+    cannot lapse before `lapse_at()`. Fences are collected per thread (a trainer's
+    heartbeat and its steps commit side by side) and count only when their commit does."""
+
+    def __init__(self) -> None:
+        self._renewed: dict[int, float] = {}
+        self._fencing = threading.local()
+
+    def taken(self, run_id: int, moment: float) -> None:
+        """The claim of `run_id` was taken (or renewed) by a commit that began at `moment`."""
+        self._renewed[run_id] = max(moment, self._renewed.get(run_id, moment))
+
+    def forget(self, run_id: int) -> None:
+        self._renewed.pop(run_id, None)
+
+    def begin(self) -> None:
+        """A commit begins on this thread: no fence of it counts yet."""
+        self._fencing.runs = []
+
+    def fencing(self, run_id: int, moment: float) -> None:
+        runs = getattr(self._fencing, "runs", None)
+        if runs is not None:
+            runs.append((run_id, moment))
+
+    def committed(self) -> None:
+        """The commit this thread began came back: its fences renewed their claims."""
+        for run_id, moment in getattr(self._fencing, "runs", None) or []:
+            self.taken(run_id, moment)
+        self._fencing.runs = None
+
+    def lapse_at(self) -> float | None:
+        """The earliest moment (time.monotonic()) a claim this process holds could lapse."""
+        renewed = list(self._renewed.values())
+        return min(renewed) + lease_s() if renewed else None
 
 
 def _first_line(exc: OperationalError | InterfaceError) -> str:
@@ -160,12 +215,14 @@ class ClaimRecords:
     (held, or lost to a takeover; a claim released by ending the run is forgotten)."""
 
     _claims: dict[int, str]
+    _renewals: ClaimRenewals
 
     def claimable(self, run: Run) -> bool:
         return claim_refusal(run) is None
 
     def claim_run(self, run_id: int) -> None:
         """Take the run's claim, or raise UserError naming who holds it."""
+        moment = time.monotonic()
         with self._write() as session, session.begin():
             run = session.get(Run, run_id)
             if run is None:
@@ -189,6 +246,7 @@ class ClaimRecords:
                     else f"run '{run.name}' was just claimed by another process"
                 )
         self._claims[run_id] = token
+        self._renewals.taken(run_id, moment)
 
     def _claim_values(self, token: str) -> dict:
         pid = os.getpid()
@@ -210,6 +268,7 @@ class ClaimRecords:
             if values:
                 conn.execute(update(Run).where(Run.id == run_id).values(**values))
             return
+        self._renewals.fencing(run_id, time.monotonic())
         values["claim_expires_at"] = utcnow() + timedelta(seconds=lease_s())
         if conn.dialect.name == "postgresql":
             # No statement of a claimed write may outlast the link's bound either (a lock
@@ -241,3 +300,4 @@ class ClaimRecords:
 
     def _released(self, run_id: int) -> None:
         self._claims.pop(run_id, None)
+        self._renewals.forget(run_id)

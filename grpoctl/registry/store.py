@@ -21,6 +21,7 @@ import os
 import secrets
 import socket
 import subprocess
+import time
 from collections.abc import Iterable
 from datetime import datetime
 
@@ -29,7 +30,7 @@ from sqlmodel import Session, select
 
 import grpoctl
 from grpoctl.errors import UserError
-from grpoctl.registry.claims import ClaimRecords, aware, retried_when_unreachable
+from grpoctl.registry.claims import ClaimRecords, ClaimRenewals, aware, retried_when_unreachable
 from grpoctl.registry.dashboard import DashboardReads
 from grpoctl.registry.engine import (
     default_db_url,
@@ -125,6 +126,7 @@ class Registry(SweepRecords, ClaimRecords, RunSummaries, MemberRecords, Dashboar
         self.engine = open_registry(self.url, write=not readonly, must_exist=must_exist, server=server)
         self._writer = writer_engine(self.engine)
         self._claims: dict[int, str] = {}
+        self._renewals = ClaimRenewals()
 
     @staticmethod
     def check(url: str | None = None, *, write: bool = True, must_exist: bool = False) -> None:
@@ -177,6 +179,7 @@ class Registry(SweepRecords, ClaimRecords, RunSummaries, MemberRecords, Dashboar
         device: str = "cpu",
         data_fingerprint: dict | None = None,
     ) -> Run:
+        moment = time.monotonic()  # before the claim's clock reading (claims.ClaimRenewals)
         now = utcnow()
         token = secrets.token_hex(16)
         fields = dict(
@@ -206,6 +209,7 @@ class Registry(SweepRecords, ClaimRecords, RunSummaries, MemberRecords, Dashboar
         if run_id is None:  # the name was taken, perhaps a moment ago by a process racing us
             raise UserError(f"a run named '{name}' already exists (choose another name)")
         self._claims[run_id] = token
+        self._renewals.taken(run_id, moment)
         return Run(id=run_id, **values)
 
     @retried_when_unreachable(already_done=lambda self, run_id, step, *_, **__: self._recorded_step(run_id) >= step)
@@ -470,6 +474,7 @@ class Registry(SweepRecords, ClaimRecords, RunSummaries, MemberRecords, Dashboar
             query = update(Checkpoint).where(Checkpoint.id == checkpoint_id)
             conn.execute(query.values(deleted=True))
 
+    @retried_when_unreachable()  # a trainer's retention reads it after each checkpoint
     def checkpoints(self, run_id: int, include_deleted: bool = False) -> list[Checkpoint]:
         query = select(Checkpoint).where(Checkpoint.run_id == run_id)
         if not include_deleted:
