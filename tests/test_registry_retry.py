@@ -53,7 +53,7 @@ def test_a_lost_connection_is_retried_until_the_write_goes_through(caplog):
         store.log_step(4)
     assert store.rows == [4] and store.attempts == 4
     said = [r.getMessage() for r in caplog.records]
-    assert said[0] == "registry: unreachable (server closed the connection unexpectedly); retrying for up to 2 s"
+    assert said[0] == "registry: unreachable (server closed the connection unexpectedly); retrying for up to 2.0 s"
     assert said[1].startswith("registry: reached again after") and len(said) == 2
 
 
@@ -71,7 +71,7 @@ def test_past_the_bound_the_trainer_stops_in_one_line(monkeypatch):
         store.log_step(4)
     assert store.attempts == 5  # 0, 0.5, ..., 2.0 s: the last one past the bound
     assert str(caught.value) == (
-        "the registry was unreachable for 2 s (server closed the connection unexpectedly): "
+        "the registry was unreachable for 2.0 s (server closed the connection unexpectedly): "
         "stopped without writing more; the run resumes from its last checkpoint"
     )
     assert caught.value.exit_code == 75 and store.rows == []

@@ -107,11 +107,11 @@ def retried_when_unreachable(already_done: Callable[..., bool] | None = None) ->
                             until = min(until, lapse - registry_link_s() - RETRY_PAUSE_S - SAY_AND_EXIT_S)
                         log.warning(
                             f"registry: unreachable ({_first_line(exc)}); "
-                            f"retrying for up to {max(0.0, until - now):.0f} s"
+                            f"retrying for up to {max(0.0, until - now):.1f} s"
                         )
                     if now >= until:
                         raise RegistryUnreachable(
-                            f"the registry was unreachable for {now - started:.0f} s ({_first_line(exc)}): "
+                            f"the registry was unreachable for {now - started:.1f} s ({_first_line(exc)}): "
                             "stopped without writing more; the run resumes from its last checkpoint"
                         ) from exc
                     time.sleep(RETRY_PAUSE_S)
