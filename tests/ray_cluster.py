@@ -123,6 +123,20 @@ def recorder(workdir: Path) -> dict[str, str]:
     }
 
 
+def process_state(pid: int) -> str | None:
+    """The state letter of process `pid` in /proc (T: stopped, as at a fault point's
+    SIGSTOP), or None once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return None
+
+
+def stopped(pid: int) -> bool:
+    """Whether the trainer `pid` stopped itself at its fault point (and is still there)."""
+    return process_state(pid) == "T"
+
+
 def seen(workdir: Path) -> dict[int, tuple[str, str]]:
     """{trainer pid: (CUDA_VISIBLE_DEVICES, its arguments)} of every trainer the members started."""
     out = {}

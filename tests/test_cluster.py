@@ -56,6 +56,7 @@ from ray_cluster import (
     recorder,
     seen,
     start_straight_runs,
+    stopped,
     straight_rows,
 )
 from run_rows import assert_same_rows
@@ -220,13 +221,6 @@ def test_a_driver_without_the_token_is_refused_in_one_line(gnc, db, tiny_model_d
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "auth token" in lines[0] and "Traceback" not in out.stderr, out.stderr
     assert cluster.ray_address in lines[0], lines
-
-
-def stopped(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
-    except FileNotFoundError:
-        return False
 
 
 # --------------------------------------------------------------------------- the registry's faults

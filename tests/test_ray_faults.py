@@ -38,6 +38,7 @@ from ray_cluster import (
     recorder,
     seen,
     start_straight_runs,
+    stopped,
     straight_rows,
 )
 from run_rows import assert_same_rows, url_rows
@@ -58,13 +59,6 @@ def cluster(tmp_path_factory):
         recorder(workdir) | {"GRPOCTL_FAULT": "step-rollouts@3:STOP"}, num_cpus=4, num_gpus=2
     ) as address:
         yield address, workdir
-
-
-def state(pid: int) -> str | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return None
 
 
 def parent_of(pid: int) -> int:
@@ -119,7 +113,7 @@ def test_a_killed_trainer_and_a_killed_worker_are_resumed_without_a_duplicate_ro
         try:
             while driver.poll() is None and time.monotonic() < deadline:
                 for pid, (_, args) in seen(workdir).items():
-                    if pid in done or state(pid) != "T":
+                    if pid in done or not stopped(pid):
                         continue
                     done.add(pid)
                     name = run_of(args)

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from cli import invoke
 from conftest import drop_pg_database, fast_overrides, fresh_pg_database
-from ray_cluster import local_cluster, lr_sweep_argv, need_ray, recorder, seen
+from ray_cluster import local_cluster, lr_sweep_argv, need_ray, recorder, seen, stopped
 from sqlalchemy import text
 
 need_ray()
@@ -184,10 +184,6 @@ def test_four_members_on_two_fake_gpus_run_two_at_a_time(cluster, pg_url, tiny_m
     again = grpoctl(*args, cwd=tmp_path)
     assert again.returncode == 0 and again.stdout.count("skip ") == 4, again.stdout
     assert len(registry.list_runs()) == 4
-
-
-def stopped(pid: int) -> bool:
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
 
 
 def signal_pending(pid: int, sig: int) -> bool:

@@ -128,38 +128,29 @@ class RayCluster:
             if job.retries > self.max_retries:
                 continue  # left to Ray: it reports the task when its node is declared dead
             self.avoid |= {n["NodeID"] for n in ray.nodes() if n.get("NodeManagerHostname") == run.claim_host}
-            watcher.note(
-                f"{job.run_name}: its claim on {run.claim_host} lapsed (the node is dead or cut off from the "
-                f"registry); trying again elsewhere ({job.retries} of {self.max_retries})"
-            )
             ray.cancel(ref, force=True)
             del pending[ref]
-            job.retried_at = now
-            pending[self._submit(job, registry)] = job
+            why = f"its claim on {run.claim_host} lapsed (the node is dead or cut off from the registry)"
+            pending[self._again(job, f"{why}; trying again elsewhere", registry, watcher)] = job
 
-    def retry_out_of_reach(self, job: Job, ref, registry: Registry, watcher):
-        """A new attempt of `job` if its task ended for want of the registry (a new ref),
-        else None. When the driver reaches the registry, only that node was cut off from
-        it: the new attempt keeps off it (unless that would leave no node at all)."""
-        try:
-            ray.get(ref, timeout=30)
-            return None
-        except RayTaskError as exc:
-            cause = exc.cause
-            if not isinstance(cause, RegistryOutOfReach) or job.retries >= self.max_retries:
-                return None
-        except RayError:
-            return None
+    def retry_out_of_reach(self, job: Job, cause: RegistryOutOfReach, registry: Registry, watcher):
+        """A new attempt of `job`, whose task ended for want of the registry (`cause`). When
+        the driver reaches the registry, only that node was cut off from it: the new attempt
+        keeps off it (unless that would leave no node at all)."""
         job.retries += 1
         try:
-            registry.runs_named([job.run_name])
+            registry.runs_named([job.run_name])  # does the driver reach it?
             alive = {n["NodeID"]: n.get("NodeManagerHostname") for n in ray.nodes() if n.get("Alive")}
             sick = {node for node, host in alive.items() if host == cause.host}
             if set(alive) - self.avoid - sick:
                 self.avoid |= sick
         except (OperationalError, InterfaceError):
             pass  # the registry itself is away: any node will do, once it is back
-        watcher.note(f"{job.run_name}: {cause}; trying again ({job.retries} of {self.max_retries})")
+        return self._again(job, f"{cause}; trying again", registry, watcher)
+
+    def _again(self, job: Job, why: str, registry: Registry, watcher):
+        """Say why `job` runs again (its retry already counted) and submit its new attempt."""
+        watcher.note(f"{job.run_name}: {why} ({job.retries} of {self.max_retries})")
         job.retried_at = utcnow()
         return self._submit(job, registry)
 
@@ -348,11 +339,9 @@ def _watch(refs: dict, registry: Registry, result: SweepResult, watcher, cluster
             ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=POLL_S)
             for ref in ready:
                 job = pending.pop(ref)
-                again = cluster.retry_out_of_reach(job, ref, registry, watcher)
+                again = _finish(job, ref, registry, watcher, cluster)
                 if again is not None:
                     pending[again] = job
-                else:
-                    _finish(job, ref, registry, watcher)
             if time.monotonic() - looked >= LAPSE_CHECK_S:
                 looked = time.monotonic()
                 cluster.retry_lapsed(pending, registry, watcher)
@@ -385,12 +374,17 @@ def _interrupt(pending: dict, registry: Registry, watcher) -> None:
         _finish(pending.pop(ref), ref, registry, watcher)
 
 
-def _finish(job: Job, ref, registry: Registry, watcher) -> None:
+def _finish(job: Job, ref, registry: Registry, watcher, cluster: RayCluster | None = None):
+    """Record how `job`'s task ended, or, if it ended for want of the registry with retries
+    left on `cluster` (none while interrupting), start it again: then the new attempt's
+    ref (else None)."""
     try:
         job.outcome = ray.get(ref, timeout=30)
     except TaskCancelledError:
         job.outcome = _status_of(job, registry, otherwise="not started")
     except RayTaskError as exc:
+        if cluster and isinstance(exc.cause, RegistryOutOfReach) and job.retries < cluster.max_retries:
+            return cluster.retry_out_of_reach(job, exc.cause, registry, watcher)
         if isinstance(exc.cause, MemberLost):
             job.outcome = _status_of(job, registry, otherwise="lost") + " (out of retries)"
         else:
@@ -398,6 +392,7 @@ def _finish(job: Job, ref, registry: Registry, watcher) -> None:
     except RayError as exc:  # its worker or node died, more often than max_retries allows
         job.outcome = _status_of(job, registry, otherwise="lost") + f" ({type(exc).__name__}, out of retries)"
     watcher.finished(job)
+    return None
 
 
 def _status_of(job: Job, registry: Registry, otherwise: str) -> str:
