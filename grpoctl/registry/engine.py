@@ -39,6 +39,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from grpoctl.errors import UserError
+from grpoctl.registry import compressed
 from grpoctl.rules import registry_link_s
 
 DEFAULT_DB_URL = "sqlite:///./registry.db"
@@ -72,13 +73,15 @@ def resolve_url(url_or_path: str | None) -> URL:
     """
     text = url_or_path or default_db_url()
     if "://" not in text:
-        return URL.create("sqlite", database=text)
+        return URL.create("sqlite", database=_uncompressed(text))
     try:
         url = make_url(text)
     except (ArgumentError, ValueError) as exc:  # sqlalchemy's message is long, and may hold the password
         raise UserError(f"not a database URL or path: {redact_text(text)!r}") from exc
     if url.drivername == "postgresql":
         url = url.set(drivername="postgresql+psycopg")
+    if url.get_backend_name() == "sqlite" and url.database and compressed.is_compressed(url.database):
+        url = url.set(database=_uncompressed(url.database))
     try:
         dialect = url.get_dialect()
     except NoSuchModuleError:
@@ -98,6 +101,11 @@ def resolve_url(url_or_path: str | None) -> URL:
             hint = f"grpoctl uses psycopg 3: postgresql+psycopg://..., {POSTGRES_EXTRA}"
         raise UserError(f"the database driver '{driver}' for {url.drivername}:// is not installed ({hint})") from None
     return url
+
+
+def _uncompressed(path: str) -> str:
+    """A SQLite path as given, or for a compressed registry (`.db.xz`) its cached copy."""
+    return str(compressed.decompressed(path)) if compressed.is_compressed(path) else path
 
 
 def public_url(url: URL) -> str:

@@ -24,7 +24,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from grpoctl.errors import UserError
-from grpoctl.registry import schema
+from grpoctl.registry import compressed, schema
 from grpoctl.registry.engine import make_engine, public_url, redact_text, sqlite_path, writer_engine
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -62,6 +62,12 @@ def _sqlite_header_problem(path: Path) -> str | None:
 
 def check_sqlite_location(path: Path, write: bool, must_exist: bool) -> None:
     shown = str(path)
+    source = compressed.source_of(path)
+    if source is not None and write:
+        raise UserError(
+            f"registry {source} is compressed, and this command writes to it (commands that only read "
+            f"work; decompress it first: xz -dk {source})"
+        )
     if path.is_dir():
         raise UserError(f"registry {shown} is a directory, not a file (pass --db DIR/registry.db)")
     if not path.exists():
@@ -167,9 +173,12 @@ def as_user_error(exc: BaseException) -> UserError | None:
 
 
 def printable_location(url: URL) -> str:
-    """Where the registry is, fit to print: the SQLite path, or the URL without its password."""
+    """Where the registry is, fit to print: the SQLite path (a compressed registry's own,
+    not its cached copy's), or the URL without its password."""
     path = sqlite_path(url)
-    return str(path) if path is not None else public_url(url)
+    if path is None:
+        return public_url(url)
+    return str(compressed.source_of(path) or path)
 
 
 def _db_hint(url: URL) -> str:

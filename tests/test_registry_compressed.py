@@ -1,0 +1,80 @@
+"""A compressed registry (`.db.xz`, as docs/results/ commits them) reads like any other.
+
+It is decompressed once, into a cache keyed by its content; commands that read take it
+as `--db`, commands that write are refused in one line, and its messages name the
+compressed file, not the cache.
+"""
+
+from __future__ import annotations
+
+import lzma
+import shutil
+
+import pytest
+
+from grpoctl.errors import UserError
+from grpoctl.registry import Registry
+from grpoctl.registry import compressed as C
+from tests.cli import invoke
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRPOCTL_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "registries"
+
+
+@pytest.fixture
+def packed(tmp_path):
+    """A registry with one run, compressed as the repository keeps them."""
+    db = tmp_path / "made" / "reg.db"
+    db.parent.mkdir()
+    with Registry(str(db)) as registry:
+        registry.create_run(name="packed-run", config={}, config_diff={}, config_hash="h" * 16, seed=0, total_steps=1)
+    out = tmp_path / "reg.db.xz"
+    with open(db, "rb") as raw, lzma.open(out, "wb") as xz:
+        shutil.copyfileobj(raw, xz)
+    return out
+
+
+def test_readers_take_the_compressed_file_once_through_the_cache(packed, cache):
+    out = invoke("runs", "list", "--db", str(packed))
+    assert out.returncode == 0, out.stderr
+    assert "packed-run" in out.stdout
+    (copy,) = cache.glob("reg-*.db")
+    made = copy.stat().st_mtime_ns
+    assert invoke("runs", "show", "packed-run", "--db", str(packed)).returncode == 0
+    assert copy.stat().st_mtime_ns == made and list(cache.glob("reg-*.db")) == [copy]  # not decompressed again
+    assert C.source_of(copy) == packed
+
+
+def test_a_changed_file_gets_its_own_copy(packed, cache, tmp_path):
+    first = C.decompressed(packed)
+    other = tmp_path / "other.db"
+    with Registry(str(other)) as registry:
+        registry.create_run(name="another-run", config={}, config_diff={}, config_hash="g" * 16, seed=1, total_steps=1)
+    with open(other, "rb") as raw, lzma.open(packed, "wb") as xz:
+        shutil.copyfileobj(raw, xz)
+    second = C.decompressed(packed)
+    assert second != first
+    with Registry(str(packed), readonly=True) as registry:
+        assert [r.name for r in registry.list_runs()] == ["another-run"]
+
+
+def test_a_command_that_writes_is_refused_in_one_line(packed, cache):
+    with pytest.raises(UserError, match=r"reg\.db\.xz is compressed, and this command writes to it.*xz -dk"):
+        Registry(str(packed))
+    out = invoke("runs", "tag", "packed-run", "x", "--db", str(packed))
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "is compressed" in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("content", [None, b"not xz at all"])
+def test_a_missing_or_broken_file_is_one_line(tmp_path, cache, content):
+    path = tmp_path / "gone.db.xz"
+    if content is not None:
+        path.write_bytes(content)
+    out = invoke("runs", "list", "--db", str(path))
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert str(path) in out.stderr
+    assert not list(cache.glob("*")) if cache.exists() else True  # no half-written copy left
