@@ -1,6 +1,6 @@
 """Write the pass@k page: does RL on the lab raise pass@k, or only pass@1?
 
-    python scripts/pass_at_k_page.py [--db docs/results/lab-pass-at-k.db] [--out docs/results/pass-at-k]
+    python scripts/pass_at_k_page.py [--db docs/results/lab-pass-at-k.db.xz] [--out docs/results/pass-at-k]
 
 Reads the runs of experiments/lab-pass-at-k.yaml (the lab's baseline, 3 seeds, a sampled
 eval every 10 steps) through the registry and writes, into --out:
@@ -67,7 +67,7 @@ def signed(value: float) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--db", default=str(ROOT / "docs" / "results" / "lab-pass-at-k.db"))
+    parser.add_argument("--db", default=str(ROOT / "docs" / "results" / "lab-pass-at-k.db.xz"))
     parser.add_argument("--out", default=str(ROOT / "docs" / "results" / "pass-at-k"))
     args = parser.parse_args()
 
@@ -112,7 +112,7 @@ def main() -> None:
         f"{temperature:g} on {subset} of the lab's held-out problems, scored as pass@k (some one of k samples "
         "is right; the unbiased estimator 1 - C(n-c, k)/C(n, k)) and maj@k (the most common answer of k "
         "samples is right). The greedy accuracy is the headline eval on all held-out problems. "
-        f"The registry is [`lab-pass-at-k.db`](../lab-pass-at-k.db) ({len(runs)} runs); "
+        f"The registry is [`lab-pass-at-k.db.xz`](../lab-pass-at-k.db.xz) ({len(runs)} runs); "
         "`python scripts/pass_at_k_page.py` rewrites this page from it, and the study's "
         f"[`grpoctl report`]({GROUP}/report.md) beside it (every curve, and the accuracy by level).",
         "",

@@ -23,11 +23,18 @@
 # and 21 knob runs (16 CPU-minutes) and 3 pass@k runs (3 CPU-minutes), on one core
 # (docs/lab-studies-cost.md). Never in CI.
 #
-# Environment: ADDITION_DB (default docs/results/registry.db), KNOBS_DB (default
-# docs/results/lab-knobs.db), PASS_AT_K_DB (default docs/results/lab-pass-at-k.db), SEEDS (the tiny suite's,
-# default 0,1,2), PARALLEL (the tiny suite's, default 2), LAB_DB and LAB_CORE (passed on
-# to scripts/run_lab_studies.sh), GRPOCTL and PYTHON (the commands; default the
-# checkout's .venv when it has one).
+# The committed registries are compressed (docs/results/*.db.xz) and read as they are;
+# runs go to a live copy of each under outputs/registries/ (made from the committed one
+# the first time), and the pages are then written from it. Commit a live copy with
+# scripts/snapshot_lab_registry.sh LIVE.db docs/results/NAME.db.xz.
+#
+# Environment: ADDITION_DB (default docs/results/registry.db.xz), LAB_DB (default
+# docs/results/lab.db.xz), KNOBS_DB (default docs/results/lab-knobs.db.xz), PASS_AT_K_DB
+# (default docs/results/lab-pass-at-k.db.xz), BREVITY_DB (the reward plugin's example, default
+# docs/results/lab-brevity.db.xz: its report is rewritten, its runs never re-run), SEEDS (the tiny suite's, default 0,1,2),
+# PARALLEL (the tiny suite's, default 2), LAB_CORE (passed on to
+# scripts/run_lab_studies.sh), GRPOCTL and PYTHON (the commands; default the checkout's
+# .venv when it has one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
@@ -42,17 +49,27 @@ if [[ -z "${PYTHON:-}" ]]; then
   if [[ -x .venv/bin/python ]]; then PYTHON=.venv/bin/python; else PYTHON=python; fi
 fi
 export GRPOCTL PYTHON
-ADDITION_DB=${ADDITION_DB:-docs/results/registry.db}
-LAB_DB=${LAB_DB:-docs/results/lab.db}
-KNOBS_DB=${KNOBS_DB:-docs/results/lab-knobs.db}
-PASS_AT_K_DB=${PASS_AT_K_DB:-docs/results/lab-pass-at-k.db}
+ADDITION_DB=${ADDITION_DB:-docs/results/registry.db.xz}
+LAB_DB=${LAB_DB:-docs/results/lab.db.xz}
+KNOBS_DB=${KNOBS_DB:-docs/results/lab-knobs.db.xz}
+PASS_AT_K_DB=${PASS_AT_K_DB:-docs/results/lab-pass-at-k.db.xz}
+BREVITY_DB=${BREVITY_DB:-docs/results/lab-brevity.db.xz}
 SEEDS=${SEEDS:-0,1,2}
 PARALLEL=${PARALLEL:-2}
 STUDIES=(tiny-lr-sweep tiny-baseline-ablation tiny-length-normalization tiny-std-normalization
          tiny-off-policy tiny-sft-init)
 start=$(date +%s)
 
+live() {  # live DB: the registry runs may write: DB itself, or a .db.xz's live copy
+  if [[ $1 != *.xz ]]; then echo "$1"; return; fi
+  local copy
+  copy=outputs/registries/$(basename "${1%.xz}")
+  mkdir -p outputs/registries
+  [[ -f $copy ]] || { xz -dkc "$1" > "$copy.part" && mv "$copy.part" "$copy"; }
+  echo "$copy"
+}
 addition_runs() {
+  ADDITION_DB=$(live "$ADDITION_DB")
   mkdir -p "$(dirname "$ADDITION_DB")"
   for study in "${STUDIES[@]}"; do
     echo "=== $study"
@@ -63,6 +80,7 @@ addition_page() {
   "$PYTHON" scripts/results_page.py experiments/pages/addition.yaml --db "$ADDITION_DB" --out docs/results/addition
 }
 lab_runs() {
+  LAB_DB=$(live "$LAB_DB") KNOBS_DB=$(live "$KNOBS_DB") PASS_AT_K_DB=$(live "$PASS_AT_K_DB")
   LAB_DB="$LAB_DB" scripts/run_lab_studies.sh seven
   LAB_DB="$KNOBS_DB" scripts/run_lab_studies.sh knobs
   taskset -c "${LAB_CORE:-1}" "$GRPOCTL" sweep experiments/lab-pass-at-k.yaml --parallel 1 --db "$PASS_AT_K_DB"
@@ -74,6 +92,9 @@ lab_page() {
       return 2
     fi
   done
+  if [[ -f "$BREVITY_DB" ]]; then  # the reward plugin's worked example (its runs are not re-run here)
+    "$GRPOCTL" report lab-brevity --db "$BREVITY_DB" -o docs/results/brevity
+  fi
   "$PYTHON" scripts/results_page.py experiments/pages/lab.yaml --db "$LAB_DB" --out docs/results
   "$PYTHON" scripts/results_page.py experiments/pages/lab-knobs.yaml --db "$KNOBS_DB" --out docs/results/knobs
   "$PYTHON" scripts/pass_at_k_page.py --db "$PASS_AT_K_DB" --out docs/results/pass-at-k

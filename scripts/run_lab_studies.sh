@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Run, or resume, the lab's studies one after another, on one core: the seven of issue 21
-# into docs/results/lab.db (`seven`, the default), or the three knob studies of issue 22,
-# queued after them, into their own docs/results/lab-knobs.db (`knobs`).
+# (`seven`, the default), or the three knob studies of issue 22, queued after them, into
+# their own registry (`knobs`). The studies write a live registry under outputs/registries/,
+# started from the committed one (docs/results/lab.db.xz, lab-knobs.db.xz) when it is not
+# there yet; commit it compressed with scripts/snapshot_lab_registry.sh.
 #
 #   scripts/run_lab_studies.sh [seven|knobs]   # run what is left of the suite, in order
 #   nohup scripts/run_lab_studies.sh > outputs/lab-studies.log 2>&1 &
@@ -30,18 +32,17 @@
 # The script then exits 130 without starting the next study. Run it again to resume.
 #
 # The knob studies take the lr study's winner too: their specs are checked against the
-# lr study in docs/results/lab.db (LR_DB) before each one starts, as the seven's are.
+# lr study (LR_DB) before each one starts, as the seven's are.
 #
-# Environment: LAB_DB (registry, default docs/results/lab.db for `seven`,
-# docs/results/lab-knobs.db for `knobs`), LR_DB (where the lr study is, default
-# docs/results/lab.db), LAB_CORE (default 1),
+# Environment: LAB_DB (the live registry, default outputs/registries/lab.db for `seven`,
+# outputs/registries/lab-knobs.db for `knobs`), LR_DB (where the lr study is: the live
+# lab.db for `seven`, the committed docs/results/lab.db.xz for `knobs`), LAB_CORE (default 1),
 # RETRY_FAILED=1 (rerun failed and diverged members as new runs), GRPOCTL (the command,
 # default .venv/bin/grpoctl when it exists, else grpoctl).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 SUITE=${1:-seven}
-LR_DB=${LR_DB:-docs/results/lab.db}
 CORE=${LAB_CORE:-1}
 if [[ -z "${GRPOCTL:-}" ]]; then
   if [[ -x .venv/bin/grpoctl ]]; then GRPOCTL=.venv/bin/grpoctl; else GRPOCTL=grpoctl; fi
@@ -51,7 +52,8 @@ PYTHON=${PYTHON:-$(dirname "$(command -v "$GRPOCTL")")/python}
 # each suite's studies and their cost-table estimates in CPU-minutes (docs/lab-studies-cost.md), in run order
 case "$SUITE" in
   seven)
-    DB=${LAB_DB:-docs/results/lab.db}
+    DB=${LAB_DB:-outputs/registries/lab.db}
+    LR_DB=${LR_DB:-$DB}
     STUDIES=(lab-lr-sweep lab-baseline-ablation lab-length-normalization lab-std-normalization
              lab-off-policy lab-off-policy-full lab-prompt lab-sft-init)
     PAGE=experiments/pages/lab.yaml
@@ -59,7 +61,8 @@ case "$SUITE" in
                              [lab-std-normalization]=10 [lab-off-policy]=80 [lab-off-policy-full]=30
                              [lab-prompt]=5 [lab-sft-init]=18) ;;
   knobs)
-    DB=${LAB_DB:-docs/results/lab-knobs.db}
+    DB=${LAB_DB:-outputs/registries/lab-knobs.db}
+    LR_DB=${LR_DB:-docs/results/lab.db.xz}
     STUDIES=(lab-overlong lab-dynamic-sampling lab-entropy-bonus)
     PAGE=experiments/pages/lab-knobs.yaml
     declare -A ESTIMATE_MIN=([lab-overlong]=15 [lab-dynamic-sampling]=12 [lab-entropy-bonus]=15) ;;
@@ -74,6 +77,11 @@ export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1  # one thread per trainer (grpoctl al
 STATE=outputs/lab-studies
 [[ $SUITE == seven ]] || STATE=outputs/lab-studies-$SUITE
 mkdir -p outputs "$(dirname "$DB")"
+committed=docs/results/$(basename "$DB").xz
+if [[ ! -f "$DB" && -f "$committed" ]]; then
+  xz -dkc "$committed" > "$DB.part" && mv "$DB.part" "$DB"  # the live registry starts as the committed one
+  echo "started $DB from $committed"
+fi
 exec 9> "$STATE.lock"
 if ! flock -n 9; then
   echo "another scripts/run_lab_studies.sh holds $STATE.lock (pid $(cat "$STATE.pid" 2>/dev/null)); not starting" >&2

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # A copy of the lab registry as it fills, fit to commit: the finished, diverged and failed
-# runs only. scripts/run_lab_studies.sh writes the registry; commit its snapshot as the
+# runs only, compressed (xz) when OUT ends in .xz, as docs/results/ keeps them. scripts/run_lab_studies.sh writes the registry; commit its snapshot as the
 # studies go (a session's processes, and its checkpoints, end with it).
 #
-#   PYTHON=/path/to/frozen/.venv/bin/python scripts/snapshot_lab_registry.sh LIVE.db docs/results/lab.db
+#   PYTHON=/path/to/frozen/.venv/bin/python scripts/snapshot_lab_registry.sh LIVE.db docs/results/lab.db.xz
 #
 # A run still going, or interrupted, is dropped from the copy (its rows only; no file is
 # touched): its checkpoints stay on this machine, so a later session could not resume it,
@@ -31,4 +31,8 @@ for run in runs:
 print(f"{sum(r.status in ended for r in runs)} ended runs kept")
 PY
 sqlite3 "$tmp" "VACUUM"
-mv "$tmp" "$out"
+if [[ "$out" == *.xz ]]; then
+  xz -9 -T1 -c "$tmp" > "$out.part" && mv "$out.part" "$out"
+else
+  mv "$tmp" "$out"
+fi

@@ -137,6 +137,18 @@ def shared_once(tmp_path_factory, name: str, build) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def committed_registry():
+    """The committed results registry NAME (`docs/results/NAME.xz`, e.g. "lab.db"), as a
+    SQLite file: decompressed once into grpoctl's cache (registry/compressed.py), which
+    every worker and subprocess shares. Read it; a test that changes it copies it first."""
+    from functools import cache
+
+    from grpoctl.registry.compressed import decompressed
+
+    return cache(lambda name: decompressed(REPO / "docs" / "results" / f"{name}.xz"))
+
+
 def record_service_start(name: str, seconds: float) -> None:
     """Note how long a service (postgresql, ray, vllm) took to start, for .ci/run's ledger."""
     path = os.environ.get("GRPOCTL_CI_TIMINGS")

@@ -11,25 +11,23 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from pathlib import Path
 
 import pytest
 
 from grpoctl.config import from_dict
 from grpoctl.run_identity import config_hash
 
-RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 # each committed registry, and how many runs it holds at least: the addition task's six
 # studies, the lab's seven studies (all 123 runs), the lab's three knob studies (issue 22)
-# and its pass@k runs (issue 23). Not lab-brevity.db: a plugin's identity is its file's
+# and its pass@k runs (issue 23), each committed as NAME.xz. Not lab-brevity.db: a plugin's identity is its file's
 # bytes at the absolute path its sweep recorded, which only the machine that ran it has.
 REGISTRIES = {"registry.db": 51, "lab.db": 123, "lab-knobs.db": 21, "lab-pass-at-k.db": 3}
 
 
 @pytest.mark.parametrize("registry, at_least", REGISTRIES.items())
-def test_every_results_run_recomputes_to_its_stored_hash(registry, at_least):
-    # read-only: opening it through the registry would migrate a committed file in place
-    with sqlite3.connect(f"file:{RESULTS / registry}?mode=ro", uri=True) as conn:
+def test_every_results_run_recomputes_to_its_stored_hash(registry, at_least, committed_registry):
+    # read-only: the stored rows as committed, whatever schema this grpoctl migrates to
+    with sqlite3.connect(f"file:{committed_registry(registry)}?mode=ro", uri=True) as conn:
         runs = conn.execute("SELECT name, config, config_hash FROM run ORDER BY id").fetchall()
     assert len(runs) >= at_least
     moved = []

@@ -71,7 +71,7 @@ def page_script(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_a_page_over_a_partial_registry_says_not_run(tmp_path):
+def test_a_page_over_a_partial_registry_says_not_run(tmp_path, committed_registry):
     """While a suite runs: a study missing from the registry and a variant whose runs are
     gone or still running read "not run yet", outside the family; nothing raises."""
     import shutil
@@ -79,7 +79,7 @@ def test_a_page_over_a_partial_registry_says_not_run(tmp_path):
     from grpoctl.registry import Registry
 
     db = tmp_path / "partial.db"
-    shutil.copy(ROOT / "docs" / "results" / "registry.db", db)
+    shutil.copy(committed_registry("registry.db"), db)
     with Registry(str(db)) as registry:
         for run in registry.list_runs(limit=None):
             if run.group in ("tiny-off-policy", "tiny-sft-init") or run.variant == "lr=1e-3":
@@ -125,7 +125,7 @@ def test_the_knobs_page_reads_the_knob_studies_registry_and_writes_beside_the_la
 
     page = ROOT / "experiments" / "pages" / "lab-knobs.yaml"
     spec = results_page.read_page(page)
-    assert (page.parent / spec["registry"]).resolve() == ROOT / "docs" / "results" / "lab-knobs.db"
+    assert (page.parent / spec["registry"]).resolve() == ROOT / "docs" / "results" / "lab-knobs.db.xz"
     assert (page.parent / spec["out"]).resolve() == ROOT / "docs" / "results" / "knobs"
     studies = [F.read_findings(p)[0] for p in F.family_specs(page)]
     assert studies == ["lab-overlong", "lab-dynamic-sampling", "lab-entropy-bonus"]
