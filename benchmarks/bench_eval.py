@@ -4,7 +4,7 @@
 
 - lab: the lab's base model (`model.path=lab`, hf backend, one torch thread) samples n
   completions of `--problems` held-out lab problems (the lab config's eval.max_tokens,
-  96), as a run's sampled eval does (train/sampled_eval.py); generation and grading
+  96), as a run's sampled eval does (evals/sampled.py); generation and grading
   (answer classes, pass@k, maj@k at k = 1, 4, n) are timed apart, in CPU and wall seconds.
 - math500: no model here answers MATH, so the grading side alone, on MATH500's answers:
   per problem n r1_zero responses, a mix of the truth written three ways (as given, in
@@ -37,8 +37,8 @@ def lab_rows(problems: int, ns: list[int]) -> list[dict]:
 
     from grpoctl.config import load_config
     from grpoctl.data.run_data import load_run_data
+    from grpoctl.evals.sampled import generate_samples, sampled_problems, sampled_sampling, score_samples
     from grpoctl.rollout import make_backend
-    from grpoctl.train.sampled_eval import generate_samples, sampled_problems, sampled_sampling, score_samples
     from grpoctl.train.setup import load_policy, resolve_model_dir
 
     torch.set_num_threads(1)
@@ -65,8 +65,8 @@ def lab_rows(problems: int, ns: list[int]) -> list[dict]:
 
 def math500_rows(path: Path, problems: int, ns: list[int]) -> list[dict]:
     from grpoctl.data.files import load_math_jsonl
+    from grpoctl.evals.sampled import score_samples
     from grpoctl.rewards import reset_grading_stats
-    from grpoctl.train.sampled_eval import score_samples
 
     examples = load_math_jsonl(path)[:problems]
     rows = []

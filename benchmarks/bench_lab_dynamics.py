@@ -72,7 +72,7 @@ def load_model(path: str):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from grpoctl.tiny.lab_recipe import is_lab_path
-    from grpoctl.tiny.lab_warmstart import resolve_lab_model
+    from grpoctl.warmstart.lab import resolve_lab_model
 
     model_dir = resolve_lab_model(path, REPO / "outputs" / "cache") if is_lab_path(path) else Path(path)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

@@ -58,8 +58,8 @@ def model_dir_of(workload: str, cache_dir: Path) -> Path:
     """The workload's base model: the tiny default's warm-start (final checkpoint), or the
     lab's shipped base; built or found in cache_dir."""
     from grpoctl.config import load_config
-    from grpoctl.tiny.lab_warmstart import resolve_lab_model
-    from grpoctl.tiny.warmstart import resolve_tiny_model
+    from grpoctl.warmstart.lab import resolve_lab_model
+    from grpoctl.warmstart.tiny import resolve_tiny_model
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr)

@@ -220,8 +220,9 @@ def measured(db: Path, name: str) -> dict[str, list[float]]:
 
 
 def report(preset: str, cfg, metrics: dict, events: dict, notes: list[str], device: str) -> None:
+    from grpoctl.arch import arch_from_model_path
     from grpoctl.formatting import GiB, MiB
-    from grpoctl.train.memory_estimate import arch_from_model_path, estimate_peak_memory, visible_device_bytes
+    from grpoctl.train.memory_estimate import estimate_peak_memory, visible_device_bytes
 
     estimate = estimate_peak_memory(
         arch_from_model_path(cfg.model.path), cfg, device_total_bytes=visible_device_bytes(device)

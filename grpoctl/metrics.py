@@ -157,7 +157,7 @@ OVERLONG_EVAL_DROPPED = _metric(
 )
 
 
-# The sampled eval (eval.sampled.*, train/sampled_eval.py): n samples per problem.
+# The sampled eval (eval.sampled.*, evals/sampled.py): n samples per problem.
 SAMPLED_FORMAT_RATE = _metric(
     "eval/sampled_format_rate", "share of the sampled eval's samples in the answer format", "fraction", True
 )

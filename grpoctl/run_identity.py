@@ -67,7 +67,7 @@ NEUTRAL_DEFAULTS: dict[str, Any] = {
     "rollout.dynamic_sampling_max_rounds": 10,  # ... (the cap only acts with dynamic sampling)
     "rollout.vllm.enforce_eager": False,  # vLLM compiled its model, as every run's engine did
     # The sampled eval (pass@k, maj@k) and the breakdowns change no training row: the
-    # sampled eval draws from its own generator (train/sampled_eval.py), and a breakdown
+    # sampled eval draws from its own generator (evals/sampled.py), and a breakdown
     # only groups verdicts already made. They still enter the identity when set, as
     # eval.every does: they change what the run records, and a sweep that finds its
     # members by hash must not take a finished run without pass@k for one that has it.

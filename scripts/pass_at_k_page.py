@@ -99,7 +99,7 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     plot(data, labels, seeds, steps, out / "curves.png", k)
-    from grpoctl.cli.report_view import write_report
+    from grpoctl.views.report_view import write_report
 
     write_report(registry, GROUP, out / GROUP)  # every curve, pass@k's and the breakdowns included
 

@@ -416,7 +416,7 @@ def write_page(args) -> int:
             print(f"not run yet: {', '.join(waiting)}", file=sys.stderr)
         results, tables = family_results(registry, declared, tables)
         if not args.no_reports:
-            from grpoctl.cli.report_view import write_report
+            from grpoctl.views.report_view import write_report
 
             for study in tables:
                 write_report(registry, study, out / study, findings=str(page))  # the page's one family

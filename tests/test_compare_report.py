@@ -19,12 +19,12 @@ from conftest import drop_pg_database, fresh_pg_database
 from sqlalchemy import update
 
 from grpoctl.analysis.compare import build_compare_table
-from grpoctl.cli import compare_view as tables
-from grpoctl.cli.report_view import write_report
 from grpoctl.config import config_diff, load_config, to_dict
 from grpoctl.registry import Registry, Run
 from grpoctl.registry.models import utcnow
 from grpoctl.rules import config_hash
+from grpoctl.views import compare_view as tables
+from grpoctl.views.report_view import write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 N_EVAL = 1024
@@ -243,7 +243,7 @@ def test_evals_done_differently_are_warned_about_and_stale_is_shown(registry):
 
 
 def test_a_study_graded_under_two_normalization_versions_is_warned_about(tmp_path):
-    # What evaluate.eval_record stores: the grader and its normalization version, which
+    # What evals.on_set.eval_row stores: the grader and its normalization version, which
     # changes what counts as right (grpoctl-3: issue 17's separators, relations, \mathrm).
     old, new = "math-verify 0.9.0 (grpoctl-2)", "math-verify 0.9.0 (grpoctl-3)"
     with Registry(str(tmp_path / "registry.db")) as registry:
@@ -274,7 +274,7 @@ def test_cli_json_and_csv_parse_and_stay_clear_of_torch(db, tmp_path):
         "except SystemExit as exc:\n    assert not exc.code, exc.code\n"
         "heavy = [m for m in ('torch', 'matplotlib', 'pandas', 'transformers') if m in sys.modules]\n"
         "print('HEAVY', heavy, file=sys.stderr)\n"
-        "from grpoctl.cli.report_view import write_report\n"
+        "from grpoctl.views.report_view import write_report\n"
         "from grpoctl.registry import Registry\n"
         f"write_report(Registry({str(db)!r}), 'abl', {str(tmp_path)!r})\n"
         "print('REPORT TORCH', 'torch' in sys.modules, file=sys.stderr)\n"
@@ -755,7 +755,7 @@ def test_a_dynamic_sampling_study_is_also_plotted_against_rollouts_generated(tmp
     generated through it, prompts drawn x group size where recorded, else the rollout batch."""
     import matplotlib.axes
 
-    from grpoctl.cli import report_plots
+    from grpoctl.views import report_plots
 
     lines: dict[str, tuple[list, list]] = {}  # each variant's mean line, as drawn
     plot = matplotlib.axes.Axes.plot

@@ -17,8 +17,6 @@ from conftest import SHARED_DATA, lab_overrides
 from grpoctl import metrics
 from grpoctl.analysis.breakdown import breakdown
 from grpoctl.analysis.compare import build_compare_table
-from grpoctl.cli import compare_view as tables
-from grpoctl.cli.report_view import write_report
 from grpoctl.config import config_diff, load_config, to_dict
 from grpoctl.config_checks import validate
 from grpoctl.data import file_hash
@@ -28,6 +26,8 @@ from grpoctl.data.run_data import load_run_data
 from grpoctl.errors import UserError
 from grpoctl.registry import Registry
 from grpoctl.rules import config_hash
+from grpoctl.views import compare_view as tables
+from grpoctl.views.report_view import write_report
 
 MATH500 = SHARED_DATA / "math500_test.jsonl"
 needs_math500 = pytest.mark.skipif(not MATH500.exists(), reason="needs ../shared/data/math500_test.jsonl")
@@ -259,7 +259,7 @@ def test_compare_cli_takes_headline(study):
 
 @needs_math500
 def test_report_shows_pass_at_k_and_math500s_breakdowns_for_the_headline_asked(study, tmp_path, monkeypatch):
-    from grpoctl.cli import report_evals, report_plots
+    from grpoctl.views import report_evals, report_plots
 
     records = [json.loads(line) for line in MATH500.read_text().splitlines()]
     monkeypatch.setattr(report_plots, "plot_all", lambda *args, **kw: [])  # the usual curves: tested elsewhere

@@ -270,8 +270,8 @@ def test_findings_from_a_file_without_this_studys_findings_warn(tmp_path):
 
 @pytest.mark.slow
 def test_a_study_report_tests_its_findings_in_the_page_family(tmp_path):
-    from grpoctl.cli.report_view import write_report
     from grpoctl.registry import Registry
+    from grpoctl.views.report_view import write_report
 
     with Registry(str(REGISTRY), readonly=True) as registry:
         text = write_report(registry, "tiny-off-policy", tmp_path / "rep", findings=str(PAGE)).read_text()

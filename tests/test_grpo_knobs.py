@@ -160,12 +160,8 @@ def test_the_bonus_needs_the_entropy():
 
 
 def test_the_entropy_graph_is_counted_by_the_memory_estimate():
-    from grpoctl.train.memory_estimate import (
-        ENTROPY_GRAPH_BYTES_PER_ELEMENT,
-        KNOWN_CONFIGS,
-        arch_from_hf_config,
-        estimate_peak_memory,
-    )
+    from grpoctl.arch import KNOWN_CONFIGS, arch_from_hf_config
+    from grpoctl.train.memory_estimate import ENTROPY_GRAPH_BYTES_PER_ELEMENT, estimate_peak_memory
 
     # What autograd really keeps for the entropy's backward, beyond the logits themselves.
     logits = torch.randn(16, 50, requires_grad=True)

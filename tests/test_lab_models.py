@@ -29,7 +29,6 @@ from grpoctl.data.synthetic import split_of
 from grpoctl.rewards import r1_zero_reward
 from grpoctl.run_identity import config_hash, hashed_items
 from grpoctl.tiny import lab_recipe
-from grpoctl.tiny import lab_warmstart as lw
 from grpoctl.tiny.lab_recipe import (
     LAB_PARAMS,
     LAB_SIZES,
@@ -41,6 +40,7 @@ from grpoctl.tiny.lab_recipe import (
     sft_steps_of,
 )
 from grpoctl.tiny.model import LAB_NUMBER_MAX, LAB_TAGS, build_lab_tokenizer, build_model, create_lab_model_dir
+from grpoctl.warmstart import lab as lw
 
 torch.set_num_threads(1)
 
@@ -141,8 +141,8 @@ def test_lab_model_dir_is_the_recipes_shape(lab_model_dir):
 
 
 def test_the_memory_estimate_and_thread_rule_see_the_lab_model():
-    from grpoctl.train.memory_estimate import arch_from_model_path
-    from grpoctl.train.threads import model_params
+    from grpoctl.arch import arch_from_model_path
+    from grpoctl.threads import model_params
 
     for path in ("lab", "lab-sft@400"):
         assert arch_from_model_path(path).num_params() == LAB_PARAMS

@@ -5,14 +5,12 @@ checkpointing's equivalence on CPU, and the CPU tracker."""
 import pytest
 import torch
 
+from grpoctl.arch import KNOWN_CONFIGS, arch_from_hf_config, arch_from_model_path
 from grpoctl.config import load_config
 from grpoctl.train.memory import MemoryTracker
 from grpoctl.train.memory_estimate import (
-    KNOWN_CONFIGS,
     GiB,
     activation_bytes_per_token_layer,
-    arch_from_hf_config,
-    arch_from_model_path,
     estimate_peak_memory,
     estimate_prompt_tokens,
 )

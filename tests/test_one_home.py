@@ -217,3 +217,30 @@ def test_no_import_cycle_between_modules():
 def test_the_cycle_check_sees_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def _package(module: str) -> str:
+    """The floor a module stands on: grpoctl's subpackage or top-level module it is in."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_no_import_cycle_between_packages():
+    # Lazy and type-checking imports count: a cycle between floors is a cycle however it is reached.
+    graph: dict[str, set[str]] = {}
+    for module, (_, tree) in MODULES.items():
+        graph.setdefault(_package(module), set()).update(
+            _package(t) for t, _ in _edges(module, tree) if _package(t) != _package(module)
+        )
+    assert not _cycles(graph), f"package cycles: {_cycles(graph)}"
+
+
+def test_the_floors_contract_names_every_package():
+    """pyproject.toml's layers contract (checked by `lint-imports` in .ci/run) places every
+    subpackage and top-level module, so that a new one cannot stand outside the floors."""
+    import tomllib
+
+    contract = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"][0]
+    placed = {name.strip() for layer in contract["layers"] for name in layer.split("|")}
+    packages = {_package(m) for m in MODULES} - {"grpoctl", "grpoctl.__main__"}
+    assert packages - placed == set(), "not on any floor of the contract"
+    assert placed - packages == set(), "on a floor but not in the package"

@@ -188,8 +188,8 @@ def test_the_report_plots_each_component_s_curve(tmp_path, monkeypatch):
     import matplotlib.axes
     from test_compare_report import make_run
 
-    from grpoctl.cli.report_view import write_report
     from grpoctl.registry import Registry
+    from grpoctl.views.report_view import write_report
 
     labels: list[str] = []
     plot = matplotlib.axes.Axes.plot

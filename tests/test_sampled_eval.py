@@ -14,14 +14,15 @@ from conftest import lab_overrides
 from grpoctl import metrics
 from grpoctl.config import load_config
 from grpoctl.data import Example
-from grpoctl.rollout.base import Rollouts, SamplingSettings
-from grpoctl.train.sampled_eval import (
+from grpoctl.data.run_data import EvalSet
+from grpoctl.evals.on_set import eval_row
+from grpoctl.evals.sampled import (
     sampled_eval_due,
     sampled_eval_seed,
     sampled_evaluate,
     sampled_ks,
-    sampled_record,
 )
+from grpoctl.rollout.base import Rollouts, SamplingSettings
 
 
 class ScriptedBackend:
@@ -78,14 +79,8 @@ def test_pass_and_maj_from_scripted_samples_leave_the_global_generator_alone():
     assert outcome.pass_at[2] == pytest.approx(((1 - 1 / 6) + (1 - 3 / 6)) / 2)
     assert outcome.maj_at[4] == pytest.approx((1 + 0) / 2)  # A: tie to 0.5 (right); B: 8 wins
     assert outcome.format_rate == pytest.approx(7 / 8)
-    row = sampled_record(
-        outcome,
-        examples=problems,
-        data_source="math",
-        data_hash="h",
-        template_name="t",
-        template="{question}",
-        sampling=SamplingSettings(greedy=False),
+    row = eval_row(
+        outcome, problems, EvalSet("", problems, "math", "h"), "t", "{question}", SamplingSettings(greedy=False)
     )
     assert row["kind"] == "sampled" and json.loads(row["sampling"])["n"] == 4
     assert json.loads(row["scores"])[metrics.maj_at(4)] == pytest.approx(0.5)

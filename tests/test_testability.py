@@ -176,7 +176,7 @@ def test_lab_lengths_are_tokens_not_bytes():
     from transformers import AutoTokenizer
 
     from grpoctl.analysis.token_lengths import token_counter
-    from grpoctl.tiny.lab_warmstart import resolve_lab_model
+    from grpoctl.warmstart.lab import resolve_lab_model
 
     count, unit = token_counter("lab-sft@800")
     text = " 47+8=55 </think> <answer>55</answer>"

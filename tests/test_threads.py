@@ -14,7 +14,7 @@ from grpoctl.config import load_config
 from grpoctl.registry import Registry
 from grpoctl.rules import config_hash
 from grpoctl.sweep import launcher, spec
-from grpoctl.train.threads import THREADS_ENV, per_child_cap, resolve_threads
+from grpoctl.threads import THREADS_ENV, per_child_cap, resolve_threads
 
 
 @pytest.fixture(autouse=True)
@@ -53,7 +53,7 @@ def test_thread_count_is_not_part_of_the_config():
 
 def test_configure_sets_passive_waiting_before_torch_starts():
     code = (
-        "import os, sys; from grpoctl.config import load_config; from grpoctl.train.threads import configure_threads; "
+        "import os, sys; from grpoctl.config import load_config; from grpoctl.threads import configure_threads; "
         "assert 'torch' not in sys.modules; n, _ = configure_threads(load_config(None, [])); import torch; "
         "print(os.environ['OMP_WAIT_POLICY'], n, torch.get_num_threads())"
     )

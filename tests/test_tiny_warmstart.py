@@ -17,8 +17,8 @@ import torch
 
 from grpoctl.config import load_config
 from grpoctl.data import synthetic_examples
-from grpoctl.tiny import warmstart as ws
 from grpoctl.train.setup import load_policy
+from grpoctl.warmstart import tiny as ws
 
 torch.set_num_threads(1)
 

@@ -54,7 +54,7 @@ PRELOAD = (
     "grpoctl.rewards",
     "grpoctl.train.setup",
     "grpoctl.train.trainer",
-    "grpoctl.train.evaluate",
+    "grpoctl.evals.headline",
     "grpoctl.rollout.hf",
 )
 # Environment variables a request may set or unset per run: read by the trainer at run

@@ -56,7 +56,7 @@ from grpoctl.analysis.baseline import LAST_K, last_evals
 from grpoctl.analysis.health import grad_norm_measure
 from grpoctl.analysis.testability import RULES, Check, Rule, check_all, load_extra, parse_rules
 from grpoctl.errors import UserError
-from grpoctl.sweep.spec_file import read_spec
+from grpoctl.spec_file import read_spec
 
 MEASURES = {
     "plateau": f"mean of the last {LAST_K} evals",

@@ -89,8 +89,8 @@ def compare(
     if fmt not in FORMATS:
         raise UserError(f"--format {fmt!r} is not one of: {', '.join(FORMATS)}")
     from grpoctl.analysis.compare import build_compare_table
-    from grpoctl.cli import compare_view as tables
     from grpoctl.registry import Registry
+    from grpoctl.views import compare_view as tables
 
     with Registry(db, must_exist=True, readonly=True) as registry:
         table = build_compare_table(

@@ -25,8 +25,8 @@ def report(
 ) -> None:
     """Write a markdown report of a sweep: what varied, results, each variant against the
     baseline, curves, health."""
-    from grpoctl.cli.report_view import write_report
     from grpoctl.registry import Registry
+    from grpoctl.views.report_view import write_report
 
     with Registry(db, must_exist=True, readonly=True) as registry:
         path = write_report(registry, name, out, baseline=baseline, last_k=last_k, findings=findings, headline=headline)

@@ -57,8 +57,8 @@ def _setup_logging() -> None:
 
 
 def _setup_threads(cfg) -> None:
-    """torch's thread count by grpoctl's rule (grpoctl/train/threads.py), said in one line."""
-    from grpoctl.train.threads import configure_threads
+    """torch's thread count by grpoctl's rule (grpoctl/threads.py), said in one line."""
+    from grpoctl.threads import configure_threads
 
     count, why = configure_threads(cfg)
     typer.echo(f"torch threads: {count} ({why})")
@@ -193,7 +193,7 @@ def _warn(message: str) -> None:
 
 
 def _preflight(cfg, **kw):
-    from grpoctl.train.threads import wait_passively
+    from grpoctl.threads import wait_passively
 
     wait_passively()  # OpenMP reads it once, when torch is imported (by setup, just below)
     from grpoctl.train.setup import preflight  # torch: only once the flags and config are known good
@@ -274,7 +274,7 @@ def evaluate_checkpoint(
     if not (path / "config.json").is_file():
         raise UserError(f"{ckpt_dir} is not a model directory (no config.json)")
     from grpoctl.registry import Registry
-    from grpoctl.train.threads import wait_passively
+    from grpoctl.threads import wait_passively
 
     wait_passively()  # before torch's first import, just below
     from grpoctl.train.checkpoint import run_of_checkpoint  # noqa: E402  (torch only past the flags)

@@ -120,7 +120,7 @@ class EvalResult(SQLModel, table=True):
     grading_timeouts: int = 0
     created_at: datetime = Field(default_factory=utcnow)
     # "greedy": the headline eval (eval.*, whatever its decoding); "sampled": pass@k and
-    # maj@k from eval.sampled.n samples per problem (train/sampled_eval.py). Migration 0006.
+    # maj@k from eval.sampled.n samples per problem (evals/sampled.py). Migration 0006.
     kind: str = Field(default=EVAL_KINDS[0], sa_column_kwargs={"server_default": EVAL_KINDS[0]})
     sampling: str = Field(default="{}", sa_column_kwargs={"server_default": "{}"})  # JSON: n, k, seed, subsets
     scores: str = Field(default="{}", sa_column_kwargs={"server_default": "{}"})  # JSON: eval/pass@k, eval/maj@k

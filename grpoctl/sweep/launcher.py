@@ -36,7 +36,7 @@ from grpoctl.registry import Registry
 from grpoctl.sweep.member import Control, run_member, secret_env
 from grpoctl.sweep.planning import Job, SweepResult, decide, record_plan
 from grpoctl.sweep.spec import SweepPlan
-from grpoctl.train.threads import THREADS_ENV, per_child_cap
+from grpoctl.threads import THREADS_ENV, per_child_cap
 
 # How long trainers get to record "interrupted" (and save what they save) after Ctrl-C.
 INTERRUPT_GRACE_S = 120

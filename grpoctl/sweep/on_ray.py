@@ -50,7 +50,7 @@ from grpoctl.registry.models import utcnow
 from grpoctl.rules import claim_wait_s
 from grpoctl.sweep.member import MemberLost, MemberSpec, RegistryOutOfReach, run_member, secret_env
 from grpoctl.sweep.planning import Job, SweepResult
-from grpoctl.train.threads import THREADS_ENV
+from grpoctl.threads import THREADS_ENV
 
 POLL_S = 0.5
 LAPSE_CHECK_S = 2.0  # how often the driver looks for members whose claim lapsed

@@ -33,7 +33,7 @@ from grpoctl.errors import UserError
 from grpoctl.formatting import format_config_value
 from grpoctl.reward_specs import absolute_spec
 from grpoctl.run_identity import config_hash, flatten
-from grpoctl.sweep.spec_file import read_spec
+from grpoctl.spec_file import read_spec
 
 # --------------------------------------------------------------------------- value specs
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 PAD, EOS = "<|pad|>", "<|endoftext|>"
+SHIPPED = Path(__file__).parent / "shipped"  # the warm starts the package ships (grpoctl/warmstart/)
 TINY_MAX_POSITIONS = 1024  # the tiny model's context: prompt and response together
 
 

@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING
 
 from omegaconf import OmegaConf
 
+from grpoctl.arch import arch_from_model_path
 from grpoctl.config import derived_sizes
 from grpoctl.rules import resolve_backend, vllm_installed
 from grpoctl.train.memory_estimate import (
     GiB,
-    arch_from_model_path,
     estimate_device,
     estimate_peak_memory,
     visible_device_bytes,

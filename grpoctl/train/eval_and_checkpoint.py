@@ -13,22 +13,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from grpoctl import metrics
-from grpoctl.data.run_data import EvalSet
+from grpoctl.evals.on_set import evaluate_set
+from grpoctl.evals.sampled import sampled_eval_due
 from grpoctl.rollout.base import Rollouts
-from grpoctl.rules import grader_reward
 from grpoctl.train.checkpoint import SavedTrainer, capture_rng, save_checkpoint, select_for_deletion
 from grpoctl.train.context import RunContext
-from grpoctl.train.evaluate import eval_record, eval_sampling, evaluate
 from grpoctl.train.phases import Phases
-from grpoctl.train.sampled_eval import (
-    sampled_eval_due,
-    sampled_eval_seed,
-    sampled_evaluate,
-    sampled_ks,
-    sampled_problems,
-    sampled_record,
-    sampled_sampling,
-)
 
 if TYPE_CHECKING:
     from grpoctl.config import Config
@@ -68,22 +58,24 @@ def eval_due(cfg: Config, step: int) -> bool:
 
 def evaluate_policy(run: RunContext, step: int) -> tuple[dict, list[dict], list[dict]]:
     """The evals due at `step`, on every eval set (eval.sets; the headline set first): the
-    greedy eval on its subset (eval.every) and the sampled one (eval.sampled.*). Returns
-    (eval/* metrics, stored completions, eval rows)."""
+    headline eval on its subset (eval.every) and the sampled one (eval.sampled.*). Returns
+    (eval/* metrics, stored completions, eval rows). Only the headline set's headline
+    accuracy picks the best checkpoints."""
     figures: dict = {}
     samples: list[dict] = []
     rows: list[dict] = []
+    due = ((False, step == 0 or eval_due(run.cfg, step)), (True, sampled_eval_due(run.cfg, step)))
     for index, eval_set in enumerate(run.data.sets):
         headline = index == 0
-        if step == 0 or eval_due(run.cfg, step):
-            set_figures, set_samples, row = headline_eval(run, step, eval_set, headline)
-            figures |= _named(set_figures, eval_set.name, headline)
-            samples += set_samples if headline else []  # the headline set's completions are stored
-            rows.append(_of_set(row, eval_set.name, headline))
-        if sampled_eval_due(run.cfg, step):
-            sampled_figures, row = sampled_eval(run, step, eval_set)
-            figures |= _named(sampled_figures, eval_set.name, headline)
-            rows.append(_of_set(row, eval_set.name, headline))
+        for sampled in (kind for kind, is_due in due if is_due):
+            done = evaluate_set(
+                run.backend, run.cfg, eval_set, run.data.template_name, run.data.template, sampled=sampled, step=step
+            )
+            if headline and not sampled:
+                run.state.record_eval(step, done.outcome.accuracy)
+                samples += done.samples  # the headline set's completions are stored
+            figures |= _named(done.figures, eval_set.name, headline)
+            rows.append(done.row | {"eval_set": eval_set.name, "headline": headline})  # migration 0008
     return figures, samples, rows
 
 
@@ -94,79 +86,6 @@ def _named(figures: dict, eval_set: str, headline: bool) -> dict:
         return figures
     named = {metrics.in_eval_set(eval_set, name): value for name, value in figures.items()}
     return (figures | named) if headline else named
-
-
-def _of_set(row: dict, eval_set: str, headline: bool) -> dict:
-    """An eval row with its set's name and whether it is the headline set's (migration 0008)."""
-    return row | {"eval_set": eval_set, "headline": headline}
-
-
-def headline_eval(
-    run: RunContext, step: int, eval_set: EvalSet | None = None, headline: bool = True
-) -> tuple[dict, list[dict], dict]:
-    """The policy on an eval set's subset (default: the headline set): (eval/* metrics,
-    stored completions, the eval row to record). Only the headline set's accuracy picks
-    the best checkpoints."""
-    cfg, data = run.cfg, run.data
-    eval_set = eval_set or data.sets[0]
-    sampling = eval_sampling(cfg.eval, cfg.rollout.stop)
-    outcome = evaluate(
-        run.backend,
-        eval_set.examples,
-        data.template,
-        grader_reward(cfg.prompt.reward, cfg.prompt.template),
-        sampling,
-        cfg.eval.batch_size,
-        n_samples=cfg.logging.samples_per_step,
-        seed=cfg.eval.subset_seed,
-    )
-    if headline:
-        run.state.record_eval(step, outcome.accuracy)
-    figures = outcome.metrics()
-    if eval_set.overlong_dropped:
-        figures[metrics.OVERLONG_EVAL_DROPPED] = eval_set.overlong_dropped
-    row = eval_record(
-        outcome,
-        examples=eval_set.examples,
-        data_source=eval_set.source,
-        data_hash=eval_set.data_hash,
-        template_name=data.template_name,
-        template=data.template,
-        sampling=sampling,
-        group_by=list(cfg.eval.group_by),
-    )
-    return figures, outcome.samples, row
-
-
-def sampled_eval(run: RunContext, step: int, eval_set: EvalSet | None = None) -> tuple[dict, dict]:
-    """pass@k and maj@k of the policy on an eval set (default: the headline set), from its
-    own seed: (eval/* metrics, the eval row)."""
-    cfg, data = run.cfg, run.data
-    eval_set = eval_set or data.sets[0]
-    problems = sampled_problems(cfg, eval_set.examples)
-    sampling = sampled_sampling(cfg)
-    outcome = sampled_evaluate(
-        run.backend,
-        problems,
-        data.template,
-        grader_reward(cfg.prompt.reward, cfg.prompt.template),
-        sampling,
-        n=cfg.eval.sampled.n,
-        ks=sampled_ks(cfg.eval.sampled),
-        seed=sampled_eval_seed(cfg.seed, step),
-        batch_size=cfg.eval.batch_size,
-    )
-    row = sampled_record(
-        outcome,
-        examples=problems,
-        data_source=eval_set.source,
-        data_hash=eval_set.data_hash,
-        template_name=data.template_name,
-        template=data.template,
-        sampling=sampling,
-        group_by=list(cfg.eval.group_by),
-    )
-    return outcome.metrics(), row
 
 
 def evaluate_before_training(run: RunContext) -> None:

@@ -201,11 +201,11 @@ def resolve_model_dir(cfg: RunConfig, say: Say = print) -> str:
     """A local directory (or hub id) to load the policy from; builds the tiny warm-start if asked."""
     path = cfg.model.path
     if path == "tiny" or path.startswith("tiny@"):
-        from grpoctl.tiny.warmstart import resolve_tiny_model
+        from grpoctl.warmstart.tiny import resolve_tiny_model
 
         return str(resolve_tiny_model(cfg, log=say))
     if is_lab_path(path):
-        from grpoctl.tiny.lab_warmstart import resolve_lab_model
+        from grpoctl.warmstart.lab import resolve_lab_model
 
         return str(resolve_lab_model(path, cfg.runtime.cache_dir, log=say))
     if not Path(path).exists() and os.environ.get("HF_HUB_OFFLINE") == "1":

@@ -31,6 +31,7 @@ import torch
 from grpoctl import metrics
 from grpoctl.config import Config, derived_sizes
 from grpoctl.data import Example
+from grpoctl.evals.sampled import sampled_eval_due
 from grpoctl.grpo import (
     collate_prompt_and_output_ids,
     get_response_log_probs_shared_prompts,
@@ -56,7 +57,6 @@ from grpoctl.train.eval_and_checkpoint import (
 from grpoctl.train.faults import fault_point
 from grpoctl.train.graded import Graded
 from grpoctl.train.phases import Phases
-from grpoctl.train.sampled_eval import sampled_eval_due
 from grpoctl.train.stop import abortable
 
 

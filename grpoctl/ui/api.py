@@ -24,7 +24,6 @@ from starlette.requests import Request
 from grpoctl import metrics
 from grpoctl.analysis.compare import build_compare_table, load_compared_runs
 from grpoctl.analysis.run_groups import fold_runs, resolve_runs
-from grpoctl.cli import compare_view
 from grpoctl.errors import UserError
 from grpoctl.registry import Registry, Run, effective_status
 from grpoctl.registry.models import utcnow
@@ -32,6 +31,7 @@ from grpoctl.rules import headline_accuracy
 from grpoctl.run_identity import flatten
 from grpoctl.ui import params
 from grpoctl.ui.curves import load_points, variant_curves
+from grpoctl.views import compare_view
 
 CURVE_PARAMS = {"metric", "points", "smoothing", "from", "to", "after_step"}
 

@@ -16,8 +16,8 @@ import math
 
 from grpoctl import metrics
 from grpoctl.analysis.downsample import Points, bucket_edges, downsample, ema
-from grpoctl.cli.report_plots import THIN_LINES_MAX, spread_band, step_means
 from grpoctl.registry import Registry, Run
+from grpoctl.views.report_plots import THIN_LINES_MAX, spread_band, step_means
 
 
 def _columns(points: Points) -> list[list]:

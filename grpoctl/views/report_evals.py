@@ -20,7 +20,7 @@ from grpoctl.analysis.compare import CompareTable, Row, eval_curve_of
 from grpoctl.registry import Registry
 from grpoctl.rules import EvalPoint, headline_accuracy
 
-ACCURACY = "accuracy"  # a group's figure in a greedy eval's breakdown (train/evaluate.py)
+ACCURACY = "accuracy"  # a group's figure in a greedy eval's breakdown (evals/headline.py)
 MAX_GROUPS = 30  # a group_by field with more values is cut to its largest groups in the table
 SUBPLOTS_MAX = 12  # groups drawn per breakdown figure (the largest)
 
@@ -84,7 +84,7 @@ def _scores_against_baseline(table: CompareTable, names: list[str]) -> list[str]
     """Each pass@k and maj@k against the baseline, tested as accuracy is (the same measure,
     tests and Holm correction within each score's comparisons), when the study has one."""
     from grpoctl.analysis.baseline import compare_to_baseline
-    from grpoctl.cli import compare_view as tables
+    from grpoctl.views import compare_view as tables
 
     versus = table.versus
     if versus is None:
@@ -227,7 +227,7 @@ def _file_name(text: str) -> str:
 def eval_sections(registry: Registry, table: CompareTable, folder: Path, name: str) -> list[str]:
     """The report's markdown lines for pass@k / maj@k and the breakdowns (with their PNGs
     written into `folder`); none when the runs recorded neither."""
-    from grpoctl.cli.report_plots import plot_metric  # matplotlib: only now
+    from grpoctl.views.report_plots import plot_metric  # matplotlib: only now
 
     lines: list[str] = []
     of_set = f" on eval set {table.eval_set}" if table.eval_set else ""

@@ -25,17 +25,16 @@ from typing import TYPE_CHECKING
 import torch
 
 from grpoctl import metrics
-from grpoctl.analysis.breakdown import breakdown
 from grpoctl.analysis.majority import EXHAUSTIVE_LIMIT, RANDOM_SUBSETS, Verdicts, answer_classes, maj_at_k
 from grpoctl.analysis.pass_at_k import check_k, pass_at_k
-from grpoctl.data import Example, eval_subset, subset_hash
-from grpoctl.prompts import format_prompt, template_hash
+from grpoctl.data import Example, eval_subset
+from grpoctl.prompts import format_prompt
 from grpoctl.registry.models import EVAL_KINDS
-from grpoctl.rewards import ANSWER_EXTRACTORS, grade, grader_info, grading_stats
+from grpoctl.rewards import ANSWER_EXTRACTORS, grade, grading_stats
 from grpoctl.rollout.base import SamplingSettings
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable
 
     from grpoctl.config import Config
     from grpoctl.config_schema import SampledEvalConfig
@@ -98,6 +97,28 @@ class SampledOutcome:
     grader_calls: int = 0
     generate_s: float = 0.0
     grade_s: float = 0.0
+
+    def row_fields(self) -> dict:
+        """This eval's own fields of its EvalResult row (kind "sampled"; evals/on_set.py adds
+        the rest). `accuracy` is pass@1, the mean share of right samples, whichever ks were asked for."""
+        return dict(
+            kind=EVAL_KINDS[1],
+            n=self.problems,
+            accuracy=self.accuracy,
+            format_rate=self.format_rate,
+            mean_response_length=self.mean_response_length,
+            grading_timeouts=self.timeouts,
+            sampling=json.dumps(
+                {
+                    "n": self.n,
+                    "k": self.ks,
+                    "seed": self.seed,
+                    "maj_subsets": f"every k-subset up to {EXHAUSTIVE_LIMIT}, else {RANDOM_SUBSETS} seeded random ones",
+                },
+                sort_keys=True,
+            ),
+            scores=json.dumps(self.metrics(), sort_keys=True),
+        )
 
     def metrics(self) -> dict[str, float]:
         out = {
@@ -205,43 +226,15 @@ def sampled_evaluate(
     )
 
 
-def sampled_record(
-    outcome: SampledOutcome,
-    *,
-    examples: list[Example],
-    data_source: str,
-    data_hash: str,
-    template_name: str,
-    template: str,
-    sampling: SamplingSettings,
-    group_by: Sequence[str] = (),
-) -> dict:
-    """The EvalResult row's fields of a sampled eval (kind "sampled"; without run, step, checkpoint).
-    `accuracy` is pass@1, the mean share of right samples, whichever ks were asked for."""
-    grader = grader_info()
-    return dict(
-        kind=EVAL_KINDS[1],
-        n=outcome.problems,
-        accuracy=outcome.accuracy,
-        format_rate=outcome.format_rate,
-        mean_response_length=outcome.mean_response_length,
-        data_source=data_source,
-        data_hash=data_hash,
-        subset_hash=subset_hash(examples),
-        template=template_name,
-        template_hash=template_hash(template),
-        decoding=json.dumps(sampling.as_dict(), sort_keys=True),
-        grader=f"{grader['name']} {grader['version']} ({grader['normalization']})",
-        grading_timeouts=outcome.timeouts,
-        sampling=json.dumps(
-            {
-                "n": outcome.n,
-                "k": outcome.ks,
-                "seed": outcome.seed,
-                "maj_subsets": f"every k-subset up to {EXHAUSTIVE_LIMIT}, else {RANDOM_SUBSETS} seeded random ones",
-            },
-            sort_keys=True,
-        ),
-        scores=json.dumps(outcome.metrics(), sort_keys=True),
-        breakdown=json.dumps(breakdown(examples, outcome.per_problem, group_by), sort_keys=True),
+def sampled_cost(problems: int, n: int, max_tokens: int, ks: list[int]) -> str:
+    """What a sampled eval will cost, said before it starts: sequences and tokens to generate,
+    and how many k-subsets maj@k averages over."""
+    from math import comb
+
+    subsets = sum(comb(n, k) if comb(n, k) <= EXHAUSTIVE_LIMIT else RANDOM_SUBSETS for k in ks)
+    return (
+        f"estimated cost: {problems * n:,} completions ({problems} problems x {n} samples, {n}x a greedy eval's), "
+        f"at most {problems * n * max_tokens:,} new tokens; grading once per distinct answer and problem "
+        f"(at most {problems * n:,} against the truth, plus the comparisons between a problem's distinct "
+        f"answers that are not plain numbers); maj@k votes over {subsets:,} subsets per problem"
     )

@@ -3,7 +3,7 @@
 The base ships with the package (`shipped/lab-<key>/`, 4 MB), because its three phases
 take about 12 CPU-minutes; the SFT starts (`lab-sft@N`) are built from it on first use
 (about 3 CPU-minutes for all three: one run, three checkpoints) and cached under `runtime.cache_dir`.
-`python -m grpoctl.tiny.lab_warmstart --ship` rebuilds the shipped base from the recipe.
+`python -m grpoctl.warmstart.lab --ship` rebuilds the shipped base from the recipe.
 
 Each phase draws its traces from its own random stream, keyed by the mixture, the seed and
 the phase it continues from, as the pilots did, so a rebuild gives the same weights.
@@ -35,9 +35,8 @@ from grpoctl.tiny.lab_recipe import (
     sft_build_key,
     sft_steps_of,
 )
-from grpoctl.tiny.model import build_lab_tokenizer, build_model, save_model_dir
+from grpoctl.tiny.model import SHIPPED, build_lab_tokenizer, build_model, save_model_dir
 
-SHIPPED = Path(__file__).parent / "shipped"
 LAB_SEED = 0
 
 

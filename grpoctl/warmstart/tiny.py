@@ -17,7 +17,7 @@ share one SFT checkpoint; a run's seed drives its GRPO sampling and data order. 
 default recipe's result ships with the package (`shipped/`, ~2 MB per checkpoint), so the
 default run starts training at once; any other recipe (tiny sizes, warm-start knobs,
 template, synthetic task) is built on first use and cached. `python -m
-grpoctl.tiny.warmstart --ship` rebuilds the shipped copy from the recipe.
+grpoctl.warmstart.tiny --ship` rebuilds the shipped copy from the recipe.
 """
 
 from __future__ import annotations
@@ -38,12 +38,11 @@ from grpoctl.data import synthetic_examples
 from grpoctl.errors import UserError
 from grpoctl.grpo import collate_prompt_and_output_ids, get_response_log_probs, sft_microbatch_train_step
 from grpoctl.prompts import format_prompt, load_template
-from grpoctl.tiny.model import build_model, build_tokenizer, save_model_dir
+from grpoctl.tiny.model import SHIPPED, build_model, build_tokenizer, save_model_dir
 
 WARMSTART_VERSION = 6  # bump when the recipe changes, so caches are rebuilt (and re-ship)
 WARMSTART_SEED = 0
 PROBE_SIZE = 256
-SHIPPED = Path(__file__).parent / "shipped"
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ def thread_cap() -> int | None:
 
 def model_params(cfg: RunConfig) -> int | None:
     """The policy's parameter count from its config.json (or the tiny sizes); None if unknown."""
-    from grpoctl.train.memory_estimate import arch_from_model_path
+    from grpoctl.arch import arch_from_model_path
 
     path = cfg.model.path
     if is_lab_path(path):

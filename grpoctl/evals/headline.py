@@ -1,21 +1,18 @@
-"""Evaluation: generate once per problem of a fixed subset and grade it.
+"""The headline eval: generate once per problem of a fixed subset and grade it.
 
-Everything that makes two evals comparable goes with the result: the decoding settings,
-hashes of the subset's ids, of the data file and of the prompt template, and the grader's
-name and version (the seed's numbers came from CS336's grader; ours from math-verify).
+Greedy by default (eval.greedy), at eval.temperature otherwise. What makes two evals
+comparable goes into their row (evals/on_set.py's `eval_row`).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from grpoctl import metrics
-from grpoctl.analysis.breakdown import breakdown
-from grpoctl.data import Example, subset_hash
-from grpoctl.prompts import format_prompt, template_hash
-from grpoctl.rewards import get_reward_fn, grader_info, grading_stats
+from grpoctl.data import Example
+from grpoctl.prompts import format_prompt
+from grpoctl.rewards import get_reward_fn, grading_stats
 from grpoctl.rollout.base import SamplingSettings
 
 if TYPE_CHECKING:
@@ -36,6 +33,16 @@ class EvalOutcome:
     errors: int = 0  # gradings that failed (scored 0): should stay at zero
     samples: list[dict] = field(default_factory=list)
     per_problem: list[dict[str, float]] = field(default_factory=list)  # {"accuracy": 0 or 1}, for breakdowns
+
+    def row_fields(self) -> dict:
+        """This eval's own fields of its EvalResult row (evals/on_set.py adds the rest)."""
+        return dict(
+            n=self.n,
+            accuracy=self.accuracy,
+            format_rate=self.format_rate,
+            mean_response_length=self.mean_response_length,
+            grading_timeouts=self.timeouts,
+        )
 
     def metrics(self) -> dict[str, float]:
         return {
@@ -95,37 +102,4 @@ def evaluate(
         errors=after["errors"] - before["errors"],
         samples=samples,
         per_problem=per_problem,
-    )
-
-
-def eval_record(
-    outcome: EvalOutcome,
-    *,
-    examples: list[Example],
-    data_source: str,
-    data_hash: str,
-    template_name: str,
-    template: str,
-    sampling: SamplingSettings,
-    group_by: Sequence[str] = (),
-) -> dict:
-    """The EvalResult row's fields (without run, step and checkpoint), with the accuracy by
-    level, subject and eval.group_by's fields where the data has them."""
-    grader = grader_info()
-    return dict(
-        n=outcome.n,
-        accuracy=outcome.accuracy,
-        format_rate=outcome.format_rate,
-        mean_response_length=outcome.mean_response_length,
-        data_source=data_source,
-        data_hash=data_hash,
-        subset_hash=subset_hash(examples),
-        template=template_name,
-        template_hash=template_hash(template),
-        decoding=json.dumps(sampling.as_dict(), sort_keys=True),
-        # The normalization version changes what counts as right (grpoctl-2: equations and
-        # decimals), so two evals graded under different rules are told apart.
-        grader=f"{grader['name']} {grader['version']} ({grader['normalization']})",
-        grading_timeouts=outcome.timeouts,
-        breakdown=json.dumps(breakdown(examples, outcome.per_problem, group_by), sort_keys=True),
     )

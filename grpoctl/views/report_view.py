@@ -17,11 +17,11 @@ from grpoctl import metrics
 from grpoctl.analysis import stats
 from grpoctl.analysis.baseline import LAST_K, BaselineComparison, Versus
 from grpoctl.analysis.compare import CompareTable, Row, build_compare_table
-from grpoctl.cli import compare_view as tables
 from grpoctl.errors import UserError
 from grpoctl.formatting import format_config_value
 from grpoctl.registry import Registry
 from grpoctl.run_identity import variant_items
+from grpoctl.views import compare_view as tables
 
 
 def default_folder(name: str) -> Path:
@@ -48,8 +48,8 @@ def write_report(
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"cannot write the report to {folder}: {exc.strerror}") from None
-    from grpoctl.cli.report_evals import eval_sections
-    from grpoctl.cli.report_plots import plot_all  # matplotlib: only now
+    from grpoctl.views.report_evals import eval_sections
+    from grpoctl.views.report_plots import plot_all  # matplotlib: only now
 
     plots = plot_all(table.rows, folder, name)
     plots += _reward_component_plot(registry, table, folder)
@@ -62,7 +62,7 @@ def write_report(
 
 def _reward_component_plot(registry: Registry, table: CompareTable, folder: Path) -> list[tuple[str, str]]:
     """The curves of the reward components (train/reward/<name>) of runs that have them."""
-    from grpoctl.cli.report_plots import REWARD_COMPONENTS_PNG, plot_reward_components
+    from grpoctl.views.report_plots import REWARD_COMPONENTS_PNG, plot_reward_components
 
     ids = [rd.run.id for row in table.rows for rd in row.runs if rd.run.id is not None]
     names = [n for n in registry.metric_names(ids) if metrics.is_reward_component(n)]
