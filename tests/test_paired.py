@@ -7,7 +7,6 @@ import json
 import math
 import sqlite3
 import statistics
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -308,7 +307,6 @@ def test_learned_forgot_by_level():
 
 # --------------------------------------------------------------------------- coverage on the lab's figures
 
-RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 EVAL_PROBLEMS = 640  # the lab's eval set
 LAB_ACCURACY = 0.966
 LAB_HETEROGENEITY = 0.89
@@ -317,11 +315,11 @@ TRUE_DIFFERENCE = -0.01  # the variant a point below: the size of the lab's plat
 DRAWS = 3000
 
 
-def _lab_figures() -> dict[str, float]:
-    """The figures the simulation copies, from docs/results/lab.db's eval rows (read-only):
+def _lab_figures(lab_db) -> dict[str, float]:
+    """The figures the simulation copies, from docs/results/lab.db.xz's eval rows (read-only):
     each run's measure is the mean of its last 3 evals (baseline.py's), a run shared by two
     studies counted once (by config_hash)."""
-    with sqlite3.connect(f"file:{RESULTS / 'lab.db'}?mode=ro", uri=True) as conn:
+    with sqlite3.connect(f"file:{lab_db}?mode=ro", uri=True) as conn:
         configs = {h: (rid, json.loads(c)) for rid, c, h in conn.execute("SELECT id, config, config_hash FROM run")}
         curves: dict[int, list[float]] = {}
         for rid, acc in conn.execute("SELECT run_id, accuracy FROM evalresult WHERE step > 0 ORDER BY run_id, step"):
@@ -357,8 +355,8 @@ def _lab_figures() -> dict[str, float]:
     }
 
 
-def test_the_simulation_copies_the_labs_figures():
-    figures = _lab_figures()
+def test_the_simulation_copies_the_labs_figures(committed_registry):
+    figures = _lab_figures(committed_registry("lab.db"))
     assert figures["accuracy"] == pytest.approx(LAB_ACCURACY, abs=5e-4)
     assert figures["heterogeneity"] == pytest.approx(LAB_HETEROGENEITY, abs=5e-3)
     for name, sd in LAB_SEED_SD.items():
