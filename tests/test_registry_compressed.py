@@ -78,3 +78,8 @@ def test_a_missing_or_broken_file_is_one_line(tmp_path, cache, content):
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
     assert str(path) in out.stderr
     assert not list(cache.glob("*")) if cache.exists() else True  # no half-written copy left
+
+
+def test_the_registry_names_the_compressed_file_not_its_cache(packed, cache):
+    with Registry(str(packed), readonly=True) as registry:
+        assert registry.public_url == f"sqlite:///{packed}"

@@ -220,6 +220,14 @@ def _data_line(run: Run) -> str | None:
 
 
 def _show_text(registry: Registry, run: Run) -> None:
+    console.print(_run_panel(registry, run))
+    _print_config_diff(run)
+    _print_last_metrics(registry, run)
+    _print_evals_and_checkpoints(registry, run)
+
+
+def _run_panel(registry: Registry, run: Run) -> Panel:
+    """Who the run is: its status, group, progress, seed, times, machine, code, data, paths, tags."""
     now = utcnow()
     title = Text.assemble((f"run {run.id}  ", "dim"), (run.name, "bold"), "  ", _status(run, now))
     fields = Table.grid(padding=(0, 2))
@@ -243,13 +251,17 @@ def _show_text(registry: Registry, run: Run) -> None:
     ):
         if value is not None:
             fields.add_row(label, value if isinstance(value, Text) else Text(value))
-    console.print(Panel(fields, title=title, title_align="left"))
+    return Panel(fields, title=title, title_align="left")
 
+
+def _print_config_diff(run: Run) -> None:
     diff = list(flatten(json.loads(run.config_diff)).items())  # config diffs read best as dotted keys
     console.print("[bold]Config diff from defaults[/]" + ("" if diff else ": none"))
     for key, value in diff:
         console.print(Text.assemble(("  " + key, "cyan"), f" = {json.dumps(value)}"))
 
+
+def _print_last_metrics(registry: Registry, run: Run) -> None:
     last = registry.last_metrics([run.id])[run.id]
     if last:
         console.print(f"\n[bold]Last metrics[/] (step {run.last_step})")
@@ -260,6 +272,8 @@ def _show_text(registry: Registry, run: Run) -> None:
             table.add_row(name, format_number(last[name], 4))
         console.print(table)
 
+
+def _print_evals_and_checkpoints(registry: Registry, run: Run) -> None:
     evals = registry.evals(run.id)
     if evals:
         table = Table(title="Evals", title_justify="left")

@@ -91,26 +91,13 @@ def sweep(
     db: DbOption = None,
 ) -> None:
     """Run a sweep or an ablation: every variant a run in the registry, grouped by name."""
-    from grpoctl.sweep import spec
-
     overrides = list(overrides or [])
     for item in overrides:
         if "=" not in item:
             raise UserError(f"unexpected argument '{item}': overrides are key=value")
     _check_executor(executor, parallel, ray_address, max_retries, cpus_per_run)
     check_claim_timings()  # its members' trainers read them too: refused here, before any plan or row
-    is_spec = target.endswith((".yaml", ".yml")) or Path(target).is_file()
-    if is_spec:
-        if values is not None:
-            raise UserError("--values is for a parameter sweep; an ablation spec lists its own variants")
-        plan = spec.ablation(target, overrides, seeds=seeds, name=name, base=config)
-    else:
-        if values is None:
-            raise UserError(
-                f"give the values to try, e.g. `grpoctl sweep {target} --values 1e-6..1e-4`"
-                " (or pass an ablation spec .yaml)"
-            )
-        plan = spec.param_sweep(target, values, base=config, overrides=overrides, seeds=seeds, name=name)
+    plan = _plan(target, values, overrides, seeds, name, config)
 
     from rich.console import Console
 
@@ -137,6 +124,27 @@ def sweep(
     finally:
         if cluster is not None:
             cluster.close()
+    _say_how_it_ended(plan, result, db, registry.public_url, console)
+
+
+def _plan(target: str, values: str | None, overrides: list[str], seeds: str | None, name: str | None, config):
+    """The sweep's plan: an ablation spec's variants, or one parameter's values."""
+    from grpoctl.sweep import spec
+
+    if target.endswith((".yaml", ".yml")) or Path(target).is_file():
+        if values is not None:
+            raise UserError("--values is for a parameter sweep; an ablation spec lists its own variants")
+        return spec.ablation(target, overrides, seeds=seeds, name=name, base=config)
+    if values is None:
+        raise UserError(
+            f"give the values to try, e.g. `grpoctl sweep {target} --values 1e-6..1e-4`"
+            " (or pass an ablation spec .yaml)"
+        )
+    return spec.param_sweep(target, values, base=config, overrides=overrides, seeds=seeds, name=name)
+
+
+def _say_how_it_ended(plan, result, db: str | None, public_url: str, console) -> None:
+    """The last line: how to resume (exit 130), how to retry what failed (exit 1), or how to compare."""
     again = shlex.join(["grpoctl", *sys.argv[1:]])
     if result.interrupted:
         console.print(f"interrupted. Run `{again}` again to resume where it stopped.", highlight=False, soft_wrap=True)
@@ -150,7 +158,7 @@ def sweep(
             soft_wrap=True,
         )
         raise SystemExit(1)
-    where = "" if db is None else " --db " + shlex.quote(registry.public_url)
+    where = "" if db is None else " --db " + shlex.quote(public_url)
     console.print(f"compare them: grpoctl compare {plan.name}{where}", highlight=False, soft_wrap=True)
 
 

@@ -17,7 +17,8 @@ import typer
 
 from grpoctl.cli.options import DbOption
 from grpoctl.errors import UserError
-from grpoctl.rules import check_claim_timings, grader_reward, reward_for_template
+from grpoctl.evals.checkpoint_config import EvalFlags, checkpoint_eval_config
+from grpoctl.rules import check_claim_timings
 
 
 def register(app: typer.Typer) -> None:
@@ -264,12 +265,10 @@ def evaluate_checkpoint(
     ] = None,
     db: DbOption = None,
 ) -> None:
-    from grpoctl import config as C
-
     for flag, value in (("--subset", subset), ("--max-tokens", max_tokens), ("--samples", samples)):
         if value is not None and value < 1:
             raise UserError(f"{flag} must be at least 1, got {value}")
-    ks = _parse_ks(k, samples)
+    flags = EvalFlags(subset, data, source, prompt, seed, greedy, max_tokens, samples, tuple(_parse_ks(k, samples)))
     path = Path(ckpt_dir)
     if not (path / "config.json").is_file():
         raise UserError(f"{ckpt_dir} is not a model directory (no config.json)")
@@ -284,39 +283,7 @@ def evaluate_checkpoint(
     marker = run_of_checkpoint(path)
     Registry.check(db, write=True)
     registry, run = _registry_of(db, marker)
-    base = json.loads(run.config) if run else {}
-    if base.get("prompt", {}).get("reward") is not None:
-        # An eval grades with the built-in grader alone: the run's reward plugins are not
-        # needed, and need not be found from here.
-        base["prompt"]["reward"] = grader_reward(base["prompt"]["reward"], base["prompt"]["template"])
-        base.get("reward", {})["components"] = []
-    _headline_set_only(base, data, subset)
-    overrides = [f"model.path={path}"]
-    if subset is not None or not run:
-        overrides.append(f"eval.subset={subset if subset is not None else 1024}")
-    if seed is not None:
-        overrides.append(f"eval.subset_seed={seed}")
-    if prompt:
-        overrides.append(f"prompt.template={prompt}")
-        reward = reward_for_template(prompt)  # a template file keeps the run's reward
-        if reward:
-            overrides.append(f"prompt.reward={reward}")
-    # The eval data only: the run's training data is neither needed nor read.
-    if data:
-        guessed = source or ("gsm8k" if "gsm8k" in Path(data).name.lower() else "math")
-        overrides += [f"data.eval_source={guessed}", f"data.eval_path={data}"]
-    elif source:
-        overrides.append(f"data.eval_source={source}")
-    if greedy is not None:
-        overrides.append(f"eval.greedy={str(greedy).lower()}")
-    if max_tokens is not None:
-        overrides += [f"eval.max_tokens={max_tokens}"]
-    if samples is not None:
-        # Every problem of the eval subset is sampled: --subset sizes both.
-        subset_size = subset if subset is not None else (base.get("eval", {}).get("subset") or 1024)
-        overrides += [f"eval.sampled.n={samples}", f"eval.sampled.k=[{','.join(map(str, ks))}]"]
-        overrides.append(f"eval.sampled.subset={subset_size}")
-    cfg = C.apply_overrides(C.from_dict(base) if base else C.load_config(None, []), overrides)
+    cfg = checkpoint_eval_config(path, json.loads(run.config) if run else {}, flags)
     check_model_dir(path, cfg)
     eval_data = _preflight(cfg, need_model=False, need_train=False, writes=False)
     if not run and not (prompt and max_tokens):
@@ -325,42 +292,21 @@ def evaluate_checkpoint(
             "(--prompt r1_zero_compact, --max-tokens 32: the tiny model's)",
             err=True,
         )
-    if registry is None:
-        registry = Registry(db)
-
     _setup_logging()
     _setup_threads(cfg)
     from grpoctl.train.evaluate_checkpoint import run_eval
 
-    result = run_eval(cfg, registry, path, run, marker, say=typer.echo, data=eval_data)
+    result = run_eval(cfg, registry or Registry(db), path, run, marker, say=typer.echo, data=eval_data)
+    recorded = f" → recorded for run {run.name}" if run else " → recorded (no run known for this checkpoint)"
     if result.kind == "sampled":
         scores = json.loads(result.scores)
+        shown = ", ".join(f"{name.split('/', 1)[1]} {value:.4f}" for name, value in scores.items() if "@" in name)
+        typer.echo(f"{shown} (n={result.n} problems x {samples} samples){recorded}")
+    else:
         typer.echo(
-            ", ".join(f"{name.split('/', 1)[1]} {value:.4f}" for name, value in scores.items() if "@" in name)
-            + f" (n={result.n} problems x {samples} samples)"
-            + (f" → recorded for run {run.name}" if run else " → recorded (no run known for this checkpoint)")
+            f"accuracy {result.accuracy:.4f} (n={result.n}), format rate {result.format_rate:.3f}, "
+            f"mean response length {result.mean_response_length:.1f}{recorded}"
         )
-        return
-    typer.echo(
-        f"accuracy {result.accuracy:.4f} (n={result.n}), format rate {result.format_rate:.3f}, "
-        f"mean response length {result.mean_response_length:.1f}"
-        + (f" → recorded for run {run.name}" if run else " → recorded (no run known for this checkpoint)")
-    )
-
-
-def _headline_set_only(base: dict, data: str | None, subset: int | None) -> None:
-    """A run with several eval sets (eval.sets) is evaluated on its headline set, the first;
-    --data evaluates on that file instead (data.eval_*), and --subset sizes the set."""
-    sets = base.get("eval", {}).get("sets") or []
-    if not sets:
-        return
-    if data:
-        base["eval"]["sets"] = []
-        return
-    first = dict(sets[0])
-    if subset is not None:
-        first.pop("subset", None)  # eval.subset, set from --subset, sizes it
-    base["eval"]["sets"] = [first]
 
 
 def _parse_ks(text: str | None, samples: int | None) -> list[int]:

@@ -109,7 +109,11 @@ def _uncompressed(path: str) -> str:
 
 
 def public_url(url: URL) -> str:
-    """The URL without its password: safe for argv, logs, the console and error messages."""
+    """The URL without its password: safe for argv, logs, the console and error messages.
+    A compressed registry's cached copy is named by the compressed file, as the user gave it."""
+    source = compressed.source_of(url.database) if url.get_backend_name() == "sqlite" and url.database else None
+    if source is not None:
+        return URL.create("sqlite", database=str(source)).render_as_string(hide_password=False)
     # (url.set(password=None) would keep the password: None means "unchanged" there.)
     bare = URL.create(
         url.drivername, username=url.username, host=url.host, port=url.port, database=url.database, query=url.query
