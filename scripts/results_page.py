@@ -3,9 +3,11 @@ registry, with what this setup can and cannot show.
 
     python scripts/results_page.py experiments/pages/addition.yaml [--db REGISTRY] [--out DIR]
 
-Every number on the page is computed here from the registry and the study specs; the
-words that are not numbers (its title, what the task is, how to regenerate it, findings
-no study here tests) come from the page file. It writes, into the page's folder:
+Every number in the page's tables is computed here from the registry and the study specs;
+the words (its title, what the task is, how to regenerate it, findings no study here
+tests) come from the page file. Its prose (intro, notes) may quote a figure read from the
+registry after the data were seen: it says how, and tests/test_results_page.py holds the
+lab page's figures to the registry. It writes, into the page's folder:
 
 - index.md: the findings table (can this setup show it, by the finding's own rules and
   the numbers behind them; what it measured, with its 95% interval, p after Holm over the
@@ -24,8 +26,10 @@ have no ended run says "not run", and stays out of the family.
 The page file's keys: name, registry, out, studies (the study specs), and optionally
 title, intro (markdown), task (a few words, for the plot's title), start (the setup
 card's words on the model), not_run (rows for findings no study of the page tests:
-claim and why), regenerate (the command that remakes everything) and testable (rules
-set on this page in place of a spec's: analysis/findings.py).
+claim and why), notes (markdown printed under the exploratory comparisons: what was read
+from the registry after the data were seen, with how), regenerate (the command that
+remakes everything) and testable (rules set on this page in place of a spec's:
+analysis/findings.py).
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ PAGE_KEYS = {
     "task",
     "start",
     "not_run",
+    "notes",
     "regenerate",
     "testable",
 }
@@ -428,6 +433,7 @@ def write_page(args) -> int:
     runs = {rd.run.id for t in tables.values() for r in t.rows for rd in r.runs}
     title = spec.get("title") or f"What the seed's findings say here: {spec['name']}"
     intro = str(spec.get("intro") or "").strip()
+    notes = str(spec.get("notes") or "").strip()
     counted = (
         f"{len(runs)} distinct runs in `{spec['registry'].removeprefix('../../')}`; {ran} of the {len(declared)} "
         f"declared findings have ended runs in both arms, {tested} of them testable and tested."
@@ -460,6 +466,7 @@ def write_page(args) -> int:
         "",
         *exploratory(tables, results),
         "",
+        *([notes, ""] if notes else []),
         *card,
         "",
         "## The studies",

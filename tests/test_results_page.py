@@ -1,10 +1,13 @@
 """docs/results/addition/ is what scripts/results_page.py computes from the committed
 registry and the declared findings: regenerate its table here and hold the committed page
-to it, so no number on the page is typed in by hand."""
+to it, so no number in its tables is typed in by hand. The figures the lab page's prose
+quotes (experiments/pages/lab.yaml: the lr re-run, the off-policy drift) are recomputed
+from docs/results/lab.db.xz and held to the committed page."""
 
 from __future__ import annotations
 
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -129,3 +132,67 @@ def test_the_knobs_page_reads_the_knob_studies_registry_and_writes_beside_the_la
     assert (page.parent / spec["out"]).resolve() == ROOT / "docs" / "results" / "knobs"
     studies = [F.read_findings(p)[0] for p in F.family_specs(page)]
     assert studies == ["lab-overlong", "lab-dynamic-sampling", "lab-entropy-bonus"]
+
+
+def _member_runs(registry, study: str, variant: str):
+    return [run for member, run in registry.sweep_members(study) if member.variant == variant and run is not None]
+
+
+def _best_minus_final(registry, run) -> float:
+    accuracies = [e.accuracy for e in registry.evals(run.id) if e.kind == "greedy" and e.headline]
+    return max(accuracies) - accuracies[-1]
+
+
+def test_the_lab_pages_drift_note_is_what_the_registry_holds(committed_registry):
+    """The lab page's note on e4_tb16_ga1's drift quotes figures read after the studies ran
+    (experiments/pages/lab.yaml, `notes`): each is recomputed here from lab.db.xz, read-only,
+    and must be the one the committed page prints."""
+    from grpoctl.analysis import stats
+    from grpoctl.registry import Registry
+
+    with Registry(str(committed_registry("lab.db")), readonly=True) as registry:
+        drifting = _member_runs(registry, "lab-off-policy", "e4_tb16_ga1")
+        on_policy = _member_runs(registry, "lab-off-policy-full", "e1_tb64_ga1")
+        names = ("train/ratio_max", "train/ratio_min", "train/clip_fraction")
+        last_ten = {name: [] for name in names}  # per run: its mean over steps 41-50
+        for run in drifting:
+            series = registry.metric_series(run.id, names)
+            for name in names:
+                last_ten[name].append(statistics.mean(v for step, v in series[name] if 41 <= step <= 50))
+        drops = [_best_minus_final(registry, run) for run in drifting]
+        against = [_best_minus_final(registry, run) for run in on_policy]
+    assert len(drifting) == 8 and len(on_policy) == 6
+    difference = stats.welch(drops, against)
+    page = (ROOT / "docs" / "results" / "index.md").read_text()
+    note = next(line for line in page.splitlines() if "16 updates per rollout batch drift" in line)
+    assert f"largest probability ratio π/π_old is {statistics.mean(last_ten['train/ratio_max']):.1f}" in note
+    assert f"its smallest {statistics.mean(last_ten['train/ratio_min']):.3f}" in note
+    assert f"{100 * statistics.mean(last_ten['train/clip_fraction']):.1f}% of its tokens are clipped" in note
+    assert f"falls {100 * statistics.mean(drops):.1f} points from its best on average" in note
+    assert f"per run: {100 * min(drops):.1f} to {100 * max(drops):.1f}" in note
+    assert (
+        f"{100 * difference.diff:.1f} points [{100 * difference.low:.1f}, {100 * difference.high:.1f}] more than"
+        in note
+    )
+
+
+def test_the_lab_pages_lr_disclosure_is_what_the_registry_holds(committed_registry):
+    """The lab page says its lr runs are a re-run from the commit that reported the winner,
+    with that commit's means; the registry must hold exactly that."""
+    from grpoctl.registry import Registry
+
+    with Registry(str(committed_registry("lab.db")), readonly=True) as registry:
+        arms = {member.variant: [] for member, _ in registry.sweep_members("lab-lr-sweep")}
+        commits = set()
+        for member, run in registry.sweep_members("lab-lr-sweep"):
+            commits.add(run.git_commit[:7])
+            arms[member.variant].append([(e.step, e.accuracy) for e in registry.evals(run.id) if e.kind == "greedy"])
+    last3 = {
+        arm: statistics.mean(statistics.mean(a for _, a in evals[-3:]) for evals in runs) for arm, runs in arms.items()
+    }
+    lowest_from_30 = min(a for evals in arms["lr=1e-4"] for step, a in evals if step >= 30)
+    page = (ROOT / "docs" / "results" / "index.md").read_text()
+    assert commits == {"58f5b3b"} and f"recorded from commit {commits.pop()}" in page
+    assert max(last3, key=last3.__getitem__) == "lr=3.3e-5"
+    assert f"last-3 mean of {last3['lr=3.3e-5']:.4f} against {last3['lr=1e-4']:.4f} at 1e-4" in page
+    assert f"its lowest eval from step 30 on is {lowest_from_30:.3f}" in page
