@@ -9,7 +9,7 @@ The defaults are the addition task (`grpoctl train addition`): a tiny model on s
 the lab, a yaml diff from these (grpoctl/configs/lab.yaml). `experiments/rtx4090.yaml` and `experiments/h100.yaml` hold the
 seed's GPU configurations for Qwen2.5-Math-1.5B on MATH.
 
-Each key's help is its `help` metadata, and the README's configuration table is made
+Each key's help is its `help` metadata, and docs/configuration.md's table of keys is made
 from it (`python scripts/config_table.py --write`; tests/test_config_table.py fails when
 the two drift). Comments here say why a default is what it is. Changing a default
 changes the hash of every run that did not set the key: see run_identity.py.
@@ -23,7 +23,7 @@ from typing import Any
 
 
 def key(default: Any, help: str) -> Any:
-    """A config key's default and its one-line help (the README table's row)."""
+    """A config key's default and its one-line help (its row in docs/configuration.md's table)."""
     if isinstance(default, list | dict):
         return field(default_factory=lambda: copy.deepcopy(default), metadata={"help": help})
     return field(default=default, metadata={"help": help})

@@ -1,6 +1,6 @@
-"""README.md's configuration table is the one generated from the config tree.
+"""docs/configuration.md's table of config keys is the one generated from the config tree.
 
-Each key's default and help live once, in grpoctl/config_schema.py; the README's table
+Each key's default and help live once, in grpoctl/config_schema.py; the page's table
 is scripts/config_table.py's rendering of them. Like `cog --check`, this fails when
 someone edits one without the other: run `python scripts/config_table.py --write`.
 """
@@ -25,10 +25,10 @@ def _script():
     return module
 
 
-def test_readme_table_is_the_generated_one():
+def test_the_configuration_pages_table_is_the_generated_one():
     script = _script()
-    readme = (ROOT / "README.md").read_text()
-    assert script.render(readme) == readme, "README.md's config table drifted: run scripts/config_table.py --write"
+    page = (ROOT / "docs" / "configuration.md").read_text()
+    assert script.render(page) == page, "docs/configuration.md's table drifted: run scripts/config_table.py --write"
 
 
 def test_the_table_has_every_key_with_its_default_and_help():
@@ -42,15 +42,15 @@ def test_the_table_has_every_key_with_its_default_and_help():
 
 
 def test_the_check_fails_on_drift(tmp_path):
-    """Changing a help text without regenerating makes the rendered README differ."""
+    """Changing a help text without regenerating makes the rendered page differ."""
     script = _script()
-    readme = (ROOT / "README.md").read_text()
+    page = (ROOT / "docs" / "configuration.md").read_text()
     field = next(
         f for f in dataclasses.fields(script.documented_keys.__globals__["LoopConfig"]) if f.name == "n_grpo_steps"
     )
     original = field.metadata
     try:
         field.metadata = {"help": "a different help text"}  # type: ignore[misc]
-        assert script.render(readme) != readme
+        assert script.render(page) != page
     finally:
         field.metadata = original  # type: ignore[misc]
