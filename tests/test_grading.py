@@ -238,7 +238,7 @@ def _matrix(entry: str) -> str:
 
 
 # Issue 17: other projects' labelled pairs that r1_zero_reward got wrong (each
-# reproduced on 9019484), with the verdict the README's rules give.
+# reproduced on 9019484), with the verdict docs/grading.md's rules give.
 ISSUE_17 = [
     # a comma followed by a space, or a first group starting with 0, is a list comma
     ("2500", r1("2, 500"), False),
@@ -316,7 +316,7 @@ def test_labelled_triple(truth, response, right):
 
 @pytest.mark.parametrize(("truth", "response", "right"), ISSUE_17)
 def test_issue_17_triples_are_graded_without_errors_or_timeouts(truth, response, right):
-    # The README says errors stay at zero: `\frac{1}{\mathrm{e}}`, `\mathrm{e}^2` and two
+    # docs/grading.md says errors stay at zero: `\frac{1}{\mathrm{e}}`, `\mathrm{e}^2` and two
     # `\neq` relations used to make math-verify raise.
     grading_stats(reset=True)
     assert _reward(truth, response) == float(right), (truth, response)

@@ -3,7 +3,7 @@
 against `python -m grpoctl ui` serving on a free port.
 
 Each test saves a screenshot under its tmp directory (the study view's is also written
-to docs/ui-study.png for the README, when $GRPOCTL_UI_SCREENSHOTS_TO_DOCS is set). The
+to docs/ui-study.png for docs/commands.md, when $GRPOCTL_UI_SCREENSHOTS_TO_DOCS is set). The
 page says when it is drawn (`data-ready` on <body>), and the tests wait on what the page
 shows, never on a sleep: the live test holds a real trainer at a fault point
 (GRPOCTL_FAULT=step-record@N:STOP) and releases it.
