@@ -62,7 +62,7 @@ class Verdicts:
     def _plain_numbers_equal(key: tuple[str, str]) -> bool | None:
         """Two classes whose spellings are both plain numbers (integers, decimals, integer
         fractions) are the same answer exactly when their values are: the grader compares
-        such numbers exactly too (README: Grading rules), so it is not asked."""
+        such numbers exactly too (docs/grading.md), so it is not asked."""
         left, right = plain_number(key[0]), plain_number(key[1].removeprefix(CLASS_KEY))
         return None if left is None or right is None else left == right
 

@@ -17,7 +17,7 @@ that time has no `alembic_version` table but has its eight tables, and is recogn
   which upgrades under the advisory lock: commands that read it never run DDL.
 - newer than this code, or not a grpoctl registry: refused in one line, untouched.
 
-There is no downgrade: migrations go forward only (the README says so).
+There is no downgrade: migrations go forward only (docs/registry.md says so).
 """
 
 from __future__ import annotations

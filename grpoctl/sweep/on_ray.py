@@ -205,18 +205,18 @@ def _why_not(exc: Exception, said: bytes) -> str:
         if "no authentication token was found" in message:
             return (
                 "RAY_AUTH_MODE=token, but this machine has no auth token: give it the cluster's "
-                "(~/.ray/auth_token, $RAY_AUTH_TOKEN_PATH or $RAY_AUTH_TOKEN; see the README, Scale out)"
+                "(~/.ray/auth_token, $RAY_AUTH_TOKEN_PATH or $RAY_AUTH_TOKEN; see docs/registry.md, Scale out)"
             )
         return message.split(". ")[0].strip().rstrip(".")
     if b"InvalidAuthToken" in said:
         if os.environ.get("RAY_AUTH_MODE") == "token":
             return (
                 "the cluster refused this machine's auth token: give it the cluster's "
-                "(~/.ray/auth_token or $RAY_AUTH_TOKEN; see the README, Scale out)"
+                "(~/.ray/auth_token or $RAY_AUTH_TOKEN; see docs/registry.md, Scale out)"
             )
         return (
             "the cluster wants its auth token: set RAY_AUTH_MODE=token and give this machine the "
-            "cluster's token (~/.ray/auth_token or $RAY_AUTH_TOKEN; see the README, Scale out)"
+            "cluster's token (~/.ray/auth_token or $RAY_AUTH_TOKEN; see docs/registry.md, Scale out)"
         )
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
@@ -242,7 +242,7 @@ def registry_problem(url: URL, hosts: set[str]) -> str | None:
     if sqlite_path(url) is not None or url.get_backend_name() == "sqlite":
         return (
             f"{spread}, and a SQLite registry lives on one machine's disk: use a PostgreSQL registry "
-            "every machine reaches (--db postgresql+psycopg://USER@HOST/DB; see the README, Scale out)"
+            "every machine reaches (--db postgresql+psycopg://USER@HOST/DB; see docs/registry.md, Scale out)"
         )
     if (url.host or "localhost").lower() in LOCAL_HOSTS or url.host.startswith("/"):
         return (

@@ -84,7 +84,7 @@ def _sections(
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     yield (
         f"{kind.capitalize()} of {len(runs)} run(s) in {len(table.rows)} variant(s); "
-        f"generated {stamp} from `{registry.url.render_as_string(hide_password=True)}`."
+        f"generated {stamp} from `{registry.public_url}`."
     )
     if spec:
         yield ""

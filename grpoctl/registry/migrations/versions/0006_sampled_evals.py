@@ -28,4 +28,4 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    raise NotImplementedError("grpoctl migrations go forward only (see README: Registry)")
+    raise NotImplementedError("grpoctl migrations go forward only (see docs/registry.md)")
