@@ -161,3 +161,11 @@ def test_errors_name_what_is_missing_or_valid():
         compute_policy_gradient_loss(
             LOGP, "grpo_clip", advantages=ADV, old_log_probs=OLD, cliprange=0.2, importance_level="word"
         )
+
+
+def test_a_loss_type_without_its_own_branch_is_an_error_not_another_loss(monkeypatch):
+    from grpoctl.grpo import losses
+
+    monkeypatch.setattr(losses, "LOSS_TYPES", (*LOSS_TYPES, "fake_loss"))
+    with pytest.raises(ValueError, match="'fake_loss' is in LOSS_TYPES but .* has no branch"):
+        compute_policy_gradient_loss(LOGP, "fake_loss", advantages=ADV, old_log_probs=OLD, cliprange=0.2)

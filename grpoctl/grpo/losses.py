@@ -219,7 +219,7 @@ def compute_policy_gradient_loss(
             importance_level=importance_level,
             response_mask=response_mask,
         )
-    else:
+    elif loss_type == "grpo_no_clip":
         _require(loss_type, advantages=advantages, old_log_probs=old_log_probs)
         loss, metadata = compute_grpo_no_clip_loss(
             advantages,
@@ -227,6 +227,11 @@ def compute_policy_gradient_loss(
             old_log_probs,
             importance_level=importance_level,
             response_mask=response_mask,
+        )
+    else:
+        # A name in LOSS_TYPES that no branch above computes must not train as another loss.
+        raise ValueError(
+            f"loss_type {loss_type!r} is in LOSS_TYPES but compute_policy_gradient_loss has no branch for it"
         )
 
     if token_weights is not None:
