@@ -69,70 +69,25 @@ def grpo_step(run: RunContext, step: int) -> None:
 
     Until the inner loop starts nothing has touched the weights, the optimizer or the
     scheduler, so a stop request may abandon the step there (`abortable`: the outer loop
-    then rewinds the data and the RNG). The fault points are where the fault tests stop
-    or kill the process (train/faults.py). Each phase is timed and its memory measured.
+    then rewinds the data and the RNG). Each phase is timed and its memory measured. The
+    helpers hold the fault points where the fault tests stop or kill the process
+    (train/faults.py): step-start, step-rollouts, step-train, step-record, in that order.
     """
-    cfg, state, sizes = run.cfg, run.state, derived_sizes(run.cfg)
+    cfg, state = run.cfg, run.state
     phases = Phases(run.memory)
     with phases.step():
         with abortable(run.stop):
-            fault_point("step-start", step)
-            if cfg.rollout.dynamic_sampling:
-                # Rounds of prompts, rollouts and rewards until enough groups carry signal.
-                prompts, graded, sampling_stats = sample_informative_groups(
-                    lambda round: draw_round(run, step, round, phases),
-                    cfg.rollout.group_size,
-                    sizes.prompts_per_rollout_batch,
-                    cfg.rollout.dynamic_sampling_max_rounds,
-                )
-                rollouts, truths = graded.rollouts, graded.truths
-                fault_point("step-rollouts", step)
-                run.backend.before_training()
-                batch = rollout_batch(run, graded)
-                batch.stats |= sampling_stats
-            else:
-                # Prompts and rollouts: group_size completions for each of the next problems.
-                with phases("rollout"):
-                    prompts, truths, examples = next_prompts(run)
-                    rollouts = generate_rollouts(run, prompts, step)
-                fault_point("step-rollouts", step)
-                run.backend.before_training()  # vLLM sleep mode frees its memory for the backward passes
-                # Rewards, and advantages: each reward against the others of its group.
-                with phases("reward"):
-                    batch = score_rollouts(run, rollouts, truths, examples)
+            # Prompts, rollouts, rewards and advantages.
+            prompts, rollouts, truths, batch = sample_and_score(run, step, phases)
             # Old log-probs, once, when the rollouts are reused off-policy (and the KL reference's).
             with phases("old_log_probs"):
                 add_old_and_ref_log_probs(run, batch)
-        fault_point("step-train", step)
-        # The inner loop: epochs over the rollouts, in train batches of microbatches, one
-        # optimizer step per train batch.
-        per_opt_step: list[tuple[int, dict]] = []
-        entropy = [0.0, 0.0]  # token entropy summed over the response tokens trained on, and their count
-        generator = torch.Generator().manual_seed(cfg.seed * 100_003 + step)
-        with phases("train"):
-            for _epoch in range(cfg.loop.epochs_per_rollout_batch):
-                n = batch.input_ids.shape[0]
-                order = torch.randperm(n, generator=generator) if sizes.off_policy else torch.arange(n)
-                for rows in order.split(cfg.loop.train_batch_size):
-                    tokens = int(batch.loss_mask(rows).sum())  # length_normalization=token divides by these
-                    with phases("backward"):
-                        losses = [
-                            train_microbatch(run, batch, idx, tokens, entropy, step)
-                            for idx in rows.split(sizes.microbatch_size)
-                        ]
-                        grad_norm = clip_gradients(run, step)
-                        lr = run.optimizer.param_groups[0]["lr"]
-                    with phases("optimizer"):
-                        run.optimizer.step()
-                        run.scheduler.step()
-                        run.optimizer.zero_grad(set_to_none=True)
-                    per_opt_step.append((state.opt_step, optimizer_step_metrics(losses, grad_norm, lr)))
-                    state.opt_step += 1
+        per_opt_step, token_entropy = train_on_rollouts(run, batch, step, phases)
         check_finite_weights(run.model, step)
         # The new weights into the rollout backend (a no-op for hf, which samples from the policy).
         with phases("weight_sync"):
             run.backend.sync_weights(run.model)
-        figures = {**batch.stats, **step_metrics(per_opt_step, entropy), **dropped_metrics(run.data)}
+        figures = {**batch.stats, **step_metrics(per_opt_step, token_entropy), **dropped_metrics(run.data)}
         samples = sample_rows(prompts, rollouts, truths, batch.scores, cfg.logging.samples_per_step)
         eval_rows: list[dict] = []
         if eval_due(cfg, step) or sampled_eval_due(cfg, step):
@@ -141,16 +96,42 @@ def grpo_step(run: RunContext, step: int) -> None:
             figures |= eval_metrics
             samples += eval_samples
     figures |= phases.metrics
-    fault_point("step-record", step)
-    # One transaction: the step's metrics, samples and eval are all recorded, or none is.
-    run.registry.log_step(run.run_id, step, figures, opt_metrics=per_opt_step, samples=samples, eval=eval_rows)
-    state.step, state.data_position = step, run.stream.position
+    record_step(run, step, figures, opt_metrics=per_opt_step, samples=samples, eval=eval_rows)
     if checkpoint_due(cfg, step):
         checkpoint(run)
     run.progress.update(step, figures, state.last_accuracy)
 
 
 # --------------------------------------------------------------------------- prompts and rollouts
+
+
+def sample_and_score(run: RunContext, step: int, phases: Phases) -> tuple[list[str], Rollouts, list[str], RolloutBatch]:
+    """The step's prompts, their rollouts and ground truths, and the rollouts as a scored
+    RolloutBatch; with dynamic sampling, rounds of them until enough groups carry signal."""
+    cfg = run.cfg
+    fault_point("step-start", step)
+    if cfg.rollout.dynamic_sampling:
+        prompts, graded, sampling_stats = sample_informative_groups(
+            lambda round: draw_round(run, step, round, phases),
+            cfg.rollout.group_size,
+            derived_sizes(cfg).prompts_per_rollout_batch,
+            cfg.rollout.dynamic_sampling_max_rounds,
+        )
+        fault_point("step-rollouts", step)
+        run.backend.before_training()
+        batch = rollout_batch(run, graded)
+        batch.stats |= sampling_stats
+        return prompts, graded.rollouts, graded.truths, batch
+    # group_size completions for each of the next problems.
+    with phases("rollout"):
+        prompts, truths, examples = next_prompts(run)
+        rollouts = generate_rollouts(run, prompts, step)
+    fault_point("step-rollouts", step)
+    run.backend.before_training()  # vLLM sleep mode frees its memory for the backward passes
+    # Rewards, and advantages: each reward against the others of its group.
+    with phases("reward"):
+        batch = score_rollouts(run, rollouts, truths, examples)
+    return prompts, rollouts, truths, batch
 
 
 def next_prompts(run: RunContext) -> tuple[list[str], list[str], list[Example]]:
@@ -395,11 +376,51 @@ def log_probs_in_batches(model: torch.nn.Module, batch: RolloutBatch, microbatch
 # --------------------------------------------------------------------------- the inner loop
 
 
+def train_on_rollouts(
+    run: RunContext, batch: RolloutBatch, step: int, phases: Phases
+) -> tuple[list[tuple[int, dict]], float]:
+    """The inner loop: epochs over the rollouts, in train batches of microbatches, one
+    optimizer step per train batch. Returns each optimizer step's index and figures, and
+    the token entropy over every response token trained on."""
+    cfg, state, sizes = run.cfg, run.state, derived_sizes(run.cfg)
+    fault_point("step-train", step)
+    per_opt_step: list[tuple[int, dict]] = []
+    entropy_sum, entropy_tokens = 0.0, 0.0
+    generator = torch.Generator().manual_seed(shuffle_seed(cfg.seed, step))
+    with phases("train"):
+        for _epoch in range(cfg.loop.epochs_per_rollout_batch):
+            n = batch.input_ids.shape[0]
+            order = torch.randperm(n, generator=generator) if sizes.off_policy else torch.arange(n)
+            for rows in order.split(cfg.loop.train_batch_size):
+                tokens = int(batch.loss_mask(rows).sum())  # length_normalization=token divides by these
+                losses: list[dict] = []
+                with phases("backward"):
+                    for idx in rows.split(sizes.microbatch_size):
+                        stats, entropy, response_tokens = train_microbatch(run, batch, idx, tokens, step)
+                        losses.append(stats)
+                        entropy_sum, entropy_tokens = entropy_sum + entropy, entropy_tokens + response_tokens
+                    grad_norm = clip_gradients(run, step)
+                    lr = run.optimizer.param_groups[0]["lr"]
+                with phases("optimizer"):
+                    run.optimizer.step()
+                    run.scheduler.step()
+                    run.optimizer.zero_grad(set_to_none=True)
+                per_opt_step.append((state.opt_step, optimizer_step_metrics(losses, grad_norm, lr)))
+                state.opt_step += 1
+    return per_opt_step, entropy_sum / max(entropy_tokens, 1.0)
+
+
+def shuffle_seed(seed: int, step: int) -> int:
+    """The seed of the order in which an off-policy step's inner loop visits the rollouts."""
+    return seed * 100_003 + step
+
+
 def train_microbatch(
-    run: RunContext, batch: RolloutBatch, idx: torch.Tensor, train_batch_tokens: int, entropy: list[float], step: int
-) -> dict:
+    run: RunContext, batch: RolloutBatch, idx: torch.Tensor, train_batch_tokens: int, step: int
+) -> tuple[dict, float, float]:
     """Forward and backward of the rollouts `idx` (of a train batch of `train_batch_tokens`
-    response tokens); its loss figures. Adds its token entropy to `entropy`."""
+    response tokens); its loss figures, its token entropy summed over its response tokens,
+    and their count."""
     device = next(run.model.parameters()).device
     # Rows are right-padded to the longest sequence of the whole rollout batch; cut this
     # microbatch to its own longest, so one long rollout does not make every forward pass
@@ -416,8 +437,6 @@ def train_microbatch(
         return_token_entropy=True,
         entropy_with_grad=run.loss.entropy_coef > 0,
     )
-    entropy[0] += float((out["token_entropy"].detach().float() * mask).sum())
-    entropy[1] += float(mask.sum())
     _, stats = run.loss.microbatch_train_step(
         out["log_probs"],
         batch.loss_mask(idx)[:, :width].to(device),  # without masked (truncated) rows
@@ -435,7 +454,7 @@ def train_microbatch(
     )
     if not math.isfinite(stats["loss"]):
         raise Diverged(f"non-finite loss at step {step} (optimizer step {run.state.opt_step})")
-    return stats
+    return stats, float((out["token_entropy"].detach().float() * mask).sum()), float(mask.sum())
 
 
 def clip_gradients(run: RunContext, step: int) -> float:
@@ -463,9 +482,9 @@ def check_finite_weights(model: torch.nn.Module, step: int) -> None:
             raise Diverged(f"non-finite weights in {name} after step {step}")
 
 
-def step_metrics(per_opt_step: list[tuple[int, dict]], entropy: list[float]) -> dict:
+def step_metrics(per_opt_step: list[tuple[int, dict]], token_entropy: float) -> dict:
     """The GRPO step's summary of its optimizer steps (means; extremes for *_min and *_max;
-    the highest gradient norm) and the token entropy over every response token trained on."""
+    the highest gradient norm), with `token_entropy`, the step's over every response token trained on."""
     keys = {k for _, v in per_opt_step for k in v}
     out = {}
     for key in keys:
@@ -477,5 +496,16 @@ def step_metrics(per_opt_step: list[tuple[int, dict]], entropy: list[float]) -> 
         else:
             out[key] = sum(values) / len(values)
     out[metrics.GRAD_NORM_MAX] = max(v[metrics.GRAD_NORM] for _, v in per_opt_step)
-    out[metrics.TOKEN_ENTROPY] = entropy[0] / max(entropy[1], 1.0)
+    out[metrics.TOKEN_ENTROPY] = token_entropy
     return out
+
+
+# --------------------------------------------------------------------------- record
+
+
+def record_step(run: RunContext, step: int, figures: dict, **rows: list) -> None:
+    """One transaction: the step's metrics and its `rows` (opt_metrics, samples, eval) are
+    all recorded, or none is; then the run's state is at this step."""
+    fault_point("step-record", step)
+    run.registry.log_step(run.run_id, step, figures, **rows)
+    run.state.step, run.state.data_position = step, run.stream.position
