@@ -161,6 +161,10 @@ class RolloutConfig:
         False, "DAPO's dynamic sampling: drop groups whose rewards are all equal, draw more prompts to fill the batch"
     )
     dynamic_sampling_max_rounds: int = key(10, "at most this many rounds of prompts per step (dynamic_sampling)")
+    # vLLM releases monthly; grpoctl reads and tests a range of them (rules.VLLM_RANGE).
+    allow_untested_vllm: bool = key(
+        False, "run a vLLM newer than the tested range (pyproject.toml's gpu extra); an older one is always refused"
+    )
     vllm: VLLMConfig = section(VLLMConfig)
 
 

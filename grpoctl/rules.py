@@ -130,6 +130,42 @@ def vllm_installed() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
+# The vLLM releases grpoctl's vLLM backend is written against: pyproject.toml's `gpu` extra
+# says the same (tests/test_vllm_version.py holds them together). The floor is the first
+# release whose worker takes `reload_weights(weights_iterator=...)`, what every weight sync
+# calls, with the other keywords the backend passes (kv_cache_memory_bytes, logprobs_mode,
+# sleep levels 1 and 2, wake_up tags) read in the sources of 0.32 and 0.33; older vLLMs fail
+# the first sync with a TypeError, a whole step into the run. vLLM releases monthly, so a
+# newer one is refused unless rollout.allow_untested_vllm says to try it.
+VLLM_FLOOR = "0.32"
+VLLM_CEILING = "0.34"
+VLLM_RANGE = f">={VLLM_FLOOR},<{VLLM_CEILING}"
+
+
+def check_vllm_version(version: str, allow_untested: bool) -> None:
+    """Raise UserError (one line) unless `version` of vLLM is in VLLM_RANGE.
+
+    A local suffix (`0.32.0+cpu`), a development or release-candidate build counts as its
+    release (`0.33.1.dev5` is 0.33.1). Above the ceiling, `allow_untested` lets it run.
+    """
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        release = Version(Version(version).base_version)
+    except InvalidVersion:
+        release = None
+    if release is not None and release < Version(VLLM_FLOOR):
+        raise UserError(
+            f"vLLM {version} is older than grpoctl's vLLM backend supports (vllm{VLLM_RANGE}): "
+            "install a vLLM in that range, or use rollout.backend=hf"
+        )
+    if (release is None or release >= Version(VLLM_CEILING)) and not allow_untested:
+        raise UserError(
+            f"vLLM {version} is outside the range grpoctl was tested with (vllm{VLLM_RANGE}): install a vLLM in "
+            "that range, or set rollout.allow_untested_vllm=true to try this one"
+        )
+
+
 def resolve_backend(backend: str, vllm_is_installed: bool) -> str:
     """rollout.backend: auto is vllm when vLLM is installed, else hf.
 

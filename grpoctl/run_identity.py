@@ -66,6 +66,7 @@ NEUTRAL_DEFAULTS: dict[str, Any] = {
     "rollout.dynamic_sampling": False,  # every group was trained on
     "rollout.dynamic_sampling_max_rounds": 10,  # ... (the cap only acts with dynamic sampling)
     "rollout.vllm.enforce_eager": False,  # vLLM compiled its model, as every run's engine did
+    "rollout.allow_untested_vllm": False,  # only a tested vLLM ran, as the range check now enforces
     # The sampled eval (pass@k, maj@k) and the breakdowns change no training row: the
     # sampled eval draws from its own generator (evals/sampled.py), and a breakdown
     # only groups verdicts already made. They still enter the identity when set, as

@@ -54,14 +54,14 @@ def _in_process_engine() -> None:
 
 
 def vllm_available() -> tuple[bool, str]:
-    """(True, version) when vLLM imports here, else (False, why) in one line."""
+    """(True, its version: `0.32.0`) when vLLM imports here, else (False, why) in one line."""
     _in_process_engine()
     try:
         import vllm
     except Exception as exc:  # ImportError, but also broken CUDA/torch pairings
         first_line = (str(exc).splitlines() or [""])[0]
         return False, f"{type(exc).__name__}: {first_line}"
-    return True, f"vllm {getattr(vllm, '__version__', '?')}"
+    return True, str(getattr(vllm, "__version__", "?"))
 
 
 def _reload_in_worker(worker: Any, weights: Iterable[tuple[str, torch.Tensor]]) -> None:

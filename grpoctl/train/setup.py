@@ -3,8 +3,8 @@ the checks of all its input (its data is grpoctl/data/run_data.py's).
 
 Kept apart from the step so that the step reads as the algorithm and nothing else.
 
-`preflight` checks all of it that can be wrong (device, model directory, data files,
-template, writable output directories) without writing a byte, so that `grpoctl train`
+`preflight` checks all of it that can be wrong (device, model directory, the installed
+vLLM's version, data files, template, writable output directories) without writing a byte, so that `grpoctl train`
 and `grpoctl eval` can refuse bad input before the registry or outputs/ exist.
 """
 
@@ -22,7 +22,7 @@ from grpoctl.data import ENUMERATE_LIMIT, problem_count
 from grpoctl.data.prompt_length import prompt_budget
 from grpoctl.data.run_data import RunData, load_run_data
 from grpoctl.errors import UserError
-from grpoctl.rules import resolve_backend, resolve_device, resolve_dtype, vllm_installed
+from grpoctl.rules import check_vllm_version, resolve_backend, resolve_device, resolve_dtype, vllm_installed
 from grpoctl.tiny.lab_recipe import is_lab_path, sft_steps_of
 
 if TYPE_CHECKING:
@@ -83,15 +83,18 @@ def preflight(
     if uses_vllm:
         from grpoctl.rollout.vllm import vllm_available
 
-        ok, why = vllm_available()
+        ok, found = vllm_available()  # its version, or why it does not import
         if not ok and cfg.rollout.backend == "vllm":
             alternatives = "hf" if vllm_installed() else "hf or auto"
-            raise UserError(f"rollout.backend=vllm but vllm is unavailable ({why}); use rollout.backend={alternatives}")
+            raise UserError(
+                f"rollout.backend=vllm but vllm is unavailable ({found}); use rollout.backend={alternatives}"
+            )
         if not ok:
             raise UserError(
                 f"rollout.backend=auto means vllm where it is installed, and this one does not import "
-                f"({why}); use rollout.backend=hf"
+                f"({found}); use rollout.backend=hf"
             )
+        check_vllm_version(found, cfg.rollout.allow_untested_vllm)
     budget = prompt_budget(cfg, model_source or cfg.model.path)
     data = load_run_data(cfg, need_train=need_train, warn=warn, budget=budget)
     if writes:
