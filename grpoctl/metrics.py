@@ -243,6 +243,13 @@ def is_reward_component(name: str) -> bool:
 
 STEP_TIME = _metric("time/step", "seconds of one whole GRPO step", "s", False)
 MEM_PEAK = _metric("mem/peak", "highest memory seen at any phase boundary of the step", "MiB", False)
+MEM_VLLM_POOL = _metric(
+    "mem/vllm_pool",
+    "vLLM's memory pool in sleep mode (its weights and KV cache), left out of the other mem/ figures; "
+    "on the device only while vLLM is awake (recorded on CUDA with sleep mode)",
+    "MiB",
+    None,
+)
 
 TIME_PREFIX = "time/"
 MEM_PREFIX = "mem/"
@@ -258,17 +265,19 @@ def phase_time(phase: str) -> str:
 
 
 def mem_peak_after(phase: str) -> str:
-    """Peak memory (allocated on CUDA, RSS on CPU) at the end of a phase, MiB."""
+    """Peak memory during a phase, MiB: on CUDA PyTorch's allocated bytes less vLLM's pool,
+    on CPU the resident set (train/memory.py says exactly what each counts)."""
     return f"{MEM_PREFIX}peak_after_{phase}"
 
 
 def mem_reserved_after(phase: str) -> str:
-    """Memory held (CUDA's reserved pool, RSS on CPU) at the end of a phase, MiB."""
+    """Memory held at the end of a phase, MiB: on CUDA PyTorch's reserved bytes less vLLM's
+    pool, on CPU the resident set."""
     return f"{MEM_PREFIX}reserved_after_{phase}"
 
 
 def mem_device_free_after(phase: str) -> str:
-    """Device memory still free at the end of a phase, MiB."""
+    """Device memory still free at the end of a phase, by the driver (CUDA) or the system (CPU), MiB."""
     return f"{MEM_PREFIX}device_free_after_{phase}"
 
 

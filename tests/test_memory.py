@@ -232,3 +232,78 @@ def test_phases_time_and_measure_together_nested_and_repeated():
 
     if sys.platform.startswith("linux"):
         assert m["mem/peak_after_backward"] - m["mem/peak_after_optimizer"] > 24
+
+
+class FakeCuda:
+    """torch.cuda's memory counters on a 24 GiB card where vLLM sleeps in its pool: PyTorch
+    counts the pool's tensors as allocated and reserved, the driver sees none of it."""
+
+    MiB = 2**20
+
+    def __init__(self, monkeypatch, pool: int, policy_peak: int, policy_reserved: int, context: int):
+        self.pool, self.total = pool, 24 * GiB
+        self.peak, self.reserved = pool + policy_peak, pool + policy_reserved
+        self.resets = 0
+        self.used = policy_reserved + context  # asleep: the pool holds no device memory
+        for name, fn in {
+            "synchronize": lambda device=None: None,
+            "reset_peak_memory_stats": self._reset,
+            "max_memory_allocated": lambda device=None: self.peak,
+            "memory_reserved": lambda device=None: self.reserved,
+            "mem_get_info": lambda device=None: (self.total - self.used, self.total),
+        }.items():
+            monkeypatch.setattr(torch.cuda, name, fn)
+
+    def _reset(self, device=None):
+        self.resets += 1
+
+
+def test_cuda_figures_leave_out_vllms_sleeping_pool_and_agree_with_the_driver(monkeypatch, caplog):
+    from grpoctl.train.phases import Phases
+
+    MiB = FakeCuda.MiB
+    fake = FakeCuda(monkeypatch, pool=6 * GiB, policy_peak=10 * GiB, policy_reserved=11 * GiB, context=512 * MiB)
+    tracker = MemoryTracker("cuda", memory_pool=lambda: fake.pool)
+    phases = Phases(tracker)
+    with caplog.at_level("WARNING", logger="grpoctl"):
+        with phases.step(), phases("backward"):
+            pass
+    m = phases.metrics
+    assert m["mem/peak_after_backward"] == m["mem/peak"] == 10 * 1024  # MiB: the policy's own
+    assert m["mem/reserved_after_backward"] == 11 * 1024
+    assert m["mem/device_free_after_backward"] == (24 * GiB - 11 * GiB - 512 * MiB) / MiB  # the driver's, as it is
+    assert m["mem/vllm_pool"] == 6 * 1024
+    assert fake.resets >= 2 and not caplog.records
+
+    # Not told of the pool, the figures read 6 GiB high, and the driver's count gives it away.
+    blind = Phases(MemoryTracker("cuda"))
+    with caplog.at_level("WARNING", logger="grpoctl"):
+        with blind.step(), blind("backward"), blind("optimizer"):
+            pass
+    assert blind.metrics["mem/peak"] == 16 * 1024 and "mem/vllm_pool" not in blind.metrics
+    (warning,) = caplog.records  # once, not per phase
+    assert "may read high" in warning.getMessage() and "17408 MiB" in warning.getMessage()
+
+
+def test_vllm_reports_its_pool_only_with_sleep_mode(monkeypatch):
+    import sys
+    import types
+
+    from grpoctl.rollout.vllm import VLLMRolloutBackend
+
+    class FakeAllocator:  # vLLM's CuMemAllocator: a singleton counting what it mapped
+        @staticmethod
+        def get_instance():
+            return FakeAllocator()
+
+        def get_current_usage(self):
+            return 5 * GiB
+
+    module = types.ModuleType("vllm.device_allocator.cumem")
+    module.CuMemAllocator = FakeAllocator
+    monkeypatch.setitem(sys.modules, "vllm.device_allocator.cumem", module)
+    backend = object.__new__(VLLMRolloutBackend)  # no engine: only the accounting is under test
+    backend.sleep_mode = True
+    assert backend.memory_pool_bytes() == 5 * GiB
+    backend.sleep_mode = False  # no pool: vLLM then allocates as any PyTorch code does
+    assert backend.memory_pool_bytes() == 0

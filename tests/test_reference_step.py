@@ -99,6 +99,9 @@ class FixedRollouts:
     def before_training(self):
         pass
 
+    def memory_pool_bytes(self):
+        return 0
+
     def close(self):
         pass
 

@@ -99,6 +99,9 @@ class _StaleSampler:
     def before_training(self) -> None:
         pass
 
+    def memory_pool_bytes(self) -> int:
+        return 0
+
     def close(self) -> None:
         pass
 

@@ -70,4 +70,9 @@ class RolloutBackend(Protocol):
         """Free what generation holds (vLLM sleep mode) before the policy's backward pass."""
         ...
 
+    def memory_pool_bytes(self) -> int:
+        """Bytes PyTorch's CUDA allocator counts for the backend's own memory pool (vLLM in
+        sleep mode), which train/memory.py leaves out of the mem/ figures; 0 without one."""
+        ...
+
     def close(self) -> None: ...

@@ -120,5 +120,8 @@ class HFRolloutBackend:
     def before_training(self) -> None:
         pass
 
+    def memory_pool_bytes(self) -> int:
+        return 0  # no pool of its own: its KV cache is PyTorch's, freed when generate returns
+
     def close(self) -> None:
         pass

@@ -274,6 +274,22 @@ class VLLMRolloutBackend:
             self.llm.sleep(level=self.sleep_level)
             self._sleeping = True
 
+    def memory_pool_bytes(self) -> int:
+        """With sleep mode (CUDA), the bytes of vLLM's memory pool; else 0.
+
+        Sleep mode allocates vLLM's weights and KV cache through a pluggable allocator, in a
+        MemPool of PyTorch's caching allocator. Asleep, the pool's device memory is released
+        (level 1 copies the weights to host memory first), but its tensors live on, so
+        PyTorch's allocated and reserved counts keep them (vLLM issues #17117, #33625). The
+        figure is the allocator's count of what it mapped: its segments, which the tensors
+        in them fill but for rounding. It is the same awake or asleep, from the engine's start.
+        """
+        if not self.sleep_mode:
+            return 0
+        from vllm.device_allocator.cumem import CuMemAllocator
+
+        return int(CuMemAllocator.get_instance().get_current_usage())
+
     def close(self) -> None:
         llm = getattr(self, "llm", None)
         if llm is None:

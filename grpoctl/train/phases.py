@@ -8,7 +8,8 @@ A phase that runs several times in a step (backward and optimizer, once per opti
 step) adds up its time and keeps its highest memory figures. Phases nest (backward and
 optimizer run inside train): the tracker's peak covers only the time since its last
 boundary, so an outer phase's peak is the highest of its own and of every phase inside
-it. `phases.step()` wraps a whole GRPO step: time/step and mem/peak.
+it. `phases.step()` wraps a whole GRPO step: time/step and mem/peak (and mem/vllm_pool, the
+vLLM pool the mem/ figures leave out, where there is one: train/memory.py).
 """
 
 from __future__ import annotations
@@ -52,4 +53,7 @@ class Phases:
         self.memory.start_step()
         yield
         self.metrics[metrics.MEM_PEAK] = self.memory.step_peak()
+        pool = self.memory.pool_mib()
+        if pool:
+            self.metrics[metrics.MEM_VLLM_POOL] = pool
         self.metrics[metrics.STEP_TIME] = time.perf_counter() - started

@@ -168,7 +168,7 @@ def prepare(
         backend=backend,
         data=data,
         stream=PromptStream(data.train, seed=cfg.seed),
-        memory=MemoryTracker(device),
+        memory=MemoryTracker(device, memory_pool=backend.memory_pool_bytes),
         progress=Progress(cfg, live=cfg.logging.live),
     )
 
