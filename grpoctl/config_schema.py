@@ -73,7 +73,13 @@ class ModelConfig:
         "step N; `lab` = the lab's base, `lab-sft@N` = it after N narrow SFT steps (100, 400, 800); "
         "else a Hugging Face directory or hub id, e.g. Qwen/Qwen2.5-Math-1.5B",
     )
-    dtype: str = key("auto", "auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16")
+    # Pure bf16 (auto's choice on a GPU) rounds most small updates away; bf16-mixed keeps
+    # float32 master weights and AdamW states for 2x the memory of both (rules.MIXED_PRECISION).
+    dtype: str = key(
+        "auto",
+        "auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16 | bf16-mixed (fp32 weights and AdamW states, "
+        "forward passes under bf16 autocast)",
+    )
     gradient_checkpointing: bool = key(False, "recompute activations in the backward pass (the 24 GB preset)")
     tiny: TinyModelConfig = section(TinyModelConfig)
     warmstart: WarmStartConfig = section(WarmStartConfig)

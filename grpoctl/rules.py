@@ -51,7 +51,13 @@ REWARDS = ("r1_zero", "question_only")
 DATA_SOURCES = ("synthetic", "lab", "math", "gsm8k", "jsonl", "hub")
 GENERATED_DATA_SOURCES = ("synthetic", "lab")  # made in-process: no data files
 BACKENDS = ("auto", "vllm", "hf")
-DTYPES = ("auto", "float32", "bfloat16")
+# model.dtype: what the policy's weights are stored in and computed in. bf16-mixed stores
+# the weights, their gradients and AdamW's states in float32 and runs the forward passes
+# under bfloat16 autocast (vLLM samples in bfloat16): in pure bfloat16 an update smaller
+# than half a weight's spacing (2^-8 of it) rounds away, which at lr 1e-6 is nearly every
+# one (tests/test_precision.py).
+MIXED_PRECISION = "bf16-mixed"
+DTYPES = ("auto", "float32", "bfloat16", MIXED_PRECISION)
 DEVICES = ("auto", "cpu", "cuda")
 
 # Every key whose value is one of a few words (config_checks.validate refuses the rest).
@@ -123,6 +129,16 @@ def resolve_dtype(dtype: str, device: str) -> str:
     if dtype == "auto":
         return "bfloat16" if device == "cuda" else "float32"
     return dtype
+
+
+def weights_dtype(resolved: str) -> str:
+    """What a resolved model.dtype stores the weights (and their gradients, AdamW's states) in."""
+    return "float32" if resolved == MIXED_PRECISION else resolved
+
+
+def compute_dtype(resolved: str) -> str:
+    """What a resolved model.dtype computes the forward passes in (and vLLM samples in)."""
+    return "bfloat16" if resolved == MIXED_PRECISION else resolved
 
 
 def vllm_installed() -> bool:

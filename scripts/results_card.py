@@ -19,6 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's grpoctl, whatever is installed
 
 from grpoctl.analysis.token_lengths import token_counter  # noqa: E402
+from grpoctl.rules import compute_dtype, resolve_dtype, weights_dtype  # noqa: E402
 
 ENDED = ("finished", "diverged")
 
@@ -41,6 +42,19 @@ def schedule_text(config: dict) -> str:
         f"sampling temperature {roll['temperature']:g}, {roll['min_tokens']}-{roll['max_tokens']} new tokens; "
         f"{'greedy' if ev['greedy'] else 'sampled'} eval on {ev['subset']} held-out problems every {ev['every']} steps"
         f"{at_start}."
+    )
+
+
+def precision_text(config: dict, device: str) -> str:
+    """What the runs' weights, gradients and AdamW states were stored in and their forward
+    passes computed in (model.dtype, resolved for the device the run recorded)."""
+    asked = config["model"].get("dtype", "auto")
+    resolved = resolve_dtype(asked, "cuda" if device != "cpu" else "cpu")
+    stored, computed = weights_dtype(resolved), compute_dtype(resolved)
+    how = f"computed in {computed}" if stored == computed else f"forward passes under {computed} autocast"
+    return (
+        f"- **Precision:** weights, gradients and AdamW states in {stored}, {how} "
+        f"(`model.dtype: {asked}` on {'cpu' if device == 'cpu' else 'a GPU'})."
     )
 
 
@@ -136,6 +150,7 @@ def setup_card(registry, tables: dict, out: Path, page: dict) -> list[str]:
         "ablates):",
         "",
         schedule_text(config),
+        precision_text(config, run.device or "cpu"),
         *varied_text(tables),
         start_text(config, page, _starts(tables)),
     ]

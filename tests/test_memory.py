@@ -95,16 +95,25 @@ def test_without_the_tricks_the_24gb_card_overflows():
     assert estimate_peak_memory(QWEN, cfg, device_total_bytes=DEVICE_24, prompt_tokens=368).total > DEVICE_24
 
 
-def test_8bit_adamw_saves_almost_half_not_4x_and_fp32_master_option():
+def test_8bit_adamw_saves_almost_half_not_4x_and_each_precision_is_priced():
     cfg = load_config("experiments/rtx4090.yaml")
     eight = estimate_peak_memory(QWEN, cfg, DEVICE_24, prompt_tokens=368)["optimizer states"]
     cfg = load_config("experiments/rtx4090.yaml", ["optimizer.name=adamw"])
     bf16 = estimate_peak_memory(QWEN, cfg, DEVICE_24, prompt_tokens=368)
     assert 0.5 < eight / bf16["optimizer states"] < 0.52
-    master = estimate_peak_memory(QWEN, cfg, DEVICE_24, prompt_tokens=368, fp32_master_weights=True)
-    assert master["optimizer states"] == 12 * P
-    assert master["weights"] + master["gradients"] + master["optimizer states"] == 16 * P
     assert bf16["weights"] + bf16["gradients"] + bf16["optimizer states"] == 8 * P
+    assert "autocast weight copies" not in {c.name for c in bf16.components}
+    cfg = load_config("experiments/rtx4090.yaml", ["optimizer.name=adamw", "model.dtype=bf16-mixed"])
+    mixed = estimate_peak_memory(QWEN, cfg, DEVICE_24, prompt_tokens=368)
+    # fp32 weights, gradients, m and v; autocast's bf16 copy of the weights while they are in use
+    assert mixed["weights"] + mixed["gradients"] + mixed["optimizer states"] == 16 * P
+    assert mixed["autocast weight copies"] == 2 * P
+    assert mixed["activations (ckpt)"] == bf16["activations (ckpt)"] and mixed["logits"] == bf16["logits"]
+    assert mixed.phase_bytes("backward") - bf16.phase_bytes("backward") == 10 * P
+    cfg = load_config("experiments/rtx4090.yaml", ["optimizer.name=adamw", "model.dtype=float32"])
+    fp32 = estimate_peak_memory(QWEN, cfg, DEVICE_24, prompt_tokens=368)
+    assert fp32["weights"] + fp32["gradients"] + fp32["optimizer states"] == 16 * P
+    assert fp32["activations (ckpt)"] > bf16["activations (ckpt)"]  # fp32 activations: no autocast
 
 
 def test_dry_run_fits_or_warns():

@@ -32,6 +32,17 @@ def test_the_schedule_line_follows_the_config():
     assert "optimizer steps of linear warm-up, then cosine decay to 0.1x" in tiny
 
 
+def test_the_precision_line_says_what_the_runs_stored_and_computed_in():
+    lab = config_of(str(ROOT / "experiments" / "lab.yaml"))
+    assert results_card.precision_text(lab, "cpu") == (
+        "- **Precision:** weights, gradients and AdamW states in float32, computed in float32 "
+        "(`model.dtype: auto` on cpu)."
+    )
+    assert "in bfloat16, computed in bfloat16" in results_card.precision_text(lab, "NVIDIA H200")
+    lab["model"]["dtype"] = "bf16-mixed"
+    assert "in float32, forward passes under bfloat16 autocast" in results_card.precision_text(lab, "NVIDIA H200")
+
+
 def test_the_start_line_is_the_page_s_words_off_the_tiny_model():
     config = config_of(str(ROOT / "experiments" / "lab.yaml"))
     line = results_card.start_text(config, {"start": "A 1.0M-parameter Qwen2."}, ["`lab` 0.252", "`lab-sft@100` 0.7"])

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grpoctl.rollout.base import Rollouts, SamplingSettings
-from grpoctl.rules import resolve_dtype
+from grpoctl.rules import compute_dtype, resolve_dtype
 
 if TYPE_CHECKING:
     import torch
@@ -143,8 +143,9 @@ class VLLMRolloutBackend:
         kwargs = dict(
             model=str(model_dir),
             tokenizer=str(model_dir),
-            # The policy's dtype, so that synced weights mean the same numbers in both.
-            dtype=resolve_dtype(cfg.model.dtype, "cuda" if self.on_gpu else "cpu"),
+            # The policy's compute dtype, so that synced weights mean the same numbers in both
+            # (bf16-mixed: its fp32 master weights are rounded to bf16 as they are copied in).
+            dtype=compute_dtype(resolve_dtype(cfg.model.dtype, "cuda" if self.on_gpu else "cpu")),
             seed=int(cfg.seed),
             enable_prefix_caching=bool(v.enable_prefix_caching),
             max_model_len=_fit_max_model_len(model_dir, int(v.max_model_len)),

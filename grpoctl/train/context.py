@@ -6,6 +6,8 @@ object a checkpoint stores.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -41,6 +43,9 @@ class RunContext:
     stream: PromptStream  # the training prompts, in a resumable order
     memory: MemoryTracker
     progress: Progress
+    # What the policy's (and the KL reference's) forward passes run under: bf16 autocast for
+    # model.dtype=bf16-mixed, else nothing (train/setup.py: pick_autocast).
+    autocast: Callable[[], AbstractContextManager] = nullcontext
     state: TrainState = field(default_factory=TrainState)
     run: Run | None = None  # the registry's row, once created (start) or claimed (resume)
     stop: StopRequest | None = None  # the signal handling of the outer loop, while it runs

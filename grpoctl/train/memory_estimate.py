@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from grpoctl.arch import Arch
 from grpoctl.formatting import GiB, format_bytes, format_count
-from grpoctl.rules import resolve_backend, resolve_device, resolve_dtype, vllm_installed
+from grpoctl.rules import compute_dtype, resolve_backend, resolve_device, resolve_dtype, vllm_installed, weights_dtype
 from grpoctl.tiny.lab_recipe import is_lab_path
 
 if TYPE_CHECKING:
@@ -67,7 +67,6 @@ def logits_bytes_per_element(b: int) -> int:
 ENTROPY_GRAPH_BYTES_PER_ELEMENT = 8
 OVERHEAD = 1 * GiB  # CUDA context, cuBLAS workspaces, allocator slack; on CPU the runtime's libraries
 SLEEP_RESIDUAL = 1 * GiB  # what a sleeping vLLM keeps on the GPU (outside its pool); check with mem/device_free
-MASTER_WEIGHTS_BYTES = 12  # fp32 master copy + fp32 m + fp32 v per parameter (mixed precision)
 
 
 @dataclass
@@ -148,31 +147,39 @@ def estimate_peak_memory(
     cfg: RunConfig,
     device_total_bytes: int | None = None,
     prompt_tokens: int | None = None,
-    fp32_master_weights: bool = False,
 ) -> MemoryEstimate:
     """Peak memory of a GRPO step under `cfg`, component by component (see the table).
 
     The sequence length is the longest prompt plus rollout.max_tokens (a microbatch is
-    padded to its longest row). `fp32_master_weights` prices the mixed-precision
-    alternative: bf16 weights and gradients plus an fp32 master copy and fp32 Adam
-    states (12 bytes per parameter on top: 16 in all, versus 8 for pure bf16 AdamW).
-    `device_total_bytes` sizes vLLM's gpu_memory_utilization share.
+    padded to its longest row). Each precision of model.dtype is priced: pure bf16 keeps
+    weights, gradients and AdamW's m and v in bf16 (8 B/param); bf16-mixed keeps all
+    four in fp32 (16 B/param) and adds autocast's bf16 copy of the weights for the
+    forward (2 B/param, held until backward), with bf16 activations and logits; float32
+    is 16 B/param with fp32 activations. `device_total_bytes` sizes vLLM's
+    gpu_memory_utilization share.
     """
     from grpoctl.config import derived_sizes
 
     device = estimate_device(cfg)
     on_gpu = device == "cuda"
     dtype = resolve_dtype(cfg.model.dtype, device)
-    b = 2 if dtype == "bfloat16" else 4
+    w = 2 if weights_dtype(dtype) == "bfloat16" else 4  # bytes per stored weight, gradient, AdamW state
+    b = 2 if compute_dtype(dtype) == "bfloat16" else 4  # bytes per activation, logit, vLLM weight
     p = arch.num_params()
     mb = derived_sizes(cfg).microbatch_size
     seq = (prompt_tokens if prompt_tokens is not None else estimate_prompt_tokens(cfg)) + cfg.rollout.max_tokens
     ckpt = bool(cfg.model.gradient_checkpointing)
     everywhere, train_only = PHASES, ("backward", "optimizer")
     c = [
-        Component("weights", p * b, everywhere, f"{format_count(p)} params x {b} B ({dtype})"),
-        Component("gradients", p * b, train_only, f"same dtype as the weights ({b} B/param)"),
+        Component("weights", p * w, everywhere, f"{format_count(p)} params x {w} B ({weights_dtype(dtype)})"),
+        Component("gradients", p * w, train_only, f"same dtype as the weights ({w} B/param)"),
     ]
+    if w != b:
+        c.append(
+            Component(
+                "autocast weight copies", p * b, ("backward",), f"bf16 autocast's copy of each weight ({b} B/param)"
+            )
+        )
 
     if cfg.optimizer.name == "adamw8bit":
         # uint8 m and v, plus one fp32 absmax per 256-value block for each.
@@ -182,18 +189,14 @@ def estimate_peak_memory(
                 "optimizer states", int(p * per), everywhere, f"8-bit AdamW: 2 x 1 B + block absmax = {per:.3f} B/param"
             )
         )
-    elif fp32_master_weights:
-        per = MASTER_WEIGHTS_BYTES
-        c.append(Component("optimizer states", p * per, everywhere, "fp32 master weights + fp32 m, v: 12 B/param"))
     else:
-        per = 2 * b
         c.append(
-            Component("optimizer states", p * per, everywhere, f"AdamW m, v in the params' dtype: 2 x {b} B/param")
+            Component("optimizer states", p * 2 * w, everywhere, f"AdamW m, v in the params' dtype: 2 x {w} B/param")
         )
     if cfg.optimizer.name == "adamw":
         # torch's multi-tensor AdamW builds one state-sized temporary (sqrt of v) per step.
         c.append(
-            Component("optimizer temporaries", p * b, ("optimizer",), "AdamW foreach: sqrt(v), one state-sized copy")
+            Component("optimizer temporaries", p * w, ("optimizer",), "AdamW foreach: sqrt(v), one state-sized copy")
         )
 
     act = activation_bytes_per_token(arch, b, ckpt) * mb * seq
@@ -254,7 +257,8 @@ def estimate_peak_memory(
         )
     else:
         batch = max(cfg.rollout.rollout_batch_size, cfg.eval.batch_size)
-        kv = batch * seq * arch.num_hidden_layers * 2 * arch.kv_dim * b
+        # generate runs on the stored weights, outside autocast: its cache is in their dtype
+        kv = batch * seq * arch.num_hidden_layers * 2 * arch.kv_dim * w
         c.append(
             Component(
                 "generate KV cache", kv, ("rollout",), f"transformers generate: {batch} rows x {seq} tok x K and V"

@@ -10,9 +10,13 @@ and `grpoctl eval` can refuse bad input before the registry or outputs/ exist.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import logging
 import os
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,7 +26,15 @@ from grpoctl.data import ENUMERATE_LIMIT, problem_count
 from grpoctl.data.prompt_length import prompt_budget
 from grpoctl.data.run_data import RunData, load_run_data
 from grpoctl.errors import UserError
-from grpoctl.rules import check_vllm_version, resolve_backend, resolve_device, resolve_dtype, vllm_installed
+from grpoctl.rules import (
+    check_vllm_version,
+    compute_dtype,
+    resolve_backend,
+    resolve_device,
+    resolve_dtype,
+    vllm_installed,
+    weights_dtype,
+)
 from grpoctl.tiny.lab_recipe import is_lab_path, sft_steps_of
 
 if TYPE_CHECKING:
@@ -45,8 +57,22 @@ def device_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
 
+TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
 def pick_dtype(cfg: RunConfig, device: torch.device) -> torch.dtype:
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[resolve_dtype(cfg.model.dtype, device.type)]
+    """What the policy's weights are stored in (model.dtype; bf16-mixed: float32)."""
+    return TORCH_DTYPES[weights_dtype(resolve_dtype(cfg.model.dtype, device.type))]
+
+
+def pick_autocast(cfg: RunConfig, device: torch.device) -> Callable[[], AbstractContextManager]:
+    """What the policy's forward passes run under: bf16 autocast for model.dtype=bf16-mixed
+    (matmuls in bf16, softmax and norms in fp32, the weights and their gradients fp32), else
+    nothing. The backward pass runs outside it, in the dtypes the forward recorded."""
+    compute = TORCH_DTYPES[compute_dtype(resolve_dtype(cfg.model.dtype, device.type))]
+    if compute == pick_dtype(cfg, device):
+        return contextlib.nullcontext
+    return functools.partial(torch.autocast, device_type=device.type, dtype=compute)
 
 
 # What a model directory must hold to be loaded (weights: safetensors, sharded or not, or

@@ -24,6 +24,8 @@ over steps, and a run's start and end, are train/trainer.py.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -348,28 +350,33 @@ def add_old_and_ref_log_probs(run: RunContext, batch: RolloutBatch) -> None:
     """
     sizes = derived_sizes(run.cfg)
     if sizes.off_policy:
-        batch.old_log_probs = log_probs_in_batches(run.model, batch, sizes.microbatch_size)
+        batch.old_log_probs = log_probs_in_batches(run.model, batch, sizes.microbatch_size, run.autocast)
     if run.ref_model is not None:
-        batch.ref_log_probs = log_probs_in_batches(run.ref_model, batch, sizes.microbatch_size)
+        batch.ref_log_probs = log_probs_in_batches(run.ref_model, batch, sizes.microbatch_size, run.autocast)
 
 
 @torch.inference_mode()
-def log_probs_in_batches(model: torch.nn.Module, batch: RolloutBatch, microbatch: int) -> torch.Tensor:
-    """Log-probs of the rollout tokens under `model`, without building a graph: (batch, seq)."""
+def log_probs_in_batches(
+    model: torch.nn.Module,
+    batch: RolloutBatch,
+    microbatch: int,
+    autocast: Callable[[], AbstractContextManager] = nullcontext,
+) -> torch.Tensor:
+    """Log-probs of the rollout tokens under `model`, without building a graph: (batch, seq).
+    Under `autocast`, as the training forward runs (model.dtype=bf16-mixed), so that the
+    ratio to them is 1 where the weights have not moved."""
     device = next(model.parameters()).device
     out = []
     for i in range(0, batch.input_ids.shape[0], microbatch):
         rows = slice(i, i + microbatch)
-        out.append(
-            get_response_log_probs_shared_prompts(
+        with autocast():
+            log_probs = get_response_log_probs_shared_prompts(
                 model,
                 batch.input_ids[rows].to(device),
                 batch.labels[rows].to(device),
                 batch.response_mask[rows].to(device),
             )["log_probs"]
-            .float()
-            .cpu()
-        )
+        out.append(log_probs.float().cpu())
     return torch.cat(out)
 
 
@@ -429,14 +436,17 @@ def train_microbatch(
     mask = batch.response_mask[idx, :width].to(device)
     # Each distinct prompt of the microbatch runs once (a GRPO group shares one). The
     # entropy is a diagnostic without gradient, unless an entropy bonus trains on it.
-    out = get_response_log_probs_shared_prompts(
-        run.model,
-        batch.input_ids[idx, :width].to(device),
-        batch.labels[idx, :width].to(device),
-        mask,
-        return_token_entropy=True,
-        entropy_with_grad=run.loss.entropy_coef > 0,
-    )
+    # The forward under bf16 autocast for model.dtype=bf16-mixed; its backward (in the loss
+    # step below) outside it, as torch.autocast asks.
+    with run.autocast():
+        out = get_response_log_probs_shared_prompts(
+            run.model,
+            batch.input_ids[idx, :width].to(device),
+            batch.labels[idx, :width].to(device),
+            mask,
+            return_token_entropy=True,
+            entropy_with_grad=run.loss.entropy_coef > 0,
+        )
     _, stats = run.loss.microbatch_train_step(
         out["log_probs"],
         batch.loss_mask(idx)[:, :width].to(device),  # without masked (truncated) rows

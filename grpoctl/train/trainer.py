@@ -48,7 +48,14 @@ from grpoctl.train.memory import MemoryTracker
 from grpoctl.train.optim import build_optimizer
 from grpoctl.train.progress import Progress
 from grpoctl.train.schedule import build_scheduler
-from grpoctl.train.setup import device_name, load_policy, pick_device, pick_dtype, resolve_model_dir
+from grpoctl.train.setup import (
+    device_name,
+    load_policy,
+    pick_autocast,
+    pick_device,
+    pick_dtype,
+    resolve_model_dir,
+)
 from grpoctl.train.step import Diverged, grpo_step
 from grpoctl.train.stop import AbandonStep, StopRequest
 
@@ -169,6 +176,7 @@ def prepare(
         data=data,
         stream=PromptStream(data.train, seed=cfg.seed),
         memory=MemoryTracker(device, memory_pool=backend.memory_pool_bytes),
+        autocast=pick_autocast(cfg, device),
         progress=Progress(cfg, live=cfg.logging.live),
     )
 
