@@ -251,6 +251,24 @@ MEM_VLLM_POOL = _metric(
     None,
 )
 
+# Throughput, the figures the speed goals are stated in: what a phase processed per second
+# of it (train/phases.py: Phases.count_tokens). Under time/, with the seconds they divide.
+ROLLOUT_TOKENS_PER_S = _metric(
+    "time/rollout_tokens_per_s",
+    "response tokens generated per second of the step's rollout phase (every round of dynamic sampling)",
+    "tokens/s",
+    True,
+)
+TRAIN_TOKENS_PER_S = _metric(
+    "time/train_tokens_per_s",
+    "tokens through the policy's forward and backward passes (prompt and response, no padding; each epoch "
+    "again) per second of the step's train phase",
+    "tokens/s",
+    True,
+)
+# The phase whose seconds each throughput divides by.
+THROUGHPUT_OF_PHASE = {"rollout": ROLLOUT_TOKENS_PER_S, "train": TRAIN_TOKENS_PER_S}
+
 TIME_PREFIX = "time/"
 MEM_PREFIX = "mem/"
 EVAL_PREFIX = "eval/"
@@ -294,7 +312,8 @@ def is_eval(name: str) -> bool:
 
 
 def is_cost(name: str) -> bool:
-    """Seconds or memory: lower is better, and neither says anything about learning."""
+    """Seconds, throughput or memory: none says anything about learning (and lower is better
+    but for throughput, whose table entries say so)."""
     return name.startswith((TIME_PREFIX, MEM_PREFIX))
 
 

@@ -54,7 +54,12 @@ def project(tmp_path, db_url, monkeypatch):
             registry.log_step(
                 run.id,
                 step,
-                {"train/reward": 0.25 * step, "train/grad_norm": float("nan") if step == 1 else 1.0},
+                {
+                    "train/reward": 0.25 * step,
+                    "train/grad_norm": float("nan") if step == 1 else 1.0,
+                    "time/rollout_tokens_per_s": 1500.0 + step,
+                    "time/train_tokens_per_s": 4200.0,
+                },
                 samples=[
                     dict(
                         prompt="Solve [b]: what is 2+2?",
@@ -108,6 +113,8 @@ def test_show_text_and_json(project):
     assert text.returncode == 0, text.stderr
     for fragment in ("ablation-lr3", "lr = 3e-05", "train/reward", "0.375", "synthetic", "step_2"):
         assert fragment in text.stdout
+    for name, last in (("time/rollout_tokens_per_s", "1502"), ("time/train_tokens_per_s", "4200")):
+        assert any(name in line and last in line for line in text.stdout.splitlines()), text.stdout
 
     result = grpoctl("runs", "show", "ablation-lr3", "--format", "json", cwd=project)
     assert result.returncode == 0, result.stderr

@@ -72,6 +72,8 @@ def make_run(
             "train/response_clip_fraction": 1.0 if broken else 0.01,
             "train/grad_norm": 0.5 + 0.1 * (step % 2),
             "time/step": 1.0 + 0.1 * step,
+            "time/rollout_tokens_per_s": 2000.0 + 10 * step,
+            "time/train_tokens_per_s": 9000.0 - 10 * step,
             "mem/peak": 500.0 + step,
         }
         registry.log_step(run.id, step, metrics)
@@ -200,6 +202,11 @@ def test_one_row_per_variant_with_seeds_folded(registry):
     assert good.values["s_per_step"].mean == pytest.approx(median(1.0 + 0.1 * s for s in range(20)))
     assert broken.values["s_per_step"].mean == pytest.approx(1.1)  # median of an odd count
     assert good.values["peak_mem"].mean == 519.0
+    # throughput: the median over a run's steps, folded over seeds like the rest
+    assert good.values["rollout_tok_s"].mean == pytest.approx(median(2000.0 + 10 * s for s in range(20)))
+    assert broken.values["train_tok_s"].mean == pytest.approx(9000.0 - 10)  # median of steps 0-2
+    headers = dict(table.columns)
+    assert headers["rollout_tok_s"] == "rollout tok/s" and headers["train_tok_s"] == "train tok/s"
 
 
 def test_at_step_and_metric(registry):

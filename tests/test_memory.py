@@ -316,3 +316,24 @@ def test_vllm_reports_its_pool_only_with_sleep_mode(monkeypatch):
     assert backend.memory_pool_bytes() == 5 * GiB
     backend.sleep_mode = False  # no pool: vLLM then allocates as any PyTorch code does
     assert backend.memory_pool_bytes() == 0
+
+
+def test_phases_turn_counted_tokens_into_throughput():
+    import time
+
+    from grpoctl.train.phases import Phases
+
+    phases = Phases(MemoryTracker("cpu"))
+    with phases.step():
+        with phases("rollout"):
+            time.sleep(0.01)
+            phases.count_tokens("rollout", 300)
+        with phases("train"):
+            for _ in range(2):  # two train batches (or epochs): their tokens add up
+                phases.count_tokens("train", 500)
+            time.sleep(0.01)
+    m = phases.metrics
+    assert m["time/rollout_tokens_per_s"] == pytest.approx(300 / m["time/rollout"])
+    assert m["time/train_tokens_per_s"] == pytest.approx(1000 / m["time/train"])
+    with pytest.raises(ValueError, match="reward"):
+        phases.count_tokens("reward", 1)

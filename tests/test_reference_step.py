@@ -163,6 +163,15 @@ def engine_and_reference(overrides: list[str]) -> dict:
     grpo_step(run, 1)
     ((step, figures, rows),) = recorder.steps
     assert step == 1
+    # Throughput: the tokens sampled per second of rollout, and those trained on (prompt and
+    # response, the last token only a label, once per epoch) per second of training.
+    sampled = sum(len(r) for r in backend.returned.response_ids)
+    trained = sum(
+        len(p) + len(r) - 1 for p, r in zip(backend.returned.prompt_ids, backend.returned.response_ids, strict=True)
+    )
+    assert figures[metrics.ROLLOUT_TOKENS_PER_S] == pytest.approx(sampled / figures["time/rollout"])
+    epochs = run.cfg.loop.epochs_per_rollout_batch
+    assert figures[metrics.TRAIN_TOKENS_PER_S] == pytest.approx(epochs * trained / figures["time/train"])
 
     # The reference, on the same rollouts and rewards from the same starting weights.
     rollouts = backend.returned

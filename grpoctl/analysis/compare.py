@@ -2,7 +2,8 @@
 
 One row per variant: only the config keys that differ between the runs, then the
 headline numbers (final and best eval accuracy with the step of the best, final response
-length, token entropy and gradient norm, seconds per step, peak memory), the status and
+length, token entropy and gradient norm, seconds per step, rollout and train tokens per
+second, peak memory), the status and
 the health flags. Runs of the same variant with different seeds fold into one row
 (mean ± sd); a single run's accuracy carries its binomial standard error
 sqrt(p(1-p)/n), about ±1.4 points at n = 1024, so a 1-point "win" reads as the noise it is.
@@ -38,6 +39,8 @@ from grpoctl.run_identity import variant_hash, variant_items
 # checks', and the prompts dynamic sampling drew, which the report needs to plot a study
 # against rollouts generated (cli/report_plots.py).
 SERIES_METRICS = (*HEALTH_METRICS, metrics.DYNAMIC_SAMPLING_PROMPTS)
+# The throughput columns (medians over the run's steps), by the metric each shows.
+THROUGHPUT_COLUMNS = {"rollout_tok_s": metrics.ROLLOUT_TOKENS_PER_S, "train_tok_s": metrics.TRAIN_TOKENS_PER_S}
 # What makes two evals comparable (registry.COMPARABLE_EVAL_FIELDS), and the config keys
 # that would explain a difference.
 EVAL_FIELDS = {
@@ -62,6 +65,7 @@ class ComparedRun:
     eval_meta: list[dict] = field(default_factory=list)
     s_per_step: float | None = None  # median of time/step
     peak_mem: float | None = None
+    throughput: dict[str, float] = field(default_factory=dict)  # medians, by metric name
     flags: list[Flag] = field(default_factory=list)
     scores: dict[str, list[EvalPoint]] = field(default_factory=dict)  # pass@k / maj@k curves, like evals
 
@@ -128,6 +132,7 @@ def load_compared_runs(
             eval_meta=summary.eval_meta,
             s_per_step=summary.s_per_step,
             peak_mem=summary.peak_mem,
+            throughput=summary.throughput,
             scores=summary.scores,
         )
         if eval_set and extra_metric in rd.series:  # the set's series, read under the name asked for
@@ -191,6 +196,9 @@ def run_values(rd: ComparedRun, at_step: int | None, metric: str) -> dict[str, t
         out["s_per_step"] = (rd.s_per_step, None)
     if rd.peak_mem is not None:
         out["peak_mem"] = (rd.peak_mem, None)
+    for column, name in THROUGHPUT_COLUMNS.items():
+        if name in rd.throughput:
+            out[column] = (rd.throughput[name], None)
     curve = eval_curve_of(rd, metric)
     if metric != metrics.EVAL_ACCURACY and curve is not None:
         # pass@k and maj@k read like accuracy: the final one with its binomial SE over the
@@ -385,6 +393,8 @@ def build_compare_table(
         ("entropy", "entropy"),
         ("grad_norm", "mean grad norm"),
         ("s_per_step", "s/step"),
+        ("rollout_tok_s", "rollout tok/s"),
+        ("train_tok_s", "train tok/s"),
         ("peak_mem", "peak mem"),
     ]
     warnings = notes + _eval_warnings(data, differing)

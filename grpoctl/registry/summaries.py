@@ -1,5 +1,5 @@
 """What tables of many runs read: each run's eval curve, chosen series, median step time
-and peak memory, fetched for all the runs at once (never a query per run).
+and throughputs, and peak memory, fetched for all the runs at once (never a query per run).
 
 `compare` runs while sweeps train and must answer in under a second for 100 runs x 200
 steps x 30 metrics (benchmarks/bench_compare.py), start-up included: the rows come through
@@ -32,6 +32,8 @@ class RunSummary:
     eval_meta: list[dict] = field(default_factory=list)  # COMPARABLE_EVAL_FIELDS of each trainer eval
     s_per_step: float | None = None  # median of time/step
     peak_mem: float | None = None  # highest mem/peak (MiB)
+    # medians of the throughputs, by metric (time/rollout_tokens_per_s, time/train_tokens_per_s)
+    throughput: dict[str, float] = field(default_factory=dict)
     # The sampled evals' curves by score (eval/pass@8, eval/maj@8: unprefixed, of the set
     # read), each point (step, score, problems sampled): pass@k and maj@k read like accuracy.
     scores: dict[str, list[EvalPoint]] = field(default_factory=dict)
@@ -73,21 +75,26 @@ def fetch_rows(conn, query) -> list[tuple]:
         cursor.close()
 
 
-def _medians(ids: list[int], name: str):
-    """Median of a metric per run, in SQL (SQLite has no MEDIAN: rank the values with
-    window functions and average the middle one or two)."""
+def _medians(ids: list[int], names: list[str]):
+    """Median of each metric per run, in SQL, as (run_id, name, median) rows (SQLite has no
+    MEDIAN: rank the values with window functions and average the middle one or two)."""
     ranked = (
         select(
             Metric.run_id,
+            Metric.name,
             Metric.value,
-            func.row_number().over(partition_by=Metric.run_id, order_by=Metric.value).label("rank"),
-            func.count().over(partition_by=Metric.run_id).label("n"),
+            func.row_number().over(partition_by=(Metric.run_id, Metric.name), order_by=Metric.value).label("rank"),
+            func.count().over(partition_by=(Metric.run_id, Metric.name)).label("n"),
         )
-        .where(Metric.run_id.in_(ids), Metric.name == name, Metric.opt_step.is_(None), Metric.value.is_not(None))
+        .where(Metric.run_id.in_(ids), Metric.name.in_(names), Metric.opt_step.is_(None), Metric.value.is_not(None))
         .subquery()
     )
     middle = ranked.c.rank.in_([(ranked.c.n + 1) // 2, (ranked.c.n + 2) // 2])
-    return select(ranked.c.run_id, func.avg(ranked.c.value)).where(middle).group_by(ranked.c.run_id)
+    return (
+        select(ranked.c.run_id, ranked.c.name, func.avg(ranked.c.value))
+        .where(middle)
+        .group_by(ranked.c.run_id, ranked.c.name)
+    )
 
 
 class RunSummaries:
@@ -128,8 +135,12 @@ class RunSummaries:
         with self.engine.connect() as conn, conn.begin():
             for run_id, name, step, value in fetch_rows(conn, series_q):
                 out[run_id].series.setdefault(name, []).append((step, math.nan if value is None else value))
-            for run_id, seconds in conn.execute(_medians(ids, metrics.STEP_TIME)):
-                out[run_id].s_per_step = seconds
+            medians = [metrics.STEP_TIME, *metrics.THROUGHPUT_OF_PHASE.values()]
+            for run_id, name, median in conn.execute(_medians(ids, medians)):
+                if name == metrics.STEP_TIME:
+                    out[run_id].s_per_step = median
+                else:
+                    out[run_id].throughput[name] = median
             for run_id, peak in conn.execute(peak_q):
                 out[run_id].peak_mem = peak
             for run_id, step, accuracy, n, *meta in conn.execute(evals_q):

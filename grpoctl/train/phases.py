@@ -9,7 +9,8 @@ step) adds up its time and keeps its highest memory figures. Phases nest (backwa
 optimizer run inside train): the tracker's peak covers only the time since its last
 boundary, so an outer phase's peak is the highest of its own and of every phase inside
 it. `phases.step()` wraps a whole GRPO step: time/step and mem/peak (and mem/vllm_pool, the
-vLLM pool the mem/ figures leave out, where there is one: train/memory.py).
+vLLM pool the mem/ figures leave out, where there is one: train/memory.py), and the
+throughput (tokens per second) of the phases that counted their tokens (`count_tokens`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class Phases:
     def __init__(self, memory: MemoryTracker):
         self.memory = memory
         self.metrics: dict[str, float] = {}
+        self.tokens: dict[str, int] = {}  # per phase with a throughput (metrics.THROUGHPUT_OF_PHASE)
         self._inner_peaks: list[float] = []  # per open phase: the highest peak of the phases inside it
 
     @contextmanager
@@ -46,12 +48,24 @@ class Phases:
         for key, value in figures.items():
             self.metrics[key] = max(self.metrics.get(key, value), value)
 
+    def count_tokens(self, phase: str, tokens: int) -> None:
+        """Tokens a phase processed (rollout: generated; train: through forward and backward):
+        the step's throughput of the phase is their sum over its seconds."""
+        if phase not in metrics.THROUGHPUT_OF_PHASE:
+            raise ValueError(f"no throughput is recorded for the {phase} phase")
+        self.tokens[phase] = self.tokens.get(phase, 0) + tokens
+
     @contextmanager
     def step(self) -> Iterator[None]:
-        """A whole GRPO step: its seconds (time/step) and the highest peak of its phases (mem/peak)."""
+        """A whole GRPO step: its seconds (time/step), the highest peak of its phases (mem/peak)
+        and the throughput of each phase that counted its tokens."""
         started = time.perf_counter()
         self.memory.start_step()
         yield
+        for phase, tokens in self.tokens.items():
+            seconds = self.metrics.get(metrics.phase_time(phase))
+            if seconds:
+                self.metrics[metrics.THROUGHPUT_OF_PHASE[phase]] = tokens / seconds
         self.metrics[metrics.MEM_PEAK] = self.memory.step_peak()
         pool = self.memory.pool_mib()
         if pool:

@@ -128,6 +128,7 @@ def sample_and_score(run: RunContext, step: int, phases: Phases) -> tuple[list[s
     with phases("rollout"):
         prompts, truths, examples = next_prompts(run)
         rollouts = generate_rollouts(run, prompts, step)
+        phases.count_tokens("rollout", response_tokens(rollouts))
     fault_point("step-rollouts", step)
     run.backend.before_training()  # vLLM sleep mode frees its memory for the backward passes
     # Rewards, and advantages: each reward against the others of its group.
@@ -167,11 +168,17 @@ def generate_rollouts(run: RunContext, prompts: list[str], step: int, round: int
         raise
 
 
+def response_tokens(rollouts: Rollouts) -> int:
+    """Tokens the backend generated for `rollouts` (what rollout throughput counts)."""
+    return sum(len(ids) for ids in rollouts.response_ids)
+
+
 def draw_round(run: RunContext, step: int, round: int, phases: Phases) -> tuple[list[str], Graded]:
     """One round of dynamic sampling: the next prompts, their rollouts and their grades."""
     with phases("rollout"):
         prompts, truths, examples = next_prompts(run)
         rollouts = generate_rollouts(run, prompts, step, round=round)
+        phases.count_tokens("rollout", response_tokens(rollouts))
     with phases("reward"):
         return prompts, grade_rollouts(run, rollouts, truths, examples)
 
@@ -400,12 +407,13 @@ def train_on_rollouts(
             order = torch.randperm(n, generator=generator) if sizes.off_policy else torch.arange(n)
             for rows in order.split(cfg.loop.train_batch_size):
                 tokens = int(batch.loss_mask(rows).sum())  # length_normalization=token divides by these
+                phases.count_tokens("train", int(batch.seq_lengths[rows].sum()))
                 losses: list[dict] = []
                 with phases("backward"):
                     for idx in rows.split(sizes.microbatch_size):
-                        stats, entropy, response_tokens = train_microbatch(run, batch, idx, tokens, step)
+                        stats, entropy, entropy_count = train_microbatch(run, batch, idx, tokens, step)
                         losses.append(stats)
-                        entropy_sum, entropy_tokens = entropy_sum + entropy, entropy_tokens + response_tokens
+                        entropy_sum, entropy_tokens = entropy_sum + entropy, entropy_tokens + entropy_count
                     grad_norm = clip_gradients(run, step)
                     lr = run.optimizer.param_groups[0]["lr"]
                 with phases("optimizer"):

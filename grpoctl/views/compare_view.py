@@ -16,7 +16,7 @@ from typing import Any
 from grpoctl import metrics
 from grpoctl.analysis import stats
 from grpoctl.analysis.baseline import BaselineComparison, Versus
-from grpoctl.analysis.compare import CompareTable, Row, Stat
+from grpoctl.analysis.compare import THROUGHPUT_COLUMNS, CompareTable, Row, Stat
 from grpoctl.formatting import STATUS_STYLES, MiB, format_bytes, format_config_value, format_number
 
 ACCURACY_COLUMNS = ("final_acc", "best_acc")
@@ -35,8 +35,8 @@ def _memory(mib: float) -> str:
 def cell(column: str, stat: Stat | None) -> str:
     if stat is None:
         return ""
-    if column in STEP_COLUMNS:
-        return f"{stat.mean:.0f}"
+    if column in STEP_COLUMNS or (column in THROUGHPUT_COLUMNS and stat.k == 1):
+        return f"{stat.mean:.0f}"  # a step, or tokens per second
     if column in ACCURACY_COLUMNS or (column in SCORE_COLUMNS and stat.se is not None):
         text = f"{stat.mean:.3f}"
         if stat.k > 1:
