@@ -136,6 +136,7 @@ RANGES: dict[str, Rule] = {
     "reward.overlong_buffer_len": rule("[1, inf)", "null turns the soft overlong punishment off", nullable=True),
     "reward.overlong_penalty_factor": rule("[0, inf)"),
     "reward.timeout_s": rule("(0, inf)", "CPU seconds per plugin call"),
+    "reward.grading_workers": rule("[0, 1024]", "0 grades in the main thread"),
     "optimizer.lr": rule("(0, inf)"),
     "optimizer.betas": rule("[0, 1)", length=2),
     "optimizer.weight_decay": rule("[0, inf)"),

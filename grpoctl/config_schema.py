@@ -135,7 +135,13 @@ class VLLMConfig:
     gpu_memory_utilization: float = key(0.3, "share of the GPU vLLM may take")
     enable_prefix_caching: bool = key(True, "reuse a group's shared prompt")
     sleep_mode: bool = key(True, "free vLLM's memory during training (CUDA only; off on CPU, with one logged line)")
-    sleep_level: int = key(1, "1: offload the weights; 2: discard them")
+    # Level 2 is safe for grpoctl: every wake-up is followed by a push of every parameter
+    # (VLLMRolloutBackend.sync_weights), and vLLM restores its buffers itself.
+    sleep_level: int = key(
+        1,
+        "1: offload the weights to host memory while asleep; 2: discard them (grpoctl pushes every parameter "
+        "after waking), which saves their size in host memory (the GPU presets)",
+    )
     max_model_len: int = key(
         2048,
         "longest prompt + response; a problem whose prompt leaves no room is dropped at load (counted in runs show)",
@@ -223,6 +229,13 @@ class RewardConfig:
     timeout_s: float = key(
         5.0, "CPU seconds a reward plugin may take per response, in its worker process; over it scores 0"
     )
+    # In-process grading has no start-up or pickling cost, which suits the tiny tasks; a
+    # step's 256 MATH answers (or an eval's 1024) grade several times faster on N cores.
+    grading_workers: int = key(
+        0,
+        "worker processes that grade answers with math-verify, each batch spread over them; 0: in the trainer's "
+        "main thread",
+    )
 
 
 @dataclass
@@ -273,7 +286,7 @@ class EvalConfig:
     every: int = key(10, "GRPO steps between evals; 0 = only at start and end")
     subset: int = key(512, "problems in the eval subset")
     subset_seed: int = key(0, "which subset")
-    batch_size: int = key(256, "eval problems per generate call")
+    batch_size: int = key(256, "eval problems per generate call (the GPU presets: the whole subset in one vLLM call)")
     greedy: bool = key(True, "greedy decoding (the tiny default); the GPU presets sample")
     temperature: float = key(1.0, "sampling temperature when not greedy")
     top_p: float = key(1.0, "nucleus sampling when not greedy")

@@ -84,6 +84,8 @@ NEUTRAL_DEFAULTS: dict[str, Any] = {
     # alone, as every run's was; the time limit only acts on a plugin.
     "reward.components": [],
     "reward.timeout_s": 5.0,
+    # Where answers are graded changes how fast, not what: the same verdicts in workers.
+    "reward.grading_workers": 0,
     # Several eval sets change no training row either (every set's problems are held out
     # of training, as the one eval set's are); set, they enter the identity like the above.
     "eval.sets": [],  # the one eval set of data.eval_*, as every run had

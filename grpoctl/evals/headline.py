@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from grpoctl import metrics
 from grpoctl.data import Example
 from grpoctl.prompts import format_prompt
-from grpoctl.rewards import get_reward_fn, grading_stats
+from grpoctl.rewards import get_reward_fn, grading_stats, score_many
 from grpoctl.rollout.base import SamplingSettings
 
 if TYPE_CHECKING:
@@ -83,8 +83,10 @@ def evaluate(
         chunk = examples[start : start + batch_size]
         prompts = [format_prompt(template, ex.question) for ex in chunk]
         out = backend.generate(prompts, 1, sampling, seed=seed + start)
-        for prompt, ex, text, ids in zip(prompts, chunk, out.response_texts, out.response_ids, strict=True):
-            scores = reward_fn(text, ex.answer)
+        graded = score_many(reward_fn, out.response_texts, [ex.answer for ex in chunk])  # one batch to grade
+        for prompt, ex, text, ids, scores in zip(
+            prompts, chunk, out.response_texts, out.response_ids, graded, strict=True
+        ):
             right = scores["answer_reward"] * scores["format_reward"]
             correct += right
             per_problem.append({ACCURACY: right})

@@ -14,7 +14,9 @@ in time whatever the response contains (see default.py and pool.py).
 
 from __future__ import annotations
 
-from grpoctl.rewards.default import grade
+from collections.abc import Callable, Sequence
+
+from grpoctl.rewards.default import grade, grade_many
 from grpoctl.rewards.extract import last_boxed, r1_zero_answer
 
 
@@ -40,6 +42,40 @@ def question_only_reward(response: str, ground_truth: str) -> dict[str, float]:
     if answer is None:
         return _scores(False, False)
     return _scores(True, bool(answer) and grade(answer, ground_truth))
+
+
+def _r1_zero_graded(response: str) -> tuple[bool, str]:
+    """(formatted, the answer to grade or "") as r1_zero_reward reads them."""
+    formatted, answer = r1_zero_answer(response)
+    return formatted, answer or ""
+
+
+def _question_only_graded(response: str) -> tuple[bool, str]:
+    answer = last_boxed(response)
+    return answer is not None, answer or ""
+
+
+# Each built-in reward's reading of a response, so that a batch is graded in one call.
+_GRADED_ANSWER: dict[Callable, Callable[[str], tuple[bool, str]]] = {
+    r1_zero_reward: _r1_zero_graded,
+    question_only_reward: _question_only_graded,
+}
+
+
+def score_many(
+    reward_fn: Callable[[str, str], dict[str, float]], responses: Sequence[str], truths: Sequence[str]
+) -> list[dict[str, float]]:
+    """`reward_fn` of each (response, truth), the same as calling it on each in turn, but with
+    the built-in rewards' answers graded in one `grade_many` call: with grading workers
+    (reward.grading_workers) they are graded in parallel. Any other function (a test's) is
+    called on each."""
+    graded_answer = _GRADED_ANSWER.get(reward_fn)
+    if graded_answer is None:
+        return [reward_fn(r, t) for r, t in zip(responses, truths, strict=True)]
+    read = [graded_answer(r) for r in responses]
+    pending = [i for i, (formatted, answer) in enumerate(read) if formatted and answer]
+    verdicts = dict(zip(pending, grade_many([(read[i][1], truths[i]) for i in pending]), strict=True))
+    return [_scores(formatted, verdicts.get(i, False)) for i, (formatted, _) in enumerate(read)]
 
 
 def r1_zero_extracted(response: str) -> str | None:

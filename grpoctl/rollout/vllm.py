@@ -18,7 +18,12 @@ Three things the trainer relies on, each easy to get silently wrong:
 - Sleep mode (CUDA only): `before_training()` frees vLLM's weights and KV cache so the
   backward pass can use that memory; `sync_weights()` wakes the weights, copies the
   policy in, resets the prefix cache and only then re-allocates the KV cache, so the
-  two never have to fit at the same time as the trainer's cached blocks.
+  two never have to fit at the same time as the trainer's cached blocks. Level 1 keeps
+  a copy of the weights in host memory while asleep; level 2 drops them, which is safe
+  here because the copy that follows every wake-up sends every parameter (vLLM 0.32 and
+  0.33 save and restore the model's buffers, such as rotary caches and attention scales,
+  across a level-2 sleep themselves). vLLM's pool stays in PyTorch's memory counts while
+  asleep: `memory_pool_bytes` tells train/memory.py how much to leave out.
 """
 
 from __future__ import annotations

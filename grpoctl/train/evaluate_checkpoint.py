@@ -14,6 +14,7 @@ from grpoctl.data.prompt_length import prompt_budget
 from grpoctl.data.run_data import load_run_data
 from grpoctl.evals.on_set import evaluate_set
 from grpoctl.evals.sampled import SampledOutcome, sampled_cost, sampled_ks, sampled_problems
+from grpoctl.rewards import configure_grading
 from grpoctl.rollout import make_backend
 from grpoctl.train.setup import load_policy, pick_device, pick_dtype
 
@@ -37,6 +38,7 @@ def run_eval(
     sampled eval when eval.sampled.n is set; `data` is the already loaded (and checked)
     RunData, if any."""
     cfg = typed_config(validated)
+    configure_grading(workers=cfg.reward.grading_workers)
     device = pick_device(cfg)
     data = data or load_run_data(cfg, need_train=False, budget=prompt_budget(cfg, str(path)))
     model, tokenizer = load_policy(str(path), device, pick_dtype(cfg, device), gradient_checkpointing=False)

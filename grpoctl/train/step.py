@@ -43,7 +43,7 @@ from grpoctl.grpo import (
 from grpoctl.grpo.shaping import loss_rows, overlong_penalty, permute_rewards
 from grpoctl.prompts import format_prompt
 from grpoctl.reward_specs import components_of, is_plugin
-from grpoctl.rewards import get_reward_fn, grading_stats
+from grpoctl.rewards import get_reward_fn, grading_stats, score_many
 from grpoctl.rollout.base import Rollouts, SamplingSettings
 from grpoctl.rules import grader_reward
 from grpoctl.train.context import RunContext
@@ -266,8 +266,7 @@ def reward_scores(cfg: Config, texts: list[str], truths: list[str], examples: li
     reward.components, their weighted sum and each component's value (rewards/plugins.py),
     each plugin given its rollout's problem (`examples`: one per group)."""
     if not cfg.reward.components and not is_plugin(cfg.prompt.reward):
-        reward_fn = get_reward_fn(cfg.prompt.reward)
-        return [reward_fn(text, truth) for text, truth in zip(texts, truths, strict=True)]
+        return score_many(get_reward_fn(cfg.prompt.reward), texts, truths)
     from grpoctl.rewards.plugins import example_record, reward_scorer
 
     scorer = reward_scorer(

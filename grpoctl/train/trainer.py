@@ -30,6 +30,7 @@ from grpoctl.data.run_data import load_run_data
 from grpoctl.formatting import Say
 from grpoctl.grpo import PolicyGradientLoss
 from grpoctl.registry.claims import ClaimLost, RegistryUnreachable
+from grpoctl.rewards import configure_grading
 from grpoctl.rollout import make_backend
 from grpoctl.rules import heartbeat_s
 from grpoctl.run_identity import config_hash
@@ -144,6 +145,7 @@ def prepare(
     cfg = typed_config(validated)  # the engine reads the typed tree from here on
     if cfg.runtime.threads:
         torch.set_num_threads(cfg.runtime.threads)
+    configure_grading(workers=cfg.reward.grading_workers)
     torch.manual_seed(cfg.seed)
     device = pick_device(cfg)
     data = data or load_run_data(cfg, budget=prompt_budget(cfg, model_dir or cfg.model.path))
