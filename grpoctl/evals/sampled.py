@@ -4,9 +4,11 @@ Separate from the headline eval (evaluate.py, one greedy sample per problem), wi
 settings (`eval.sampled.*`) and its own randomness: its seed comes from (seed, step,
 "eval") by a hash, and it runs inside `torch.random.fork_rng`, so the global generator
 that the hf backend reseeds (and a checkpoint saves) is what it was before. Training rows
-are therefore bit-identical with and without it (tests/test_sampled_eval.py compares
+are therefore bit-identical with and without it on CPU (tests/test_sampled_eval.py compares
 them). The one exception is vLLM on CPU, whose engine has a single seed and no
-per-request ones (rollout/vllm.py): there a sampled eval moves the engine's stream.
+per-request ones (rollout/vllm.py): there a sampled eval moves the engine's stream. On a
+GPU the generators are kept apart just the same, but CUDA kernels are not deterministic,
+so no two runs' rows are bit-identical there, with or without it.
 
 Grading goes through answer classes (analysis/majority.py): a sample is right when its
 class's representative is, so the grader runs once per class and per pair of class

@@ -7,7 +7,8 @@ top-p only when they are not 1 (transformers' own warpers), takes softmax and on
 `torch.multinomial` over the whole batch, replaces the tokens of finished rows by padding,
 and stops once every row has finished (EOS, a stop string by transformers'
 StopStringCriteria over the response, or max_tokens). The random stream is consumed exactly as there, so the
-samples are the same; greedy is the argmax of the same scores.
+samples are the same; greedy is the argmax of the same scores. Token for token on CPU, where the tests check
+it; on a GPU the two forward passes may differ in the last bits of a logit, which can flip a draw.
 
 What it does not repeat: the prompts of a group are identical, so each distinct prompt is
 run once (prefill) and its keys and values shared by its rows; the KV cache is allocated

@@ -3,9 +3,19 @@
 `step-N/` holds config.json, safetensors and the tokenizer (loadable by anything that
 loads Qwen, `grpoctl eval` and vLLM included) and `trainer_state.pt`: the run's
 TrainState (train/state.py: step, optimizer step, data position, eval accuracies) with the
-optimizer's, the scheduler's and the RNGs' states beside it, so `grpoctl train --resume
-RUN` continues exactly where the run stopped. Files written before TrainState existed
-hold its first fields under the same names, and load. Retention keeps the last
+optimizer's, the scheduler's and the RNGs' states beside it (torch's CPU generator,
+Python's, and each CUDA device's where CUDA is present), so `grpoctl train --resume RUN`
+continues where the run stopped. Files written before TrainState existed hold its first
+fields under the same names, and load; files written before the CUDA states were saved
+load too.
+
+What "continues where it stopped" means depends on the device. On CPU a resumed run's
+rows are bit-identical to those of a run never stopped (tests/test_resume_v0.py,
+tests/test_registry_resume.py): same data, same draws, same deterministic kernels. On a
+GPU the same data and generator states come back, but CUDA kernels are not deterministic
+(atomic adds in backward passes, cuBLAS and attention reductions whose order depends on
+the launch), and vLLM's own sampling keeps no state a checkpoint holds: a resumed run is
+a statistically equivalent continuation, not the same numbers. Retention keeps the last
 `keep_last` and the best `keep_best` by eval accuracy: a 1.5B-parameter checkpoint is
 several GB.
 """
@@ -13,6 +23,7 @@ several GB.
 from __future__ import annotations
 
 import json
+import logging
 import random
 import shutil
 from dataclasses import asdict, dataclass, fields
@@ -30,6 +41,8 @@ if TYPE_CHECKING:
 
     from grpoctl.config import RunConfig
 
+log = logging.getLogger("grpoctl")
+
 STATE_FILE = "trainer_state.pt"
 RUN_FILE = "grpoctl_run.json"  # lets `grpoctl eval CKPT_DIR` link its result to the run
 
@@ -41,7 +54,7 @@ class SavedTrainer:
     state: TrainState
     optimizer: dict
     scheduler: dict
-    rng: dict  # torch's and Python's generators (capture_rng)
+    rng: dict  # torch's, Python's and the CUDA devices' generators (capture_rng)
 
 
 def checkpoint_dir(cfg: RunConfig, run_name: str) -> Path:
@@ -50,12 +63,29 @@ def checkpoint_dir(cfg: RunConfig, run_name: str) -> Path:
 
 
 def capture_rng() -> dict:
-    return {"torch": torch.get_rng_state(), "python": random.getstate()}
+    """The generators' states: torch's (CPU), Python's, and where CUDA is present each CUDA
+    device's ("cuda": the transformers sampler and dropout draw from it on a GPU)."""
+    rng = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        rng["cuda"] = torch.cuda.get_rng_state_all()
+    return rng
 
 
 def restore_rng(rng: dict) -> None:
+    """Put back what capture_rng took. A state without "cuda" (written on CPU, or before
+    CUDA states were saved) leaves the CUDA generators as seeded at start; CUDA states
+    without CUDA here are skipped; with fewer devices here, each device present gets its own."""
     torch.set_rng_state(rng["torch"])
     random.setstate(rng["python"])
+    cuda_states = rng.get("cuda")
+    if cuda_states is None or not torch.cuda.is_available():
+        if cuda_states is None and torch.cuda.is_available():
+            log.info(
+                "this checkpoint holds no CUDA generator state: CUDA draws after it differ from the original run's"
+            )
+        return
+    for device, state in enumerate(cuda_states[: torch.cuda.device_count()]):
+        torch.cuda.set_rng_state(state, device)
 
 
 class CheckpointWriteError(Exception):

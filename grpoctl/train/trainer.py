@@ -216,7 +216,8 @@ def outer_loop(run: RunContext, fresh: bool) -> str:
                         grpo_step(run, state.step + 1)
                     except AbandonStep:
                         # Nothing of the step touched the weights or the optimizer: rewind the
-                        # data and the RNG, and the state is exactly that of the last step.
+                        # data and the RNGs, and the state is that of the last step (exactly so
+                        # on CPU; on a GPU up to its non-deterministic kernels).
                         run.stream.seek(state.data_position)
                         restore_rng(rng)
                         log.warning(f"{stop.requested}: abandoned step {state.step + 1} before it updated the weights")
