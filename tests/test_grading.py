@@ -297,7 +297,27 @@ ISSUE_17 = [
     (_matrix(r"\frac{1}{3\sqrt[3]{x}^2}"), r1(_matrix(r"\frac{1}{3x^{2/3}}")), True),
 ]
 
-TRIPLES = RIGHT + WRONG + ISSUE_17
+# Issue 36: MATH-style answers that Math-Verify's own tests grade right, and grpoctl did
+# before issue 17's separator rule, with the cases that rule closed kept closed.
+ISSUE_36 = [
+    # a currency sign around a thousands-separated number
+    ("1000.99", r1("$1,000.99"), True),
+    ("1000.99", r1("1,000.99$"), True),
+    ("$1,000.99", r1("1000.99"), True),
+    ("1000.99", r1("$1,000.98"), False),
+    ("2500", r1("$2, 500"), False),  # a list, with or without the sign
+    ("100.99", r1("$1,00.99"), False),
+    # MATH's thin-space separator `,\!`, followed by a space
+    ("11111111100", r1(r"11,\! 111,\! 111,\! 100"), True),
+    ("32349", r1(r"32,\! 349"), True),
+    (r"32,\! 349", r1("32349"), True),
+    ("32349", r1(r"32,\!349"), True),
+    ("32348", r1(r"32,\! 349"), False),
+    ("2500", r1(r"2,\! 50"), False),
+    ("32349", r1("32, 349"), False),  # a plain comma and a space is still a list
+]
+
+TRIPLES = RIGHT + WRONG + ISSUE_17 + ISSUE_36
 
 
 def _reward(truth: str, response: str) -> float:
@@ -314,7 +334,7 @@ def test_labelled_triple(truth, response, right):
     assert _reward(truth, response) == float(right), (truth, response)
 
 
-@pytest.mark.parametrize(("truth", "response", "right"), ISSUE_17)
+@pytest.mark.parametrize(("truth", "response", "right"), ISSUE_17 + ISSUE_36)
 def test_issue_17_triples_are_graded_without_errors_or_timeouts(truth, response, right):
     # docs/grading.md says errors stay at zero: `\frac{1}{\mathrm{e}}`, `\mathrm{e}^2` and two
     # `\neq` relations used to make math-verify raise.
@@ -457,6 +477,8 @@ REWRITES = {
         ("1450", "1,450 dollars"),
         ("-3000.25", "-3,000.25"),
     ],
+    "currency sign": [("1000.99", "$1,000.99"), ("1000.99", "1,000.99$"), ("-3000.25", "$-3,000.25")],
+    "thin-space separator": [("32349", r"32,\! 349"), ("11111111100", r"11,\! 111,\! 111,\! 100")],
     "list commas": [("349, 32", "32,  349"), ("0, 111", "0,111"), ("(12, 102)", "(12,102)"), ("(1, 450)", "(1,450)")],
     "squeezed spaces": [(r"2\pi", r"2 \pi"), ("x^2+1", "x ^ 2 + 1"), ("(1,2)", "( 1 , 2 )")],
     "choice letter": [("C", "(C)"), (r"\text{(B)}", "(B)")],

@@ -66,7 +66,7 @@ VERIFY_CPU_S = 2.0
 FLOAT_ROUNDING = 6
 # Bump when a normalization or guard rule changes what counts as right: it is
 # recorded with every evaluation, next to math-verify's version.
-NORMALIZATION_VERSION = "grpoctl-3"
+NORMALIZATION_VERSION = "grpoctl-4"
 
 # Answers are wrapped in \boxed{} before parsing: the box is math-verify's
 # highest-priority anchor, its content is taken with balanced braces, and it

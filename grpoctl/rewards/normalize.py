@@ -11,11 +11,13 @@ right ones for each rule to show it). Anything subtler is math-verify's job.
 
 Commas between digits are decided here, once: a number with thousands separators
 (`1,450,000`: a first group of 1-3 digits not starting with 0, then groups of
-three, nothing after any comma; `{,}` reads as `,`) that stands alone, as the
-whole answer, a whole side of an equation or before unit words, loses its
-commas. Every other comma between digits is a list comma and is written `, `
-(`2, 500`, `0,111` and `(12,102)` are lists), because math-verify would read a
-whole `32,349` or `0,111` as a number.
+three, nothing after any comma; `{,}` reads as `,`, and so does `,\\!` whatever
+spaces follow it, the thin-space separator of MATH's own solutions: `32,\\! 349`)
+that stands alone, as the whole answer, a whole side of an equation or before
+unit words, loses its commas. So does one with a currency sign before or after it
+and nothing else (`$1,000.99`, `1,000.99$`). Every other comma between digits is a
+list comma and is written `, ` (`2, 500`, `0,111` and `(12,102)` are lists),
+because math-verify would read a whole `32,349` or `0,111` as a number.
 """
 
 from __future__ import annotations
@@ -70,6 +72,12 @@ _WHOLE_TEXT = re.compile(r"^\\(?:text|textbf|mbox|mathrm)\{([^{}]*)\}$")
 _CHOICE_LETTER = re.compile(r"^\(([A-Z])\)$")
 # `1,450,000` or `-3,000.25`: a number with thousands separators.
 _THOUSANDS = re.compile(r"-?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?")
+# `$1,000.99` and `1,000.99$`: such a number with a currency sign and nothing else (a
+# lone `$`: a balanced pair is a math delimiter, stripped before).
+_CURRENCY = (re.compile(rf"\$\s*({_THOUSANDS.pattern})"), re.compile(rf"({_THOUSANDS.pattern})\s*\$"))
+# `32,\! 349`: MATH's thin-space thousands separator, then a space; the space is the
+# separator's, not a list's (`32, 349` stays a list).
+_THIN_SPACE_SEPARATOR = re.compile(r"(?<=\d),\\!\s+(?=\d)")
 # Digits with commas between them (`1,450,000`, `2, 500`, `(1,2)`), maybe signed, maybe
 # with a decimal part; the boundaries keep it from starting inside a name or a number.
 _DIGIT_COMMAS = re.compile(r"(?<![\w.])-?\d+(?:,[ \t\n]*\d+)+(?:\.\d+)?(?![\w.])")
@@ -135,8 +143,13 @@ def _squeeze_spaces(text: str) -> str:
 def normalize_answer(text: str) -> str:
     """A canonical spelling of an answer string. An equation stays an equation:
     which of its sides is the answer is equations.py's question."""
+    text = _THIN_SPACE_SEPARATOR.sub(",", text)
     text = _SPACING.sub(_spacing, text).strip()
     text = _strip_delimiters(text)
+    for currency in _CURRENCY:
+        priced = currency.fullmatch(text)
+        if priced:
+            text = priced.group(1)
     delimited = _DELIMITED_THEN_WORDS.match(text)
     if delimited:
         text = f"{(delimited.group(1) or delimited.group(2)).strip()} {delimited.group(3)}"
