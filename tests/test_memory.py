@@ -337,3 +337,37 @@ def test_phases_turn_counted_tokens_into_throughput():
     assert m["time/train_tokens_per_s"] == pytest.approx(1000 / m["time/train"])
     with pytest.raises(ValueError, match="reward"):
         phases.count_tokens("reward", 1)
+
+
+def test_the_kv_cache_left_for_rollouts_derived_by_hand():
+    from grpoctl.train.memory_estimate import estimate_vllm_kv_cache
+
+    cfg = load_config("experiments/rtx4090.yaml")
+    kv = estimate_vllm_kv_cache(QWEN, cfg, DEVICE_24, prompt_tokens=368)
+    per_token = 28 * 2 * (2 * 128) * 2  # layers x (K, V) x 2 KV heads of 128 x bf16
+    assert kv.bytes_per_token == per_token == 28 * 1024
+    share = int(0.3 * DEVICE_24)
+    assert kv.cache_bytes == share - 2 * P  # the share less vLLM's bf16 weights
+    assert kv.tokens == (share - 2 * P) // per_token == 161_952
+    assert kv.seq_len == SEQ and kv.sequences == 161_952 // SEQ == 116
+    text = kv.text()
+    assert "116 sequences of 1392 tokens" in text and "256 rollouts in 3 waves" in text and "at most 4.32 GiB" in text
+    # An H100's 80 GB: every rollout of a step at once
+    assert "all 256 rollouts of a step at once" in estimate_vllm_kv_cache(QWEN, cfg, 80 * GiB, prompt_tokens=368).text()
+    # A share smaller than the weights leaves no cache
+    low = load_config("experiments/rtx4090.yaml", ["rollout.vllm.gpu_memory_utilization=0.1"])
+    assert "no room for one sequence" in estimate_vllm_kv_cache(QWEN, low, DEVICE_24, prompt_tokens=368).text()
+    # On CPU, cpu_kvcache_space_gb; the hf backend has none
+    cpu = load_config("lab", ["rollout.backend=vllm", "rollout.vllm.cpu_kvcache_space_gb=0.25"])
+    lab = arch_from_model_path("lab")
+    on_cpu = estimate_vllm_kv_cache(lab, cpu, prompt_tokens=51)
+    assert on_cpu.cache_bytes == GiB // 4 and on_cpu.seq_len == 51 + cpu.rollout.max_tokens
+    assert estimate_vllm_kv_cache(QWEN, load_config("lab"), DEVICE_24) is None
+
+
+def test_dry_run_shows_the_kv_cache():
+    from grpoctl.train.dry_run import describe_dry_run
+
+    text = describe_dry_run(load_config("experiments/rtx4090.yaml"), device_total_bytes=DEVICE_24)
+    assert "vLLM KV cache: at most" in text and "sequences of" in text and "rollouts in" in text
+    assert "vLLM KV cache" not in describe_dry_run(load_config("lab", ["rollout.backend=hf"]))

@@ -1,7 +1,8 @@
 """`grpoctl train --dry-run`: what a run would do, without loading a model.
 
 The resolved config, the sizes it implies (prompts per step, microbatch, optimizer steps
-per GRPO step), and the memory estimate, with a warning when the estimate exceeds the
+per GRPO step), the memory estimate and, with the vLLM backend, the KV cache left for
+rollouts and how many sequences it holds at once, with a warning when the estimate exceeds the
 device: the seed's first 24 GB attempt died of OOM, which a dry run would have shown.
 """
 
@@ -19,6 +20,7 @@ from grpoctl.train.memory_estimate import (
     GiB,
     estimate_device,
     estimate_peak_memory,
+    estimate_vllm_kv_cache,
     visible_device_bytes,
 )
 
@@ -37,6 +39,7 @@ def describe_dry_run(cfg: RunConfig, device_total_bytes: int | None = None) -> s
         device_total_bytes = visible_device_bytes(device)
     arch = arch_from_model_path(cfg.model.path, cfg.model.tiny)
     estimate = estimate_peak_memory(arch, cfg, device_total_bytes=device_total_bytes)
+    kv_cache = estimate_vllm_kv_cache(arch, cfg, device_total_bytes=device_total_bytes)
 
     sizes = "\n".join(f"  {key}: {value}" for key, value in asdict(derived_sizes(cfg)).items())
     out = [
@@ -48,6 +51,7 @@ def describe_dry_run(cfg: RunConfig, device_total_bytes: int | None = None) -> s
         "",
         "memory estimate:",
         estimate.table(),
+        *([kv_cache.text()] if kv_cache is not None else []),
         "",
         _verdict(cfg, estimate.total, device, device_total_bytes),
     ]

@@ -275,6 +275,79 @@ def estimate_peak_memory(
     return MemoryEstimate(c, device, dtype, p, mb, seq, notes)
 
 
+@dataclass
+class KVCacheEstimate:
+    """vLLM's KV cache for rollouts: what is left of its memory after its weights, and how
+    many sequences of the longest prompt plus rollout.max_tokens it holds at once."""
+
+    cache_bytes: int  # at most this much (GPU: vLLM also takes its profiled activation peak from its share)
+    bytes_per_token: int  # K and V of every layer for one token
+    seq_len: int  # prompt allowance + rollout.max_tokens
+    rollouts: int  # rollout.rollout_batch_size
+    where: str  # how cache_bytes was worked out
+
+    @property
+    def tokens(self) -> int:
+        return max(self.cache_bytes, 0) // self.bytes_per_token
+
+    @property
+    def sequences(self) -> int:
+        return self.tokens // self.seq_len
+
+    def text(self) -> str:
+        if self.sequences < 1:
+            return (
+                f"vLLM KV cache: {self.where}: no room for one sequence of {self.seq_len} tokens "
+                "(raise rollout.vllm.gpu_memory_utilization, or cpu_kvcache_space_gb on CPU)"
+            )
+        waves = math.ceil(self.rollouts / self.sequences)
+        batch = (
+            f"all {self.rollouts} rollouts of a step at once"
+            if waves == 1
+            else f"a step's {self.rollouts} rollouts in {waves} waves"
+        )
+        return (
+            f"vLLM KV cache: {self.where}\n"
+            f"  {self.bytes_per_token / 1024:.1f} KiB per token (K and V of every layer): {self.tokens:,} tokens, "
+            f"{self.sequences:,} sequences of {self.seq_len} tokens (prompt + rollout.max_tokens) at once,\n"
+            f"  so {batch} (a group's shared prompt, cached once, leaves room for more)"
+        )
+
+
+def estimate_vllm_kv_cache(
+    arch: Arch, cfg: RunConfig, device_total_bytes: int | None = None, prompt_tokens: int | None = None
+) -> KVCacheEstimate | None:
+    """The KV cache vLLM has for rollouts, for a run of `cfg` (None without the vLLM backend,
+    or on a GPU whose memory is unknown).
+
+    GPU: vLLM takes gpu_memory_utilization of the device, loads its weights (in the compute
+    dtype) into it, takes its profiled activation peak, and makes the rest its KV cache: so
+    the share less the weights is an upper bound (vLLM's start-up log gives the exact
+    figure). CPU: the KV cache is rollout.vllm.cpu_kvcache_space_gb.
+    """
+    if resolve_backend(cfg.rollout.backend, vllm_installed()) != "vllm":
+        return None
+    device = estimate_device(cfg)
+    b = 2 if compute_dtype(resolve_dtype(cfg.model.dtype, device)) == "bfloat16" else 4
+    per_token = arch.num_hidden_layers * 2 * arch.kv_dim * b
+    seq = (prompt_tokens if prompt_tokens is not None else estimate_prompt_tokens(cfg)) + cfg.rollout.max_tokens
+    v = cfg.rollout.vllm
+    if device == "cuda":
+        if device_total_bytes is None:
+            return None
+        share = int(v.gpu_memory_utilization * device_total_bytes)
+        weights = arch.num_params() * b
+        where = (
+            f"at most {format_bytes(share - weights)} left of its {format_bytes(share)} share "
+            f"(gpu_memory_utilization {v.gpu_memory_utilization}) after its {format_bytes(weights)} of weights"
+        )
+        cache = share - weights
+    else:
+        cache = int(v.cpu_kvcache_space_gb * GiB)
+        where = f"{format_bytes(cache)} on CPU (rollout.vllm.cpu_kvcache_space_gb)"
+    return KVCacheEstimate(cache, per_token, seq, cfg.rollout.rollout_batch_size, where)
+
+
 def visible_device_bytes(device: str) -> int | None:
     """The visible device's total memory (CUDA), the machine's RAM (CPU), None if unknown."""
     if device == "cuda":
