@@ -22,6 +22,7 @@ from grpoctl.config_checks import validate
 
 # The tree (every key's type, default and help) is config_schema.py; re-exported here.
 from grpoctl.config_schema import (  # noqa: F401
+    KEY_RULES,
     CheckpointConfig,
     Config,
     DataConfig,
@@ -43,31 +44,8 @@ from grpoctl.config_schema import (  # noqa: F401
 from grpoctl.errors import UserError
 from grpoctl.rules import is_off_policy
 
-# Short names accepted by `sweep` and on the command line (`lr=1e-5`).
-ALIASES = {
-    "lr": "optimizer.lr",
-    "group_size": "rollout.group_size",
-    "rollout_batch_size": "rollout.rollout_batch_size",
-    "loss": "loss.loss_type",
-    "loss_type": "loss.loss_type",
-    "length_normalization": "loss.length_normalization",
-    "use_std_normalization": "loss.use_std_normalization",
-    "std": "loss.use_std_normalization",
-    "advantage_eps": "loss.advantage_eps",
-    "cliprange": "loss.cliprange",
-    "epochs": "loop.epochs_per_rollout_batch",
-    "epochs_per_rollout_batch": "loop.epochs_per_rollout_batch",
-    "train_batch_size": "loop.train_batch_size",
-    "gradient_accumulation_steps": "loop.gradient_accumulation_steps",
-    "steps": "loop.n_grpo_steps",
-    "n_grpo_steps": "loop.n_grpo_steps",
-    "template": "prompt.template",
-    "reward": "prompt.reward",
-    "temperature": "rollout.temperature",
-    "model": "model.path",
-    "backend": "rollout.backend",
-    "kl_beta": "loss.kl_beta",
-}
+# Short names accepted by `sweep` and on the command line (`lr=1e-5`): key(aliases=...).
+ALIASES = {alias: k.path for k in KEY_RULES.values() for alias in k.aliases}
 
 
 # --------------------------------------------------------------------------- loading

@@ -25,6 +25,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from grpoctl.config_schema import KEY_RULES
 from grpoctl.errors import UserError
 from grpoctl.metrics import PART_NAME_RE, PART_NAME_WORDS
 from grpoctl.reward_specs import PluginError, is_plugin, load_function
@@ -38,8 +39,6 @@ from grpoctl.rules import (
     reward_for_template,
 )
 from grpoctl.tiny.lab_recipe import LAB_SFT, sft_steps_of
-
-SEED_LIMIT = 2**32 - 1  # seeds are combined into torch generator seeds (< 2**63) without overflow
 
 # What the synthetic task can compute (data/synthetic.py takes them from here, so
 # that checking a config needs no data code).
@@ -91,98 +90,13 @@ def rule(interval: str, note: str = "", nullable: bool = False, length: int | No
     return Rule(Interval.parse(interval), note, nullable, length)
 
 
-# One row per numeric key (lists: the range of each item).
+# One row per numeric key (lists: the range of each item), from key(range=...).
 RANGES: dict[str, Rule] = {
-    "seed": rule(f"[0, {SEED_LIMIT}]"),
-    "model.tiny.hidden_size": rule("[1, inf)"),
-    "model.tiny.num_hidden_layers": rule("[1, inf)"),
-    "model.tiny.num_attention_heads": rule("[1, inf)"),
-    "model.tiny.num_key_value_heads": rule("[1, inf)"),
-    "model.tiny.intermediate_size": rule("[1, inf)"),
-    "model.warmstart.steps": rule("[1, inf)"),
-    "model.warmstart.batch_size": rule("[1, inf)"),
-    "model.warmstart.lr": rule("(0, inf)"),
-    "model.warmstart.target_accuracy": rule("(0, 1]"),
-    "model.warmstart.check_every": rule("[1, inf)"),
-    "model.warmstart.save_steps": rule("[1, inf)"),
-    # Bounded so that a typo (max_digits=200) is caught rather than turned into prompts
-    # longer than any model here was built for.
-    "data.synthetic.min_digits": rule("[1, 18]"),
-    "data.synthetic.max_digits": rule("[1, 18]"),
-    "data.synthetic.num_operands": rule("[2, 16]"),
-    "data.train_size": rule("[1, inf)", "null for all of them", nullable=True),
-    "rollout.rollout_batch_size": rule("[1, inf)"),
-    "rollout.group_size": rule("[2, inf)", "advantages compare the rollouts of a group, so at least 2"),
-    "rollout.temperature": rule("(0, inf)"),
-    "rollout.top_p": rule("(0, 1]"),
-    "rollout.min_tokens": rule("[0, inf)"),
-    "rollout.max_tokens": rule("[1, inf)"),
-    "rollout.generation_batch_size": rule("[1, inf)"),
-    "rollout.dynamic_sampling_max_rounds": rule("[1, inf)"),
-    "rollout.vllm.gpu_memory_utilization": rule("(0, 1]"),
-    "rollout.vllm.sleep_level": rule("[1, 2]"),
-    "rollout.vllm.max_model_len": rule("[1, inf)"),
-    "rollout.vllm.cpu_kvcache_space_gb": rule("(0, inf)"),
-    "loss.advantage_eps": rule("[0, inf)"),
-    # The ratio is clipped to [1 - cliprange, 1 + cliprange]: at 1 or more the lower
-    # clip is gone (ratios are never negative), which is a different loss.
-    "loss.cliprange": rule("(0, 1)", "the lower clip is 1 - cliprange"),
-    "loss.cliprange_high": rule("(0, inf)", "null for symmetric clipping", nullable=True),
-    "loss.kl_beta": rule("[0, inf)"),
-    "loss.entropy_coef": rule("[0, inf)", "0 turns the entropy bonus off"),
-    "loss.tis_cap": rule(
-        "[1, inf)", "null turns TIS off; a cap below 1 would down-weight agreeing tokens", nullable=True
-    ),
-    "reward.overlong_buffer_len": rule("[1, inf)", "null turns the soft overlong punishment off", nullable=True),
-    "reward.overlong_penalty_factor": rule("[0, inf)"),
-    "reward.timeout_s": rule("(0, inf)", "CPU seconds per plugin call"),
-    "reward.grading_workers": rule("[0, 1024]", "0 grades in the main thread"),
-    "optimizer.lr": rule("(0, inf)"),
-    "optimizer.betas": rule("[0, 1)", length=2),
-    "optimizer.weight_decay": rule("[0, inf)"),
-    "optimizer.warmup_steps": rule("[0, inf)"),
-    "optimizer.min_lr_ratio": rule("[0, 1]"),
-    "optimizer.max_grad_norm": rule("(0, inf)", "gradients are scaled down to this norm"),
-    "loop.n_grpo_steps": rule("[1, inf)"),
-    "loop.epochs_per_rollout_batch": rule("[1, inf)"),
-    "loop.train_batch_size": rule("[1, inf)"),
-    "loop.gradient_accumulation_steps": rule("[1, inf)"),
-    "eval.every": rule("[0, inf)", "0 evaluates only at the start and the end"),
-    "eval.subset": rule("[1, inf)"),
-    "eval.subset_seed": rule(f"[0, {SEED_LIMIT}]"),
-    "eval.batch_size": rule("[1, inf)"),
-    "eval.temperature": rule("(0, inf)", "eval.greedy=true decodes greedily"),
-    "eval.top_p": rule("(0, 1]"),
-    "eval.max_tokens": rule("[1, inf)"),
-    "eval.sampled.n": rule("[0, 1024]", "0 is off"),
-    "eval.sampled.k": rule("[1, 1024]", "each at most eval.sampled.n"),
-    "eval.sampled.subset": rule("[1, inf)"),
-    "eval.sampled.every": rule("[0, inf)", "0 samples only at the last step"),
-    "eval.sampled.temperature": rule("(0, inf)"),
-    "eval.sampled.top_p": rule("(0, 1]"),
-    "checkpoint.every": rule("[0, inf)", "0 saves only the last step"),
-    "checkpoint.keep_last": rule("[1, inf)", "resume needs the newest"),
-    "checkpoint.keep_best": rule("[0, inf)"),
-    "logging.samples_per_step": rule("[0, inf)"),
-    "runtime.threads": rule("[0, inf)", "0 is torch's default"),
+    k.path: rule(k.range, k.note, nullable=k.nullable, length=k.length) for k in KEY_RULES.values() if k.range
 }
 
-# Text values that mean nothing when empty (a path, a field name, a stop string).
-NON_EMPTY = (
-    "model.path",
-    "prompt.template",
-    "checkpoint.dir",
-    "runtime.cache_dir",
-    "data.question_field",
-    "data.answer_field",
-    "data.eval_question_field",
-    "data.eval_answer_field",
-    "data.train_split",
-    "data.eval_split",
-    "data.train_path",
-    "data.eval_path",
-    "rollout.stop",
-)
+# Text values that mean nothing when empty (a path, a field name, a stop string): key(non_empty=True).
+NON_EMPTY = tuple(k.path for k in KEY_RULES.values() if k.non_empty)
 
 
 def check_ranges(cfg: DictConfig) -> None:

@@ -21,12 +21,63 @@ import copy
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from typing import Any
 
+# Seeds are combined into torch generator seeds (< 2**63) without overflow.
+SEED_LIMIT = 2**32 - 1
 
-def key(default: Any, help: str) -> Any:
-    """A config key's default and its one-line help (its row in docs/configuration.md's table)."""
+# The words a config key may be set to (key(choices=...)), each vocabulary once.
+LOSS_TYPES = ("no_baseline", "reinforce_with_baseline", "grpo_clip", "grpo_no_clip")
+# How a sequence's token losses become the number the gradient is taken of (grpo/train_step.py).
+LENGTH_NORMALIZATIONS = ("mean", "constant", "microbatch", "token")
+IMPORTANCE_LEVELS = ("token", "sequence")
+DATA_SOURCES = ("synthetic", "lab", "math", "gsm8k", "jsonl", "hub")
+BACKENDS = ("auto", "vllm", "hf")
+# model.dtype: what the policy's weights are stored in and computed in. bf16-mixed stores
+# the weights, their gradients and AdamW's states in float32 and runs the forward passes
+# under bfloat16 autocast (vLLM samples in bfloat16): in pure bfloat16 an update smaller
+# than half a weight's spacing (2^-8 of it) rounds away, which at lr 1e-6 is nearly every
+# one (tests/test_precision.py).
+MIXED_PRECISION = "bf16-mixed"
+DTYPES = ("auto", "float32", "bfloat16", MIXED_PRECISION)
+DEVICES = ("auto", "cpu", "cuda")
+ADAMW_LR_NOTE = "an AdamW step moves each weight by about lr"
+
+
+def key(
+    default: Any,
+    help: str,
+    *,
+    range: str | None = None,
+    note: str = "",
+    nullable: bool = False,
+    length: int | None = None,
+    choices: tuple[str, ...] | None = None,
+    null_means: str | None = None,
+    non_empty: bool = False,
+    neutral: bool = False,
+    aliases: tuple[str, ...] = (),
+) -> Any:
+    """A config key: its default, its one-line help (its row in docs/configuration.md's
+    table), and every rule on its value, said here once (the checks, the run identity and
+    the command line read them from here; KEY_RULES below):
+
+    - range: the interval a number (or each number of a list) lies in, "(0, 1]" as in
+      mathematics; note: why, said when a value is refused; nullable: null is allowed too;
+      length: how many numbers a list holds (config_checks.py);
+    - choices: the words it may be (rules.CHOICES); null_means: what null means, when null
+      is allowed too;
+    - non_empty: a text that means nothing when empty (a path, a field name);
+    - neutral: its default is hash-neutral: a run that leaves the key at its default keeps
+      the identity it had before the key existed (run_identity.NEUTRAL_DEFAULTS). Every
+      key added after the first runs were recorded has it;
+    - aliases: short names for it on the command line and in `sweep` (`lr=1e-5`).
+    """
+    rules = dict(
+        help=help, range=range, note=note, nullable=nullable, length=length, choices=choices,
+        null_means=null_means, non_empty=non_empty, neutral=neutral, aliases=aliases,
+    )  # fmt: skip
     if isinstance(default, list | dict):
-        return field(default_factory=lambda: copy.deepcopy(default), metadata={"help": help})
-    return field(default=default, metadata={"help": help})
+        return field(default_factory=lambda: copy.deepcopy(default), metadata=rules)
+    return field(default=default, metadata=rules)
 
 
 def section(cls: type) -> Any:
@@ -41,11 +92,11 @@ class TinyModelConfig:
     head_dim = hidden_size / num_attention_heads = 64, which vLLM's CPU kernels accept.
     """
 
-    hidden_size: int = key(128, "tiny model width")
-    num_hidden_layers: int = key(2, "tiny model depth")
-    num_attention_heads: int = key(2, "attention heads (head_dim = hidden_size / heads)")
-    num_key_value_heads: int = key(1, "key/value heads (grouped-query attention)")
-    intermediate_size: int = key(512, "MLP width")
+    hidden_size: int = key(128, "tiny model width", range="[1, inf)")
+    num_hidden_layers: int = key(2, "tiny model depth", range="[1, inf)")
+    num_attention_heads: int = key(2, "attention heads (head_dim = hidden_size / heads)", range="[1, inf)")
+    num_key_value_heads: int = key(1, "key/value heads (grouped-query attention)", range="[1, inf)")
+    intermediate_size: int = key(512, "MLP width", range="[1, inf)")
 
 
 @dataclass
@@ -53,14 +104,16 @@ class WarmStartConfig:
     """Supervised warm-start of the tiny model on synthetic worked solutions (built once, cached)."""
 
     # At most: it stops at target_accuracy, usually after 500-900 steps.
-    steps: int = key(1500, "at most this many supervised steps")
-    batch_size: int = key(32, "warm-start batch size")
-    lr: float = key(1e-3, "warm-start learning rate")
+    steps: int = key(1500, "at most this many supervised steps", range="[1, inf)")
+    batch_size: int = key(32, "warm-start batch size", range="[1, inf)")
+    lr: float = key(1e-3, "warm-start learning rate", range="(0, 1]", note=ADAMW_LR_NOTE)
     # GRPO needs a base that is right sometimes (too weak: no reward signal; too strong:
     # nothing to learn).
-    target_accuracy: float = key(0.36, "stop once greedy accuracy on a held-out probe reaches this")
-    check_every: int = key(25, "steps between probe checks")
-    save_steps: list[int] = key([100, 200], "extra checkpoints kept (`tiny@N` starts from step N: sft-init)")
+    target_accuracy: float = key(0.36, "stop once greedy accuracy on a held-out probe reaches this", range="(0, 1]")
+    check_every: int = key(25, "steps between probe checks", range="[1, inf)")
+    save_steps: list[int] = key(
+        [100, 200], "extra checkpoints kept (`tiny@N` starts from step N: sft-init)", range="[1, inf)"
+    )
 
 
 @dataclass
@@ -72,6 +125,8 @@ class ModelConfig:
         "`tiny` = the addition task's model (built and warm-started by grpoctl); `tiny@N` = its warm-start at "
         "step N; `lab` = the lab's base, `lab-sft@N` = it after N narrow SFT steps (100, 400, 800); "
         "else a Hugging Face directory or hub id, e.g. Qwen/Qwen2.5-Math-1.5B",
+        non_empty=True,
+        aliases=("model",),
     )
     # Pure bf16 (auto's choice on a GPU) rounds most small updates away; bf16-mixed keeps
     # float32 master weights and AdamW states for 2x the memory of both (rules.MIXED_PRECISION).
@@ -79,6 +134,7 @@ class ModelConfig:
         "auto",
         "auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16 | bf16-mixed (fp32 weights and AdamW states, "
         "forward passes under bf16 autocast)",
+        choices=DTYPES,
     )
     gradient_checkpointing: bool = key(False, "recompute activations in the backward pass (the 24 GB preset)")
     tiny: TinyModelConfig = section(TinyModelConfig)
@@ -89,28 +145,48 @@ class ModelConfig:
 class SyntheticConfig:
     """The synthetic arithmetic task."""
 
-    min_digits: int = key(2, "fewest digits per operand")
-    max_digits: int = key(2, "most digits per operand")
+    min_digits: int = key(2, "fewest digits per operand", range="[1, 18]")
+    max_digits: int = key(2, "most digits per operand", range="[1, 18]")
     ops: list[str] = key(["+"], "operators drawn from")
-    num_operands: int = key(2, "operands per problem")
+    num_operands: int = key(2, "operands per problem", range="[2, 16]")
 
 
 @dataclass
 class DataConfig:
     """Training and eval problems."""
 
-    source: str = key("synthetic", "synthetic | lab (graded + and - chains, data/lab.py) | math | gsm8k | jsonl | hub")
-    train_path: str | None = key(None, "jsonl file, or hub dataset name for source=hub")
-    eval_path: str | None = key(None, "jsonl file, or hub dataset name for source=hub")
-    train_split: str = key("train", "the hub dataset's split to train on (source=hub)")
-    eval_split: str = key("test", "the hub dataset's split to evaluate on (source=hub)")
-    question_field: str = key("problem", "the record's key holding the question")
-    answer_field: str = key("answer", "the record's key holding the answer")
-    train_size: int | None = key(None, "cap on training examples (synthetic: how many to draw)")
+    source: str = key(
+        "synthetic",
+        "synthetic | lab (graded + and - chains, data/lab.py) | math | gsm8k | jsonl | hub",
+        choices=DATA_SOURCES,
+    )
+    train_path: str | None = key(None, "jsonl file, or hub dataset name for source=hub", non_empty=True)
+    eval_path: str | None = key(None, "jsonl file, or hub dataset name for source=hub", non_empty=True)
+    train_split: str = key("train", "the hub dataset's split to train on (source=hub)", non_empty=True)
+    eval_split: str = key("test", "the hub dataset's split to evaluate on (source=hub)", non_empty=True)
+    question_field: str = key("problem", "the record's key holding the question", non_empty=True)
+    answer_field: str = key("answer", "the record's key holding the answer", non_empty=True)
+    train_size: int | None = key(
+        None,
+        "cap on training examples (synthetic: how many to draw)",
+        range="[1, inf)",
+        note="null for all of them",
+        nullable=True,
+    )
     # For training on one dataset and evaluating on another (GSM8K, then MATH500).
-    eval_source: str | None = key(None, "the eval data's own format; null: the same as source")
-    eval_question_field: str | None = key(None, "the eval data's question key; null: question_field")
-    eval_answer_field: str | None = key(None, "the eval data's answer key; null: answer_field")
+    eval_source: str | None = key(
+        None,
+        "the eval data's own format; null: the same as source",
+        choices=DATA_SOURCES,
+        null_means="the same as data.source",
+        neutral=True,
+    )
+    eval_question_field: str | None = key(
+        None, "the eval data's question key; null: question_field", non_empty=True, neutral=True
+    )
+    eval_answer_field: str | None = key(
+        None, "the eval data's answer key; null: answer_field", non_empty=True, neutral=True
+    )
     synthetic: SyntheticConfig = section(SyntheticConfig)
 
 
@@ -119,12 +195,16 @@ class PromptConfig:
     """The prompt template and its reward."""
 
     template: str = key(
-        "r1_zero_compact", "a packaged template (r1_zero_compact, r1_zero, question_only) or a path to a file"
+        "r1_zero_compact",
+        "a packaged template (r1_zero_compact, r1_zero, question_only) or a path to a file",
+        non_empty=True,
+        aliases=("template",),
     )
     reward: str = key(
         "r1_zero",
         "r1_zero | question_only (must match the template's answer format), or a reward plugin: "
         "package.module:function or path/to/file.py:function (grpoctl/reward_specs.py)",
+        aliases=("reward",),
     )
 
 
@@ -132,7 +212,7 @@ class PromptConfig:
 class VLLMConfig:
     """The vLLM rollout backend."""
 
-    gpu_memory_utilization: float = key(0.3, "share of the GPU vLLM may take")
+    gpu_memory_utilization: float = key(0.3, "share of the GPU vLLM may take", range="(0, 1]")
     enable_prefix_caching: bool = key(True, "reuse a group's shared prompt")
     sleep_mode: bool = key(True, "free vLLM's memory during training (CUDA only; off on CPU, with one logged line)")
     # Level 2 is safe for grpoctl: every wake-up is followed by a push of every parameter
@@ -141,16 +221,18 @@ class VLLMConfig:
         1,
         "1: offload the weights to host memory while asleep; 2: discard them (grpoctl pushes every parameter "
         "after waking), which saves their size in host memory (the GPU presets)",
+        range="[1, 2]",
     )
     max_model_len: int = key(
         2048,
         "longest prompt + response; a problem whose prompt leaves no room is dropped at load (counted in runs show)",
+        range="[1, inf)",
     )
-    cpu_kvcache_space_gb: float = key(1.0, "KV cache size on CPU")
+    cpu_kvcache_space_gb: float = key(1.0, "KV cache size on CPU", range="(0, inf)")
     # torch.compile at engine start costs ~22 s on CPU even for the tiny models (9 s when
     # its cache is warm), against ~2 s eager; steps then run eager. The tests' engines use it.
     enforce_eager: bool = key(
-        False, "skip torch.compile and CUDA graphs: the engine starts in seconds, steps may be slower"
+        False, "skip torch.compile and CUDA graphs: the engine starts in seconds, steps may be slower", neutral=True
     )
 
 
@@ -158,24 +240,36 @@ class VLLMConfig:
 class RolloutConfig:
     """Sampling the rollouts."""
 
-    backend: str = key("hf", "hf | vllm | auto (vllm when installed)")
-    rollout_batch_size: int = key(256, "completions per GRPO step")
-    group_size: int = key(8, "completions per prompt")
-    temperature: float = key(1.0, "sampling temperature")
-    top_p: float = key(1.0, "nucleus sampling")
-    min_tokens: int = key(4, "fewest new tokens")
-    max_tokens: int = key(32, "most new tokens")
-    stop: list[str] = key(["</answer>"], "stop strings (kept in the response)")
+    backend: str = key("hf", "hf | vllm | auto (vllm when installed)", choices=BACKENDS, aliases=("backend",))
+    rollout_batch_size: int = key(256, "completions per GRPO step", range="[1, inf)", aliases=("rollout_batch_size",))
+    group_size: int = key(
+        8,
+        "completions per prompt",
+        range="[2, inf)",
+        note="advantages compare the rollouts of a group, so at least 2",
+        aliases=("group_size",),
+    )
+    temperature: float = key(1.0, "sampling temperature", range="(0, inf)", aliases=("temperature",))
+    top_p: float = key(1.0, "nucleus sampling", range="(0, 1]")
+    min_tokens: int = key(4, "fewest new tokens", range="[0, inf)")
+    max_tokens: int = key(32, "most new tokens", range="[1, inf)")
+    stop: list[str] = key(["</answer>"], "stop strings (kept in the response)", non_empty=True)
     # Bounds the transformers backend's KV cache on a GPU.
-    generation_batch_size: int = key(256, "sequences per generate call (hf backend)")
+    generation_batch_size: int = key(256, "sequences per generate call (hf backend)", range="[1, inf)")
     # train/dynamic_sampling.py says how a batch still short at the cap is trained.
     dynamic_sampling: bool = key(
-        False, "DAPO's dynamic sampling: drop groups whose rewards are all equal, draw more prompts to fill the batch"
+        False,
+        "DAPO's dynamic sampling: drop groups whose rewards are all equal, draw more prompts to fill the batch",
+        neutral=True,
     )
-    dynamic_sampling_max_rounds: int = key(10, "at most this many rounds of prompts per step (dynamic_sampling)")
+    dynamic_sampling_max_rounds: int = key(
+        10, "at most this many rounds of prompts per step (dynamic_sampling)", range="[1, inf)", neutral=True
+    )
     # vLLM releases monthly; grpoctl reads and tests a range of them (rules.VLLM_RANGE).
     allow_untested_vllm: bool = key(
-        False, "run a vLLM newer than the tested range (pyproject.toml's gpu extra); an older one is always refused"
+        False,
+        "run a vLLM newer than the tested range (pyproject.toml's gpu extra); an older one is always refused",
+        neutral=True,
     )
     vllm: VLLMConfig = section(VLLMConfig)
 
@@ -184,25 +278,52 @@ class RolloutConfig:
 class LossConfig:
     """The policy-gradient loss (grpoctl/grpo/)."""
 
-    loss_type: str = key("grpo_clip", "grpo_clip | grpo_no_clip | reinforce_with_baseline | no_baseline")
-    length_normalization: str = key(
-        "mean", "mean | constant | microbatch | token = DAPO's token-mean over each train batch (grpo/train_step.py)"
+    loss_type: str = key(
+        "grpo_clip",
+        "grpo_clip | grpo_no_clip | reinforce_with_baseline | no_baseline",
+        choices=LOSS_TYPES,
+        aliases=("loss", "loss_type"),
     )
-    use_std_normalization: bool = key(True, "divide group advantages by the group's std")
-    advantage_eps: float = key(1e-6, "added to the std before dividing")
-    cliprange: float = key(0.2, "PPO clip range")
-    cliprange_high: float | None = key(None, "upper clip bound (DAPO's clip-higher); null: cliprange")
-    importance_level: str = key("token", "token | sequence (GSPO)")
+    length_normalization: str = key(
+        "mean",
+        "mean | constant | microbatch | token = DAPO's token-mean over each train batch (grpo/train_step.py)",
+        choices=LENGTH_NORMALIZATIONS,
+        aliases=("length_normalization",),
+    )
+    use_std_normalization: bool = key(
+        True, "divide group advantages by the group's std", aliases=("use_std_normalization", "std")
+    )
+    advantage_eps: float = key(1e-6, "added to the std before dividing", range="[0, inf)", aliases=("advantage_eps",))
+    cliprange: float = key(
+        0.2, "PPO clip range", range="(0, 1)", note="the lower clip is 1 - cliprange", aliases=("cliprange",)
+    )
+    cliprange_high: float | None = key(
+        None,
+        "upper clip bound (DAPO's clip-higher); null: cliprange",
+        range="(0, inf)",
+        note="null for symmetric clipping",
+        nullable=True,
+    )
+    importance_level: str = key("token", "token | sequence (GSPO)", choices=IMPORTANCE_LEVELS)
     # No reference model is kept at 0.
-    kl_beta: float = key(0.0, "k3 KL penalty to the initial policy; 0: off")
+    kl_beta: float = key(0.0, "k3 KL penalty to the initial policy; 0: off", range="[0, inf)", aliases=("kl_beta",))
     # They stay in their group's mean and std: TRL's mask_truncated_completions.
-    mask_truncated: bool = key(False, "completions cut off at rollout.max_tokens get zero loss weight")
+    mask_truncated: bool = key(False, "completions cut off at rollout.max_tokens get zero loss weight", neutral=True)
     entropy_coef: float = key(
-        0.0, "entropy bonus: coef x token entropy subtracted, length-normalised like the loss; 0: off"
+        0.0,
+        "entropy bonus: coef x token entropy subtracted, length-normalised like the loss; 0: off",
+        range="[0, inf)",
+        note="0 turns the entropy bonus off",
+        neutral=True,
     )
     # TRL uses 2.
     tis_cap: float | None = key(
-        None, "truncated importance sampling: each token's loss x min(pi_old / pi_sampler, cap); null: off"
+        None,
+        "truncated importance sampling: each token's loss x min(pi_old / pi_sampler, cap); null: off",
+        range="[1, inf)",
+        note="null turns TIS off; a cap below 1 would down-weight agreeing tokens",
+        nullable=True,
+        neutral=True,
     )
 
 
@@ -211,12 +332,19 @@ class RewardConfig:
     """The reward's weighted components and plugins (reward_specs.py), and its shaping before group normalization (grpo/shaping.py)."""
 
     overlong_buffer_len: int | None = key(
-        None, "DAPO's soft overlong punishment over the last N tokens before rollout.max_tokens; null: off"
+        None,
+        "DAPO's soft overlong punishment over the last N tokens before rollout.max_tokens; null: off",
+        range="[1, inf)",
+        note="null turns the soft overlong punishment off",
+        nullable=True,
+        neutral=True,
     )
-    overlong_penalty_factor: float = key(1.0, "the punishment at rollout.max_tokens, in reward")
+    overlong_penalty_factor: float = key(
+        1.0, "the punishment at rollout.max_tokens, in reward", range="[0, inf)", neutral=True
+    )
     # A control, not a recipe: if the policy still gains, the gain is not the reward's.
     shuffled_control: bool = key(
-        False, "learn from rewards permuted within each rollout batch (train/reward logs the true ones)"
+        False, "learn from rewards permuted within each rollout batch (train/reward logs the true ones)", neutral=True
     )
     # Each component is recorded per step as train/reward/<name>; prompt.reward stays the
     # grader of the evals and of train/answer_reward.
@@ -224,10 +352,15 @@ class RewardConfig:
         [],
         "weighted rewards summed into the reward: a list of {name, spec, weight}, each spec a built-in "
         "reward or a plugin; empty: prompt.reward alone",
+        neutral=True,
     )
     # CPU time, so that a busy machine does not fail a plugin (rewards/pool.py).
     timeout_s: float = key(
-        5.0, "CPU seconds a reward plugin may take per response, in its worker process; over it scores 0"
+        5.0,
+        "CPU seconds a reward plugin may take per response, in its worker process; over it scores 0",
+        range="(0, inf)",
+        note="CPU seconds per plugin call",
+        neutral=True,
     )
     # In-process grading has no start-up or pickling cost, which suits the tiny tasks; a
     # step's 256 MATH answers (or an eval's 1024) grade several times faster on N cores.
@@ -235,6 +368,9 @@ class RewardConfig:
         0,
         "worker processes that grade answers with math-verify, each batch spread over them; 0: in the trainer's "
         "main thread",
+        range="[0, 1024]",
+        note="0 grades in the main thread",
+        neutral=True,
     )
 
 
@@ -242,28 +378,48 @@ class RewardConfig:
 class OptimizerConfig:
     """The optimizer and the learning-rate schedule."""
 
-    name: str = key("adamw", "adamw | adamw8bit (bitsandbytes, GPU)")
-    lr: float = key(3e-4, "peak learning rate")
-    betas: list[float] = key([0.9, 0.95], "AdamW betas")
-    weight_decay: float = key(0.0, "AdamW weight decay")
-    warmup_steps: int = key(10, "linear warm-up, in warmup_unit steps")
+    name: str = key("adamw", "adamw | adamw8bit (bitsandbytes, GPU)", choices=("adamw", "adamw8bit"))
+    # Bounded: an AdamW step moves each weight by about lr, so above 1 a value can only be
+    # a typo, and near float32's limit (lr=1e38) torch's step overflows with a traceback.
+    lr: float = key(3e-4, "peak learning rate", range="(0, 1]", note=ADAMW_LR_NOTE, aliases=("lr",))
+    betas: list[float] = key([0.9, 0.95], "AdamW betas", range="[0, 1)", length=2)
+    weight_decay: float = key(0.0, "AdamW weight decay", range="[0, inf)")
+    warmup_steps: int = key(10, "linear warm-up, in warmup_unit steps", range="[0, inf)")
     warmup_unit: str = key(
         "optimizer_step",
         "what warmup_steps and the cosine horizon count: optimizer_step | grpo_step (as the seed counted them)",
+        choices=("optimizer_step", "grpo_step"),
+        neutral=True,
     )
-    lr_schedule: str = key("cosine", "cosine (decay to min_lr_ratio) | constant (the seed's GPU runs)")
-    min_lr_ratio: float = key(0.1, "the cosine's floor, as a share of lr")
-    max_grad_norm: float = key(1.0, "gradient clipping")
+    lr_schedule: str = key(
+        "cosine", "cosine (decay to min_lr_ratio) | constant (the seed's GPU runs)", choices=("constant", "cosine")
+    )
+    min_lr_ratio: float = key(0.1, "the cosine's floor, as a share of lr", range="[0, 1]")
+    max_grad_norm: float = key(
+        1.0, "gradient clipping", range="(0, inf)", note="gradients are scaled down to this norm"
+    )
 
 
 @dataclass
 class LoopConfig:
     """The inner loop: how the rollouts are trained on."""
 
-    n_grpo_steps: int = key(100, "GRPO steps (rollout batches) in the run")
-    epochs_per_rollout_batch: int = key(1, "passes over each rollout batch (more than 1: off-policy)")
-    train_batch_size: int = key(256, "rollouts per optimizer step")
-    gradient_accumulation_steps: int = key(8, "microbatches per optimizer step (microbatch = train_batch_size / this)")
+    n_grpo_steps: int = key(
+        100, "GRPO steps (rollout batches) in the run", range="[1, inf)", aliases=("steps", "n_grpo_steps")
+    )
+    epochs_per_rollout_batch: int = key(
+        1,
+        "passes over each rollout batch (more than 1: off-policy)",
+        range="[1, inf)",
+        aliases=("epochs", "epochs_per_rollout_batch"),
+    )
+    train_batch_size: int = key(256, "rollouts per optimizer step", range="[1, inf)", aliases=("train_batch_size",))
+    gradient_accumulation_steps: int = key(
+        8,
+        "microbatches per optimizer step (microbatch = train_batch_size / this)",
+        range="[1, inf)",
+        aliases=("gradient_accumulation_steps",),
+    )
 
 
 @dataclass
@@ -271,31 +427,55 @@ class SampledEvalConfig:
     """pass@k and maj@k: n samples per problem on a subset of the eval problems (off while n is 0)."""
 
     # Off by default: n samples of `subset` problems cost n/eval.subset*subset greedy evals.
-    n: int = key(0, "samples per problem; 0 = no sampled eval")
-    k: list[int] = key([], "the k of pass@k and maj@k, each <= n; empty: 1 and n")
-    subset: int = key(128, "problems sampled, drawn from the eval subset by eval.subset_seed")
-    every: int = key(50, "GRPO steps between sampled evals; the last step always has one (0: only it)")
-    temperature: float = key(1.0, "sampling temperature")
-    top_p: float = key(1.0, "nucleus sampling")
+    n: int = key(0, "samples per problem; 0 = no sampled eval", range="[0, 1024]", note="0 is off", neutral=True)
+    k: list[int] = key(
+        [],
+        "the k of pass@k and maj@k, each <= n; empty: 1 and n",
+        range="[1, 1024]",
+        note="each at most eval.sampled.n",
+        neutral=True,
+    )
+    subset: int = key(
+        128, "problems sampled, drawn from the eval subset by eval.subset_seed", range="[1, inf)", neutral=True
+    )
+    every: int = key(
+        50,
+        "GRPO steps between sampled evals; the last step always has one (0: only it)",
+        range="[0, inf)",
+        note="0 samples only at the last step",
+        neutral=True,
+    )
+    temperature: float = key(1.0, "sampling temperature", range="(0, inf)", neutral=True)
+    top_p: float = key(1.0, "nucleus sampling", range="(0, 1]", neutral=True)
 
 
 @dataclass
 class EvalConfig:
     """Evals on a held-out subset."""
 
-    every: int = key(10, "GRPO steps between evals; 0 = only at start and end")
-    subset: int = key(512, "problems in the eval subset")
-    subset_seed: int = key(0, "which subset")
-    batch_size: int = key(256, "eval problems per generate call (the GPU presets: the whole subset in one vLLM call)")
+    every: int = key(
+        10,
+        "GRPO steps between evals; 0 = only at start and end",
+        range="[0, inf)",
+        note="0 evaluates only at the start and the end",
+    )
+    subset: int = key(512, "problems in the eval subset", range="[1, inf)")
+    subset_seed: int = key(0, "which subset", range=f"[0, {SEED_LIMIT}]")
+    batch_size: int = key(
+        256, "eval problems per generate call (the GPU presets: the whole subset in one vLLM call)", range="[1, inf)"
+    )
     greedy: bool = key(True, "greedy decoding (the tiny default); the GPU presets sample")
-    temperature: float = key(1.0, "sampling temperature when not greedy")
-    top_p: float = key(1.0, "nucleus sampling when not greedy")
-    max_tokens: int = key(32, "most new tokens")
+    temperature: float = key(
+        1.0, "sampling temperature when not greedy", range="(0, inf)", note="eval.greedy=true decodes greedily"
+    )
+    top_p: float = key(1.0, "nucleus sampling when not greedy", range="(0, 1]")
+    max_tokens: int = key(32, "most new tokens", range="[1, inf)")
     at_start: bool = key(True, "also evaluate before the first step (step 0)")
     group_by: list = key(
         [],
         "record fields to break accuracy down by, beside level and subject (which are always broken down "
         "where the data has them)",
+        neutral=True,
     )
     sampled: SampledEvalConfig = section(SampledEvalConfig)
     # Each set: {name, source, path, subset, split, question_field, answer_field}; all but
@@ -304,6 +484,7 @@ class EvalConfig:
         [],
         "several eval sets, each {name, source, path, subset} (data.eval_* and eval.subset fill what is "
         "left out); recorded as eval/NAME/*, the first also as eval/*; empty: the one set of data.eval_*",
+        neutral=True,
     )
 
 
@@ -311,17 +492,22 @@ class EvalConfig:
 class CheckpointConfig:
     """Checkpoints and their retention."""
 
-    every: int = key(50, "GRPO steps between checkpoints; the last step is always saved")
-    keep_last: int = key(1, "newest checkpoints kept")
-    keep_best: int = key(1, "best checkpoints kept, by eval accuracy")
-    dir: str = key("outputs/runs", "where checkpoints are written")
+    every: int = key(
+        50,
+        "GRPO steps between checkpoints; the last step is always saved",
+        range="[0, inf)",
+        note="0 saves only the last step",
+    )
+    keep_last: int = key(1, "newest checkpoints kept", range="[1, inf)", note="resume needs the newest")
+    keep_best: int = key(1, "best checkpoints kept, by eval accuracy", range="[0, inf)")
+    dir: str = key("outputs/runs", "where checkpoints are written", non_empty=True)
 
 
 @dataclass
 class LoggingConfig:
     """What is shown and stored."""
 
-    samples_per_step: int = key(4, "completions stored in the registry per GRPO step")
+    samples_per_step: int = key(4, "completions stored in the registry per GRPO step", range="[0, inf)")
     live: bool = key(True, "the rich live view; off for sweeps' child processes and CI logs")
 
 
@@ -329,19 +515,23 @@ class LoggingConfig:
 class RuntimeConfig:
     """Where and how the run executes (not part of its identity where it changes only its speed)."""
 
-    device: str = key("auto", "auto | cpu | cuda")
+    device: str = key("auto", "auto | cpu | cuda", choices=DEVICES)
     # Not part of a run's identity: it changes how fast a run goes, not what it computes.
     threads: int = key(
         0,
         "torch threads on CPU; 0 = auto: 1 for a model under 50M parameters, else one per core, capped by "
         "$GRPOCTL_THREADS (`sweep --parallel K` sets cores / K per run)",
+        range="[0, inf)",
+        note="0 is torch's default",
     )
-    cache_dir: str = key("outputs/cache", "where the tiny warm-start is built")
+    cache_dir: str = key("outputs/cache", "where the tiny warm-start is built", non_empty=True)
     # The grace period must cover what is left of the step.
     on_signal: str = key(
         "finish_step",
         "what the first SIGINT/SIGTERM does: finish_step (finish the step in flight, then checkpoint) | "
         "checkpoint_now (abandon a step that has not updated the weights, checkpoint the last completed one)",
+        choices=("finish_step", "checkpoint_now"),
+        neutral=True,
     )
 
 
@@ -352,7 +542,7 @@ class Config:
     name: str | None = key(None, "run name; generated when unset")
     group: str | None = key(None, "sweep / ablation the run belongs to")
     variant: str | None = key(None, "the run's variant within its group")
-    seed: int = key(0, "seed of sampling, shuffling and initialisation")
+    seed: int = key(0, "seed of sampling, shuffling and initialisation", range=f"[0, {SEED_LIMIT}]")
     model: ModelConfig = section(ModelConfig)
     data: DataConfig = section(DataConfig)
     prompt: PromptConfig = section(PromptConfig)
@@ -367,15 +557,41 @@ class Config:
     runtime: RuntimeConfig = section(RuntimeConfig)
 
 
-def documented_keys(cls: type = Config, prefix: str = "") -> list[tuple[str, Any, str]]:
-    """(dotted key, default, help) of every key, in the tree's order; a section's keys follow it."""
-    out: list[tuple[str, Any, str]] = []
+@dataclass(frozen=True)
+class KeyRules:
+    """One key as key(...) declared it: its dotted path, default, and the rules on its value."""
+
+    path: str
+    default: Any
+    help: str
+    range: str | None
+    note: str
+    nullable: bool
+    length: int | None
+    choices: tuple[str, ...] | None
+    null_means: str | None
+    non_empty: bool
+    neutral: bool
+    aliases: tuple[str, ...]
+
+
+def key_rules(cls: type = Config, prefix: str = "") -> list[KeyRules]:
+    """Every key of the tree, in its order (a section's keys follow it), with its rules."""
+    out: list[KeyRules] = []
     for f in fields(cls):
         path = f"{prefix}{f.name}"
         sub = f.type if isinstance(f.type, type) else globals().get(str(f.type))
         if sub is not None and is_dataclass(sub):
-            out += documented_keys(sub, path + ".")
+            out += key_rules(sub, path + ".")
             continue
         default = f.default if f.default_factory is MISSING else f.default_factory()
-        out.append((path, default, f.metadata["help"]))
+        out.append(KeyRules(path=path, default=default, **f.metadata))
     return out
+
+
+KEY_RULES = {k.path: k for k in key_rules()}
+
+
+def documented_keys() -> list[tuple[str, Any, str]]:
+    """(dotted key, default, help) of every key, in the tree's order."""
+    return [(k.path, k.default, k.help) for k in key_rules()]

@@ -16,6 +16,18 @@ import importlib.util
 import math
 import os
 
+# The vocabularies of config values live with their keys (config_schema.py): re-exported.
+from grpoctl.config_schema import (  # noqa: F401
+    BACKENDS,
+    DATA_SOURCES,
+    DEVICES,
+    DTYPES,
+    IMPORTANCE_LEVELS,
+    KEY_RULES,
+    LENGTH_NORMALIZATIONS,
+    LOSS_TYPES,
+    MIXED_PRECISION,
+)
 from grpoctl.errors import UserError
 
 # Re-exported for the modules and scripts that import them from here (their homes are these).
@@ -41,43 +53,16 @@ from grpoctl.run_identity import (  # noqa: F401
 
 # --------------------------------------------------------------------------- vocabularies
 
-LOSS_TYPES = ("no_baseline", "reinforce_with_baseline", "grpo_clip", "grpo_no_clip")
 # The losses without an importance ratio: they can only learn from the policy that sampled.
 RATIO_FREE_LOSSES = ("no_baseline", "reinforce_with_baseline")
-# How a sequence's token losses become the number the gradient is taken of (grpo/train_step.py).
-LENGTH_NORMALIZATIONS = ("mean", "constant", "microbatch", "token")
-IMPORTANCE_LEVELS = ("token", "sequence")
 REWARDS = ("r1_zero", "question_only")
-DATA_SOURCES = ("synthetic", "lab", "math", "gsm8k", "jsonl", "hub")
 GENERATED_DATA_SOURCES = ("synthetic", "lab")  # made in-process: no data files
-BACKENDS = ("auto", "vllm", "hf")
-# model.dtype: what the policy's weights are stored in and computed in. bf16-mixed stores
-# the weights, their gradients and AdamW's states in float32 and runs the forward passes
-# under bfloat16 autocast (vLLM samples in bfloat16): in pure bfloat16 an update smaller
-# than half a weight's spacing (2^-8 of it) rounds away, which at lr 1e-6 is nearly every
-# one (tests/test_precision.py).
-MIXED_PRECISION = "bf16-mixed"
-DTYPES = ("auto", "float32", "bfloat16", MIXED_PRECISION)
-DEVICES = ("auto", "cpu", "cuda")
 
-# Every key whose value is one of a few words (config_checks.validate refuses the rest).
-CHOICES: dict[str, tuple[str, ...]] = {
-    "rollout.backend": BACKENDS,
-    "loss.loss_type": LOSS_TYPES,
-    "loss.length_normalization": LENGTH_NORMALIZATIONS,
-    "loss.importance_level": IMPORTANCE_LEVELS,
-    "optimizer.name": ("adamw", "adamw8bit"),
-    "optimizer.lr_schedule": ("constant", "cosine"),
-    "optimizer.warmup_unit": ("optimizer_step", "grpo_step"),
-    "model.dtype": DTYPES,
-    "runtime.device": DEVICES,
-    "data.source": DATA_SOURCES,
-    "data.eval_source": DATA_SOURCES,
-    "runtime.on_signal": ("finish_step", "checkpoint_now"),
-}
+# Every key whose value is one of a few words (key(choices=...); config_checks.validate
+# refuses the rest), and, for those that may also be null, what null means.
 # prompt.reward is one of REWARDS or a reward plugin (config_checks.check_rewards).
-# Keys of CHOICES that may also be null, and what null means.
-NULL_MEANS = {"data.eval_source": "the same as data.source"}
+CHOICES: dict[str, tuple[str, ...]] = {k.path: k.choices for k in KEY_RULES.values() if k.choices}
+NULL_MEANS = {k.path: k.null_means for k in KEY_RULES.values() if k.null_means}
 
 # What the registry stores as a run's status; "stale" is shown, never stored: a running
 # run whose heartbeat stopped (registry.store.effective_status).

@@ -16,6 +16,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from grpoctl.config_schema import KEY_RULES
 from grpoctl.reward_specs import components_of, plugin_identity
 from grpoctl.tiny.lab_recipe import is_lab_path, recipe_key
 
@@ -51,45 +52,7 @@ HASH_EXCLUDED = (
 # out of the hash, so adding it changes no existing run's identity and sweeps keep finding
 # their members; at any other value it is part of the hash. Adding a key to the config
 # means adding it here (tests/test_run_identity.py checks that every key is accounted for).
-NEUTRAL_DEFAULTS: dict[str, Any] = {
-    "runtime.on_signal": "finish_step",  # how a stop request is met; finish_step is what runs did
-    "data.eval_source": None,  # evaluate in data.source's format, as every run did
-    "data.eval_question_field": None,  # ... with data.question_field
-    "data.eval_answer_field": None,  # ... and data.answer_field
-    "optimizer.warmup_unit": "optimizer_step",  # the schedule counted updates, as every run did
-    "reward.overlong_buffer_len": None,  # no overlong punishment, as every run had
-    "reward.overlong_penalty_factor": 1.0,  # ... (its factor only acts with a buffer)
-    "reward.shuffled_control": False,  # every run learned from its own rewards
-    "loss.mask_truncated": False,  # truncated completions were trained on
-    "loss.entropy_coef": 0.0,  # no entropy bonus
-    "loss.tis_cap": None,  # no importance correction for the sampler
-    "rollout.dynamic_sampling": False,  # every group was trained on
-    "rollout.dynamic_sampling_max_rounds": 10,  # ... (the cap only acts with dynamic sampling)
-    "rollout.vllm.enforce_eager": False,  # vLLM compiled its model, as every run's engine did
-    "rollout.allow_untested_vllm": False,  # only a tested vLLM ran, as the range check now enforces
-    # The sampled eval (pass@k, maj@k) and the breakdowns change no training row: the
-    # sampled eval draws from its own generator (evals/sampled.py), and a breakdown
-    # only groups verdicts already made. They still enter the identity when set, as
-    # eval.every does: they change what the run records, and a sweep that finds its
-    # members by hash must not take a finished run without pass@k for one that has it.
-    # At these values (off, and no extra fields) they are left out, so no run moves.
-    "eval.group_by": [],  # level and subject only, as every run had (none were recorded)
-    "eval.sampled.n": 0,  # no sampled eval, as every run had
-    "eval.sampled.k": [],  # ... (the sampled eval's settings only act with n > 0)
-    "eval.sampled.subset": 128,
-    "eval.sampled.every": 50,
-    "eval.sampled.temperature": 1.0,
-    "eval.sampled.top_p": 1.0,
-    # Reward plugins (reward_specs.py): without components the run's reward is prompt.reward
-    # alone, as every run's was; the time limit only acts on a plugin.
-    "reward.components": [],
-    "reward.timeout_s": 5.0,
-    # Where answers are graded changes how fast, not what: the same verdicts in workers.
-    "reward.grading_workers": 0,
-    # Several eval sets change no training row either (every set's problems are held out
-    # of training, as the one eval set's are); set, they enter the identity like the above.
-    "eval.sets": [],  # the one eval set of data.eval_*, as every run had
-}
+NEUTRAL_DEFAULTS: dict[str, Any] = {k.path: k.default for k in KEY_RULES.values() if k.neutral}
 
 
 def _plain(config: Any) -> dict:

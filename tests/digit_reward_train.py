@@ -33,6 +33,12 @@ def digit_reward(response: str, ground_truth: str) -> dict[str, float]:
 
 rewards.REWARD_FNS["r1_zero"] = digit_reward
 
+if os.environ.get("GRPOCTL_TEST_UNBOUNDED_LR"):
+    # A divergence test needs an lr past what a user may set (optimizer.lr is at most 1).
+    from grpoctl.config_checks import RANGES, rule
+
+    RANGES["optimizer.lr"] = rule("(0, inf)")
+
 if __name__ == "__main__":
     sys.argv = ["grpoctl", *sys.argv[1:]]
     main()

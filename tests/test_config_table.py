@@ -50,7 +50,7 @@ def test_the_check_fails_on_drift(tmp_path):
     )
     original = field.metadata
     try:
-        field.metadata = {"help": "a different help text"}  # type: ignore[misc]
+        field.metadata = {**original, "help": "a different help text"}  # type: ignore[misc]
         assert script.render(page) != page
     finally:
         field.metadata = original  # type: ignore[misc]

@@ -14,7 +14,7 @@ from grpoctl.rules import config_hash, flatten
 ROOT = Path(__file__).resolve().parents[1]
 
 # The keys hashed when this definition was fixed (migration 0002). A key added to the
-# config later must be listed in config.NEUTRAL_DEFAULTS (or be excluded), so that this
+# config later must be declared key(..., neutral=True) in config_schema.py (or be excluded), so that this
 # set, and every stored hash with it, stays what it is.
 HASHED_KEYS = {
     "data.answer_field",
@@ -115,7 +115,7 @@ def test_every_config_key_is_hashed_excluded_or_neutral():
     }
     added_later = set(rules.NEUTRAL_DEFAULTS)
     assert keys - excluded - added_later == HASHED_KEYS, (
-        "a config key was added or removed: list a new key in config.NEUTRAL_DEFAULTS with the value that "
+        "a config key was added or removed: declare a new key key(..., neutral=True) with the default that "
         "keeps today's behaviour, or a changed definition needs a migration that rewrites stored hashes"
     )
 

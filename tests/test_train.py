@@ -44,8 +44,8 @@ REQUIRED_METRICS = [
 ]
 
 
-def run_cli(cmd: list[str], cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+def run_cli(cmd: list[str], cwd: Path, timeout: int = 300, **extra_env: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO), **extra_env)
     return trainer_zygote.run(cmd, cwd, env, timeout=timeout)
 
 
@@ -167,13 +167,14 @@ def test_sigkilled_run_resumes_to_the_same_result(tiny_model_dir, tmp_path):
 
 
 def test_nan_loss_marks_run_diverged(tiny_model_dir, tmp_path):
-    # An absurd learning rate blows the weights up on the first update; the next loss is nan.
+    # An absurd learning rate (past optimizer.lr's range, which the harness lifts) blows the
+    # weights up on the first update; the next loss is nan.
     overrides = fast_overrides(
         tiny_model_dir,
         tmp_path,
         **{"optimizer.lr": 1e30, "optimizer.max_grad_norm": 1e30, "loop.n_grpo_steps": 4, "checkpoint.every": 1},
     )
-    out = run_cli(DIGIT_TRAIN + ["train", "addition", *overrides, "name=boom"], tmp_path)
+    out = run_cli(DIGIT_TRAIN + ["train", "addition", *overrides, "name=boom"], tmp_path, GRPOCTL_TEST_UNBOUNDED_LR="1")
     assert out.returncode == 1
     status, error = run_status(tmp_path / "registry.db", "boom")
     assert status == "diverged" and "non-finite" in error
