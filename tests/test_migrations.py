@@ -235,11 +235,13 @@ def test_an_old_registry_upgrades_and_shows_the_same_runs_and_values(old_registr
     for name in RUNS:
         shown = json.loads(grpoctl("runs", "show", name, "--format", "json", "--db", db, cwd=elsewhere).stdout)
         before = BEFORE["show"][name]
-        # Migrations 0006 and 0008 only add the sampled eval's and the eval sets' columns; an
-        # old row reads as a greedy eval of the run's one unnamed, headline set.
+        # Migrations 0006, 0008 and 0009 only add the sampled eval's, the eval sets' and the
+        # per-problem outcomes' columns; an old row reads as a greedy eval of the run's one
+        # unnamed, headline set, its outcomes not recorded.
         assert [{k: e[k] for k in b} for e, b in zip(shown["evals"], before["evals"], strict=True)] == before["evals"]
         for e, b in zip(shown["evals"], before["evals"], strict=True):
-            assert set(e) - set(b) <= {"kind", "sampling", "scores", "breakdown", "eval_set", "headline"}
+            assert set(e) - set(b) <= {"kind", "sampling", "scores", "breakdown", "eval_set", "headline", "outcomes"}
+            assert e.get("outcomes") is None
             assert e.get("kind", "greedy") == "greedy"
             assert e.get("eval_set", "") == "" and e.get("headline", True) is True
         metrics = {k: without_duplicate_keys(v) for k, v in before["metrics"].items()}
@@ -320,6 +322,7 @@ def test_a_wheel_carries_the_migrations_and_its_install_runs_them(tmp_path):
         "0006_sampled_evals",
         "0007_data_fingerprint",
         "0008_eval_sets",
+        "0009_problem_outcomes",
     ):
         assert f"grpoctl/registry/migrations/versions/{revision}.py" in names
     assert "grpoctl/registry/migrations/env.py" in names

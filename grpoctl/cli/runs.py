@@ -28,6 +28,7 @@ from grpoctl.errors import UserError
 from grpoctl.formatting import STATUS_STYLES, format_number
 from grpoctl.registry import Registry, Run, effective_status
 from grpoctl.registry.models import utcnow
+from grpoctl.registry.outcomes import decode as decode_outcomes
 from grpoctl.rules import SHOWN_STATUSES, headline_accuracy
 from grpoctl.run_identity import flatten
 
@@ -188,6 +189,9 @@ def _show_json(registry: Registry, run: Run) -> None:
     for result in registry.evals(run.id):
         row = _jsonable(result)
         row["decoding"] = json.loads(result.decoding or "{}")
+        if result.outcomes is not None:  # right samples per problem, in the problems' id order
+            decoded = decode_outcomes(result.outcomes)
+            row["outcomes"] = {"samples": decoded.samples, "correct": decoded.correct, "levels": decoded.levels}
         evals.append(row)
     document = {
         "run": record,

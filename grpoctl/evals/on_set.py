@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from grpoctl import metrics
 from grpoctl.analysis.breakdown import breakdown
 from grpoctl.data import Example, subset_hash
-from grpoctl.evals.headline import EvalOutcome, eval_sampling, evaluate
+from grpoctl.evals.headline import ACCURACY, EvalOutcome, eval_sampling, evaluate
 from grpoctl.evals.sampled import (
     SampledOutcome,
     sampled_eval_seed,
@@ -32,6 +32,7 @@ from grpoctl.evals.sampled import (
     sampled_sampling,
 )
 from grpoctl.prompts import template_hash
+from grpoctl.registry.outcomes import encode as encode_outcomes
 from grpoctl.rewards import grader_info
 from grpoctl.rules import grader_reward
 
@@ -113,9 +114,10 @@ def eval_row(
 ) -> dict:
     """The EvalResult row's fields, either kind (without run, step, checkpoint and set
     name), with the accuracy by level, subject and eval.group_by's fields where the data
-    has them."""
+    has them, and which problems it got right (`problem_outcomes`)."""
     grader = grader_info()
     return outcome.row_fields() | dict(
+        outcomes=problem_outcomes(outcome, examples),
         data_source=eval_set.source,
         data_hash=eval_set.data_hash,
         subset_hash=subset_hash(examples),
@@ -127,3 +129,23 @@ def eval_row(
         grader=f"{grader['name']} {grader['version']} ({grader['normalization']})",
         breakdown=json.dumps(breakdown(examples, outcome.per_problem, list(group_by)), sort_keys=True),
     )
+
+
+def problem_outcomes(outcome: EvalOutcome | SampledOutcome, examples: list[Example]) -> str | None:
+    """The row's per-problem outcomes (registry/outcomes.py): each problem's right samples,
+    0 or 1 for the headline eval and 0 to n for a sampled one, with its level, in the
+    order of the problems' ids, the order `subset_hash` hashes them in. None when the
+    outcome has no figures per problem.
+
+    A sampled eval's seed is `sampled_eval_seed(seed, step)`, and the headline eval is
+    greedy (or seeded by eval.subset_seed alone): nothing of an arm's own config enters
+    either, so two arms run with the same seed are graded on the same problems with the
+    same random numbers, and their outcomes pair problem by problem (common random
+    numbers; tests/test_problem_outcomes.py)."""
+    if len(outcome.per_problem) != len(examples) or not examples:
+        return None
+    samples = outcome.n if isinstance(outcome, SampledOutcome) else 1
+    order = sorted(range(len(examples)), key=lambda i: examples[i].id)
+    correct = [round(outcome.per_problem[i][ACCURACY] * samples) for i in order]
+    levels = [examples[i].group_value("level") for i in order]
+    return encode_outcomes(correct, samples, levels)

@@ -130,6 +130,9 @@ class EvalResult(SQLModel, table=True):
     # first, whose rows make its accuracy curve. Migration 0008.
     eval_set: str = Field(default="", sa_column_kwargs={"server_default": ""})
     headline: bool = Field(default=True, sa_column_kwargs={"server_default": true()})
+    # Right samples per problem, in the order of the problems' ids (registry/outcomes.py);
+    # NULL: not recorded (every row before 0009). Migration 0009.
+    outcomes: str | None = None
 
 
 # The EvalResult fields that make two evals comparable (`compare` warns when they differ).

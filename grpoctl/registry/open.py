@@ -331,7 +331,9 @@ def open_registry(
                     migrator.dispose()
             if report is not None:
                 report["backup"] = backup
-            elif found != schema.HEAD:  # upgraded by opening it, not by `db upgrade`: say so
+            elif found != schema.HEAD and not (path is not None and compressed.source_of(path)):
+                # upgraded by opening it, not by `db upgrade`: say so (a compressed registry's
+                # cached copy is no one's file: its upgrade leaves the user's file as it was)
                 log.warning(
                     f"note: upgraded registry {printable_location(url)} from schema revision {found} to "
                     f"{schema.HEAD} (the registry before: {backup})"
@@ -364,7 +366,8 @@ def _migrate(engine: Engine, url: URL, paths_root: str | None) -> tuple[str, str
             return state, None
         if state not in schema.REVISIONS and state != schema.EMPTY:
             raise UserError(schema.newer_message(printable_location(url), state))
-        if path is not None and state != schema.EMPTY:
+        # A compressed registry's cached copy needs none: the compressed file is the registry before.
+        if path is not None and state != schema.EMPTY and compressed.source_of(path) is None:
             backup = schema.backup_sqlite(path, state)
         root = paths_root or (str(path.absolute().parent) if path is not None else None)
         schema.run_migrations(conn, state, root)
