@@ -22,6 +22,7 @@ from grpoctl.analysis.compare import build_compare_table
 from grpoctl.config import config_diff, load_config, to_dict
 from grpoctl.registry import Registry, Run
 from grpoctl.registry.models import utcnow
+from grpoctl.registry.outcomes import encode as encode_outcomes
 from grpoctl.rules import config_hash
 from grpoctl.views import compare_view as tables
 from grpoctl.views.report_view import write_report
@@ -370,18 +371,19 @@ def test_report_calls_a_close_race_within_noise(tmp_path, db_url):
         make_run(registry, "a", ["seed=0"], group="close", variant="a", reward_top=0.70)
         make_run(registry, "b", ["optimizer.lr=1e-4"], group="close", variant="b", reward_top=0.69)
         text = write_report(registry, "close", tmp_path / "rep", baseline="a", last_k=1).read_text()
-    # b is within noise of the baseline a: no winner, no ★, though a is ahead by a point
-    assert "**No winner:** no variant beats a beyond noise, and b within noise of it" in text and "| ★ |" not in text
+    # one seed each: only the two runs are compared: no winner, no ★, though a is ahead by a point
+    assert "**No winner:** with one seed per arm only the runs are compared" in text and "| ★ |" not in text
     assert "**Ahead by final eval accuracy:** a with 0.700, 1.0 points ahead of b (0.690). Within noise" in text
     assert "- **b** against **a** (final acc, one seed each): 0.690 (Wilson 95% CI " in text
-    assert ": **within noise**. With one seed per arm this rests on eval noise alone" in text
+    assert ": **these two runs: no difference shown**. With one seed per arm and no per-problem outcomes" in text
 
 
 # --------------------------------------------------------------------------- against a baseline
 
 
-def eval_run(registry, sweep, name, variant, overrides, evals, n=512, group="study"):
-    """A finished run with only evals: (step, accuracy) pairs of `n` problems each."""
+def eval_run(registry, sweep, name, variant, overrides, evals, n=512, group="study", outcomes=None, subset="s1"):
+    """A finished run with only evals: (step, accuracy) pairs of `n` problems each; `outcomes`:
+    per step, each problem's 0/1 (then its accuracy is theirs), with `subset` its subset_hash."""
     cfg = load_config(None, overrides + ["loop.n_grpo_steps=30"])
     run = registry.create_run(
         name=name,
@@ -395,18 +397,20 @@ def eval_run(registry, sweep, name, variant, overrides, evals, n=512, group="stu
     )
     for step, accuracy in evals:
         registry.log_step(run.id, step, {"train/reward": accuracy})
+        right = (outcomes or {}).get(step)
         registry.add_eval(
             run_id=run.id,
             step=step,
-            n=n,
-            accuracy=accuracy,
+            n=n if right is None else len(right),
+            accuracy=accuracy if right is None else sum(right) / len(right),
             format_rate=1.0,
             mean_response_length=10.0,
             data_hash="d1",
-            subset_hash="s1",
+            subset_hash=subset,
             template_hash="t1",
             decoding=DECODING,
             grader="exact",
+            outcomes=None if right is None else encode_outcomes(right, 1, [str(1 + i % 2) for i in range(len(right))]),
         )
     registry.set_status(run.id, "finished")
     if sweep is not None:
@@ -447,6 +451,22 @@ def study_db(tmp_path_factory) -> Path:
                     [(0, 0.3), (29, final)],
                     group="wide",
                 )
+        # The same two arms as "study"'s base and better, but run with other seeds: Welch's t.
+        shifted = registry.get_or_create_sweep("shifted", "ablation", {"file": "shifted.yaml", "baseline": "base"})
+        for variant, lr, first in (("base", "1e-4", 0), ("better", "3e-4", 3)):
+            means, peak = STUDY[variant][1], STUDY[variant][2]
+            for i, m in enumerate(means):
+                evals = [(0, 0.3), (10, m + peak), (20, m - peak), (29, m)]
+                seed = first + i
+                eval_run(
+                    registry,
+                    shifted,
+                    f"shifted-{variant}-s{seed}",
+                    variant,
+                    [f"seed={seed}", f"optimizer.lr={lr}"],
+                    evals,
+                    group="shifted",
+                )
         # One seed each, 1000 problems: 700 and 660 right at the end.
         eval_run(registry, None, "solo-a", "a", ["seed=0"], [(0, 0.3), (20, 0.5), (29, 0.700)], n=1000, group="solo")
         eval_run(
@@ -459,7 +479,37 @@ def study_db(tmp_path_factory) -> Path:
             n=1000,
             group="solo",
         )
+        # Per-problem outcomes (40 problems): "probs" pairs seeds 0-2 problem by problem, but its
+        # "moved" arm was graded on another subset; "duo" has one run each.
+        probs = registry.get_or_create_sweep("probs", "ablation", {"file": "probs.yaml", "baseline": "base"})
+        for variant, lr, subset in (("base", "1e-4", "s1"), ("tuned", "3e-4", "s1"), ("moved", "2e-4", "s2")):
+            for seed in range(3):
+                right = {step: problem_outcomes(variant, seed, step) for step in OUTCOME_STEPS}
+                evals = [(step, 0.0) for step in OUTCOME_STEPS]
+                overrides = [f"seed={seed}", f"optimizer.lr={lr}"]
+                eval_run(registry, probs, f"probs-{variant}-s{seed}", variant, overrides, evals, group="probs",
+                         outcomes=right, subset=subset)  # fmt: skip
+        for variant, lr in (("base", "1e-4"), ("tuned", "3e-4")):
+            right = {step: problem_outcomes(variant, 0, step) for step in OUTCOME_STEPS}
+            evals = [(step, 0.0) for step in OUTCOME_STEPS]
+            eval_run(registry, None, f"duo-{variant}", variant, ["seed=0", f"optimizer.lr={lr}"], evals, group="duo",
+                     outcomes=right)  # fmt: skip
     return path
+
+
+OUTCOME_STEPS = (0, 10, 20, 29)
+PROBLEMS = 40
+
+
+def problem_outcomes(variant: str, seed: int, step: int) -> list[int]:
+    """0/1 per problem: the baseline gets about 3 in 5 right; "tuned" also gets every 4th
+    problem from step 10 on, and loses every 9th; "moved" gets every (6 + seed)th."""
+    right = [int((i + seed + step) % 5 < 3) for i in range(PROBLEMS)]
+    if variant == "tuned" and step > 0:
+        right = [1 if i % 4 == 0 else 0 if i % 9 == 0 else r for i, r in enumerate(right)]
+    if variant == "moved" and step > 0:
+        right = [1 if i % (6 + seed) == 0 else r for i, r in enumerate(right)]
+    return right
 
 
 def compare_json(db: Path, *args: str) -> tuple[dict, dict]:
@@ -474,35 +524,39 @@ def test_compare_json_sets_each_variant_against_the_spec_baseline(study_db):
     summary = payload["baseline"]
     assert summary["variant"] == "base" and summary["from"] == "the spec" and summary["last_k"] == 3
     assert summary["correction"] == "holm" and summary["comparisons"] == 2  # lonely is not tested
+    assert summary["tests"]["paired"] == "paired t (seeds)"
     base, better, close, lonely = rows["base"], rows["better"], rows["close"], rows["lonely"]
     assert base["verdict"] == "baseline" and base["diff"] is None and base["acc_last_k"] == pytest.approx(0.6233333)
-    assert better["vs_baseline"] == "base" and better["diff_test"] == "welch"
-    # scipy.stats.ttest_ind([.70, .74, .66], [.62, .65, .60], equal_var=False): pvalue, confidence_interval()
+    # Seeds 0-2 in both arms: paired seed by seed; no per-problem outcomes were recorded.
+    assert better["vs_baseline"] == "base" and better["diff_test"] == "paired" and better["pairs"] == 3
+    assert better["diff_test_name"] == "paired t (seeds)" and better["problem_level"] == "problem level: not recorded"
+    # scipy.stats.ttest_rel([.70, .74, .66], [.62, .65, .60]): pvalue, confidence_interval()
     assert better["diff"] == pytest.approx(0.07666666666666666, rel=1e-6)
-    assert better["p_value"] == pytest.approx(0.05886876404903681, rel=1e-6)
+    assert better["p_value"] == pytest.approx(0.012975526527388499, rel=1e-6)
     assert (better["diff_ci_low"], better["diff_ci_high"]) == pytest.approx(
-        (-0.005026512043801765, 0.1583598453771351), rel=1e-6
+        (0.03872083633069918, 0.11461249700263415), rel=1e-6
     )
-    # scipy.stats.ttest_ind([.63, .61, .66], [.62, .65, .60], equal_var=False)
+    # scipy.stats.ttest_rel([.63, .61, .66], [.62, .65, .60])
     assert close["diff"] == pytest.approx(0.01, abs=1e-9)
-    assert close["p_value"] == pytest.approx(0.6519586963751585, rel=1e-6)
+    assert close["p_value"] == pytest.approx(0.7620845242845569, rel=1e-6)
     assert (close["diff_ci_low"], close["diff_ci_high"]) == pytest.approx(
-        (-0.04705052361651999, 0.06705052361651978), rel=1e-6
+        (-0.1142068855875166, 0.13420688558751662), rel=1e-6
     )
-    # Holm over the two: min(1, 2 x 0.0589) = 0.1177 for the smaller, max(that, 0.652) for the other.
-    assert better["p_holm"] == pytest.approx(0.11773752809807363, rel=1e-6)
-    assert close["p_holm"] == pytest.approx(0.6519586963751585, rel=1e-6)
-    assert better["verdict"] == "within noise" and close["verdict"] == "within noise"  # raw p 0.059 is no win
-    # Seeds needed: smallest n with 1 - nct.cdf(t, 2n-2, nc) + nct.cdf(-t, 2n-2, nc) >= 0.8, where
-    # t = t.ppf(0.975, 2n-2), nc = 0.0767 / sqrt((var(better) + var(base)) / 2) * sqrt(n/2): 0.887 at n = 5.
-    assert (better["seeds_needed"], better["seeds_needed_capped"]) == (5, False)
+    # Holm over the two: 2 x 0.01298 = 0.02595 for the smaller, max(that, 0.762) for the other.
+    assert better["p_holm"] == pytest.approx(0.025951053054776997, rel=1e-6)
+    assert close["p_holm"] == pytest.approx(0.7620845242845569, rel=1e-6)
+    assert better["verdict"] == "better" and close["verdict"] == "within noise"
+    # Pairs needed: the smallest n whose paired t (df n - 1, noncentrality 0.0767 / (sd / sqrt(n)), sd of
+    # the per-seed differences [.08, .09, .06] = 0.01528) reaches power 0.8: 3.
+    assert (better["seeds_needed"], better["seeds_needed_capped"]) == (3, False)
     assert (close["seeds_needed"], close["seeds_needed_capped"]) == (100, True)  # 1 point: beyond reach
-    # Best-so-far: per seed mean + peak; ttest_ind([.75, .79, .71], [.63, .66, .61], equal_var=False)
+    # Best-so-far: per seed mean + peak, paired too; ttest_rel([.75, .79, .71], [.63, .66, .61])
     assert better["best_diff"] == pytest.approx(0.1166666666666667, rel=1e-6)
     assert (better["best_diff_ci_low"], better["best_diff_ci_high"]) == pytest.approx(
-        (0.03497348795619827, 0.19835984537713514), rel=1e-6
+        (0.0787208363306992, 0.15461249700263419), rel=1e-6
     )
-    assert better["diff_bca_low"] is None  # 3 seeds: no bootstrap interval
+    assert better["best_diff_test"] == "paired t (seeds)"
+    assert better["diff_bca_low"] is None  # 3 pairs: no bootstrap interval
     assert lonely["verdict"] == "untested" and lonely["p_value"] is None and lonely["p_holm"] is None
     assert "1 seed(s) against the baseline's 3" in lonely["comparison_note"]
     # Every existing key is still there.
@@ -521,23 +575,114 @@ def test_compare_json_sets_each_variant_against_the_spec_baseline(study_db):
     assert better["final_acc"] == pytest.approx(0.70)
 
 
-def test_compare_json_carries_mde_tost_and_the_family(study_db):
-    payload, rows = compare_json(study_db, "study")
-    better, close = rows["better"], rows["close"]
+def test_seeds_that_do_not_match_get_welchs_t(study_db):
+    # The same numbers as "study"'s base and better, run with seeds 0-2 and 3-5: nothing pairs.
+    payload, rows = compare_json(study_db, "shifted")
+    better = rows["better"]
+    assert better["diff_test"] == "welch" and better["diff_test_name"] == "Welch t (unmatched seeds)"
+    assert better["pairs"] is None and better["problem_level"] is None
+    # scipy.stats.ttest_ind([.70, .74, .66], [.62, .65, .60], equal_var=False): pvalue, confidence_interval()
+    assert better["p_value"] == pytest.approx(0.05886876404903681, rel=1e-6)
+    assert (better["diff_ci_low"], better["diff_ci_high"]) == pytest.approx(
+        (-0.005026512043801765, 0.1583598453771351), rel=1e-6
+    )
+    assert better["verdict"] == "within noise"  # raw p 0.059 is no win
+    # Seeds needed: smallest n with 1 - nct.cdf(t, 2n-2, nc) + nct.cdf(-t, 2n-2, nc) >= 0.8, where
+    # t = t.ppf(0.975, 2n-2), nc = 0.0767 / sqrt((var(better) + var(base)) / 2) * sqrt(n/2): 0.887 at n = 5.
+    assert (better["seeds_needed"], better["seeds_needed_capped"]) == (5, False)
     # MDE: brentq(lambda d: power(d, sd, 3, 3) - 0.8, ...) with power from the noncentral t
     # (tests/test_stats.py writes it out) and sd = sqrt((var(better) + var(base)) / 2) = 0.0334165627596057
     assert better["mde"] == pytest.approx(0.10261866414692998, rel=1e-6)
     # TOST at 3 points: ttest_ind([.70-.03, .74-.03, .66-.03], [.62, .65, .60], equal_var=False,
     # alternative="less").pvalue, the larger of the two one-sided p's
     assert better["tost_p"] == pytest.approx(0.9121896802430752, rel=1e-6) and better["tost_delta"] == 0.03
-    assert (better["tost_ci_low"], better["tost_ci_high"]) == pytest.approx(
-        (0.015223474452396808, 0.13810985888093646), rel=1e-6
+    # Best-so-far: ttest_ind([.75, .79, .71], [.63, .66, .61], equal_var=False)
+    assert (better["best_diff_ci_low"], better["best_diff_ci_high"]) == pytest.approx(
+        (0.03497348795619827, 0.19835984537713514), rel=1e-6
     )
+    assert not any(r["best"] for r in rows.values())  # within noise: no winner
+    out = grpoctl("compare", "shifted", "--db", str(study_db), "--format", "markdown")
+    assert "Welch t (unmatched seeds): the arms' seeds do not match" in out.stdout
+
+
+def test_compare_json_carries_mde_tost_and_the_family(study_db):
+    payload, rows = compare_json(study_db, "study")
+    better, close = rows["better"], rows["close"]
+    # MDE of the paired t over 3 pairs: brentq on its power (noncentral t, df 2, noncentrality
+    # effect / (sd / sqrt(3))), sd of the per-seed differences 0.0152752523165194
+    assert better["mde"] == pytest.approx(0.049859088793768616, rel=1e-6)
+    # Paired TOST at 3 points: max(ttest_rel([.70+.03, ...], base, alternative="greater").pvalue,
+    # ttest_rel([.70-.03, ...], base, alternative="less").pvalue); its interval, ttest_rel's 90% one
+    assert better["tost_p"] == pytest.approx(0.983045891539648, rel=1e-6) and better["tost_delta"] == 0.03
+    assert (better["tost_ci_low"], better["tost_ci_high"]) == pytest.approx(
+        (0.05091481440829816, 0.10241851892503513), rel=1e-6
+    )
+    assert better["tost_outcome"] is None  # 0.70 and 0.62: far from the ceiling
     assert close["tost_p"] > 0.05  # +1 point, but 3 seeds cannot show it is within 3
     # no findings declared in this sweep: no family, every comparison exploratory (unadjusted beyond the study)
     assert payload["baseline"]["family"] is None and better["family_p_holm"] is None
     assert better["exploratory"] is True and rows["base"]["exploratory"] is None and better["findings"] == []
     assert rows["lonely"]["mde"] is None and rows["lonely"]["tost_p"] is None
+
+
+def _last_3(variant: str, seeds):
+    """[seeds, problems]: each problem's mean over the last 3 evals (steps 10, 20, 29)."""
+    import numpy as np
+
+    return np.array([[np.mean(col) for col in zip(*(problem_outcomes(variant, s, t) for t in OUTCOME_STEPS[1:]), strict=True)] for s in seeds])  # fmt: skip
+
+
+def test_recorded_outcomes_put_the_problems_in_the_paired_interval(study_db):
+    import numpy as np
+
+    from grpoctl.analysis import design, paired
+
+    payload, rows = compare_json(study_db, "probs")
+    tuned, moved = rows["tuned"], rows["moved"]
+    expected = paired.two_level(_last_3("tuned", range(3)), _last_3("base", range(3)))
+    assert tuned["diff_test"] == "paired+problems" and tuned["problem_level"] == "problem level: in the interval"
+    assert tuned["diff_test_name"] == f"paired t (seeds) + problems, Satterthwaite df {expected.df:.1f}"
+    assert (tuned["diff"], tuned["diff_ci_low"], tuned["diff_ci_high"], tuned["p_value"], tuned["df"]) == pytest.approx(
+        (expected.diff, expected.low, expected.high, expected.p, expected.df), rel=1e-9
+    )
+    assert tuned["problem_var"] == pytest.approx(expected.problem_var) and tuned["problem_var"] > 0
+    # learned / forgot by level (levels 1 and 2 alternate), on each arm's mean over its seeds
+    mine, theirs = _last_3("tuned", range(3)).mean(axis=0), _last_3("base", range(3)).mean(axis=0)
+    table = tuned["learned_forgot"]
+    assert table == design.learned_forgot(mine, theirs, [str(1 + i % 2) for i in range(PROBLEMS)])
+    assert table["all"]["learned"] == int(((mine > 0.5) & (theirs < 0.5)).sum()) > 0
+    assert table["all"]["forgot"] == int(((mine < 0.5) & (theirs > 0.5)).sum()) > 0
+    assert table["1"]["problems"] == table["2"]["problems"] == PROBLEMS // 2
+    # graded on another subset: the problems are not paired, the seeds still are
+    assert moved["diff_test"] == "paired" and moved["learned_forgot"] is None
+    assert moved["problem_level"] == "problem level: not paired (the arms graded different problems)"
+    assert moved["problems_not_paired"].startswith("per-problem outcomes not paired: the arms graded different")
+    markdown = grpoctl("compare", "probs", "--db", str(study_db), "--format", "markdown").stdout
+    assert "| variant | level | problems | learned | forgot | both right | both wrong | split |" in markdown
+    assert f"| tuned | all | {PROBLEMS} | {table['all']['learned']} | {table['all']['forgot']} |" in markdown
+    assert "- moved: per-problem outcomes not paired" in markdown
+    terminal = grpoctl("compare", "probs", "--db", str(study_db)).stdout
+    assert "learned / forgot against base, by level" in terminal
+    assert np.isfinite(tuned["seed_var"])
+
+
+def test_one_run_each_with_outcomes_gets_mcnemar_about_the_two_runs(study_db):
+    import scipy.stats
+
+    payload, rows = compare_json(study_db, "duo", "--baseline", "base", "--last-k", "1")
+    tuned = rows["tuned"]
+    a, b = problem_outcomes("tuned", 0, 29), problem_outcomes("base", 0, 29)
+    gained = sum(x == 1 and y == 0 for x, y in zip(a, b, strict=True))
+    lost = sum(x == 0 and y == 1 for x, y in zip(a, b, strict=True))
+    assert tuned["diff_test"] == "mcnemar" and tuned["diff_test_name"] == "McNemar exact (problems, one run each)"
+    assert tuned["p_value"] == pytest.approx(scipy.stats.binomtest(gained, gained + lost).pvalue, rel=1e-12)
+    assert tuned["diff"] == pytest.approx((gained - lost) / PROBLEMS)
+    assert tuned["verdict"] in ("these two runs differ", "these two runs: no difference shown")
+    assert tuned["verdict"] == (
+        "these two runs differ" if tuned["p_holm"] < 0.05 else "these two runs: no difference shown"
+    )
+    assert tuned["learned_forgot"]["all"]["learned"] == gained and tuned["learned_forgot"]["all"]["forgot"] == lost
+    assert tuned["seeds_needed"] is None and tuned["mde"] is None  # one run per arm: nothing to plan from
 
 
 def test_last_k_and_another_baseline(study_db):
@@ -546,7 +691,7 @@ def test_last_k_and_another_baseline(study_db):
     assert rows["close"]["verdict"] == "baseline" and rows["base"]["vs_baseline"] == "close"
     # The final evals are the same numbers as the last-3 means here, so base vs close mirrors close vs base.
     assert rows["base"]["diff"] == pytest.approx(-0.01, abs=1e-9)
-    assert rows["base"]["p_value"] == pytest.approx(0.6519586963751585, rel=1e-6)
+    assert rows["base"]["p_value"] == pytest.approx(0.7620845242845569, rel=1e-6)
     _, rows = compare_json(study_db, "study", "--last-k", "2")  # steps 20 and 29: mean - peak / 2
     assert rows["better"]["acc_last_k"] == pytest.approx(0.70 - 0.05 / 2)
     _, rows = compare_json(study_db, "study", "--last-k", "4")  # the untrained step-0 eval stays out
@@ -556,13 +701,11 @@ def test_last_k_and_another_baseline(study_db):
 def test_bca_appears_from_eight_seeds_per_arm(study_db):
     payload, rows = compare_json(study_db, "wide")
     wide = rows["wide8"]
-    # ttest_ind(WIDE8, BASE8, equal_var=False); bootstrap((WIDE8, BASE8), diff of means, method="BCa", rng=0)
-    assert wide["p_value"] == pytest.approx(0.0021830535854393688, rel=1e-6)
-    assert (wide["diff_bca_low"], wide["diff_bca_high"]) == pytest.approx(
-        (0.018750000000000155, 0.053750000000000075), rel=1e-6
-    )
+    # 8 pairs: ttest_rel(WIDE8, BASE8); bootstrap((WIDE8 - BASE8,), mean, method="BCa", rng=0)
+    assert wide["diff_test"] == "paired" and wide["p_value"] == pytest.approx(2.5002640083871833e-06, rel=1e-6)
+    assert (wide["diff_bca_low"], wide["diff_bca_high"]) == pytest.approx((0.02875, 0.04), rel=1e-6)
     assert wide["verdict"] == "better" and wide["p_holm"] == wide["p_value"]  # one comparison
-    assert (wide["seeds_needed"], wide["seeds_needed_capped"]) == (6, False)
+    assert (wide["seeds_needed"], wide["seeds_needed_capped"]) == (3, False)
 
 
 def test_one_seed_each_rests_on_eval_noise(study_db):
@@ -577,26 +720,32 @@ def test_one_seed_each_rests_on_eval_noise(study_db):
     )
     # chi2_contingency([[660, 340], [700, 300]], correction=False).pvalue; Newcombe from the Wilson limits
     assert b["diff_test"] == "two-proportion" and b["diff"] == pytest.approx(-0.04)
-    assert b["p_value"] == pytest.approx(0.05518555099113409, rel=1e-6) and b["verdict"] == "within noise"
+    assert b["diff_test_name"] == "two-proportion (one eval each)" and b["problem_level"] is None
+    # about these two runs, never the arms: no better or worse
+    assert b["p_value"] == pytest.approx(0.05518555099113409, rel=1e-6)
+    assert b["verdict"] == b["scope"] == "these two runs: no difference shown"
     assert (b["diff_ci_low"], b["diff_ci_high"]) == pytest.approx(
         (-0.08070318347527537, 0.0008874214637380126), rel=1e-6
     )
-    assert b["comparison_note"] == "one seed per arm: this rests on eval noise alone, not on how much seeds differ"
+    assert (
+        b["comparison_note"]
+        == "one seed per arm: this compares the two runs, not the arms; another seed may differ by more"
+    )
     assert b["seeds_needed"] is None and b["best_diff"] == pytest.approx(0.8 - 0.7)
     out = grpoctl("compare", "solo", "--db", str(study_db), "--baseline", "a", "--last-k", "1", "--format", "markdown")
     assert (
-        "| b | 1 | 0.660 [0.630, 0.689] Wilson CI | -0.040 [-0.081, +0.001] | 0.055 | 0.055 | within noise |"
-        in out.stdout
-    )
-    assert "- b: one seed per arm: this rests on eval noise alone" in out.stdout
+        "| b | 1 | 0.660 [0.630, 0.689] Wilson CI | -0.040 [-0.081, +0.001] | 0.055 | 0.055 "
+        "| two-proportion (one eval each) | these two runs: no difference shown |"
+    ) in out.stdout
+    assert "- b: one seed per arm: this compares the two runs, not the arms" in out.stdout
     assert "Newcombe's score interval and a two-proportion test" in out.stdout
 
 
 def test_csv_carries_the_comparison_and_a_group_has_no_baseline_until_named(study_db):
     out = grpoctl("compare", "study", "--db", str(study_db), "--format", "csv")
     records = {r["variant"]: r for r in csv.DictReader(io.StringIO(out.stdout))}
-    assert float(records["better"]["p_holm"]) == pytest.approx(0.1177375, rel=1e-5)
-    assert records["better"]["verdict"] == "within noise" and records["close"]["seeds_needed_capped"] == "True"
+    assert float(records["better"]["p_holm"]) == pytest.approx(0.025951053054776997, rel=1e-5)
+    assert records["better"]["verdict"] == "better" and records["close"]["seeds_needed_capped"] == "True"
     payload, rows = compare_json(study_db, "solo")
     assert payload["baseline"] is None and rows["b"]["verdict"] is None
     assert payload["baseline_note"] == "no baseline to compare against: name one with --baseline VARIANT"
@@ -641,14 +790,24 @@ def test_report_has_the_comparison_table_and_a_sentence_per_variant(study_db, tm
         text = write_report(registry, "study", tmp_path / "rep").read_text()
     section = text.split("## Against the baseline\n\n", 1)[1].split("## Curves", 1)[0]
     assert section.startswith("| variant | seeds | acc, mean of last 3 evals | Δ vs base (95% CI) | p | p Holm |")
-    assert "| better | 3 | 0.700 ± 0.040 sd | +0.077 [-0.005, +0.158] | 0.059 | 0.118 | within noise | 5 |" in section
+    assert (
+        "| better | 3 | 0.700 ± 0.040 sd | +0.077 [+0.039, +0.115] | 0.013 | 0.026 | paired t (seeds) | better | 3 |"
+        in section
+    )
     assert (
         "- **better** against **base** (acc, mean of last 3 evals, 3 vs 3 seeds): 0.700 against 0.623, "
-        "+7.7 points, 95% CI −0.5 to +15.8 (Welch's t), p = 0.059, 0.118 after Holm over 2: **within noise**. "
-        "Seeds needed to resolve a difference this size (α 0.05, power 0.8): about 5 per arm "
-        "(this study has 3)."
+        "+7.7 points, 95% CI +3.9 to +11.5 (paired t (seeds); problem level: not recorded), p = 0.013, 0.026 after "
+        "Holm over 2: **better**. Seeds needed to resolve a difference this size (α 0.05, power 0.8, paired t "
+        "(seeds)): about 3 pairs of seeds (this study has 3)."
     ) in section
-    assert "A difference this close to zero would need more than 100 seeds per arm" in section
+    assert "A difference this close to zero would need more than 100 pairs of seeds to resolve" in section
+    with Registry(str(study_db)) as registry:
+        shifted = write_report(registry, "shifted", tmp_path / "shifted").read_text()
+    assert (
+        "+7.7 points, 95% CI −0.5 to +15.8 (Welch t (unmatched seeds)), p = 0.059, 0.059 after Holm over 1: "
+        "**within noise**. Seeds needed to resolve a difference this size (α 0.05, power 0.8, Welch t (unmatched "
+        "seeds)): about 5 seeds per arm (this study has 3)."
+    ) in shifted
     assert "- **lonely** against **base**: not tested: 1 seed(s) against the baseline's 3" in section
     assert "(bands: ± 1 sd over seeds)" not in section  # a plot title, not text
 
@@ -707,19 +866,22 @@ def test_a_run_shared_by_two_studies_carries_each_studys_label(tmp_path):
 
 
 def test_the_star_and_the_winner_follow_the_verdicts(study_db, tmp_path):
-    # "better" leads by 7.7 points, but p Holm 0.118: within noise, so no row is starred
-    _, rows = compare_json(study_db, "study")
+    # run with other seeds, "better" leads by 7.7 points but Welch's p is 0.059: within noise, no star
+    _, rows = compare_json(study_db, "shifted")
     assert not any(r["best"] for r in rows.values())
-    # wide8 is better than base8 beyond noise (p 0.0022): it is the winner and the ★
+    # wide8 is better than base8 beyond noise (paired, p 2.5e-6): it is the winner and the ★
     _, rows = compare_json(study_db, "wide")
     assert rows["wide8"]["best"] and not rows["base8"]["best"]
     with Registry(str(study_db)) as registry:
         text = write_report(registry, "wide", tmp_path / "wide").read_text()
-        study = write_report(registry, "study", tmp_path / "study").read_text()
-    # mean(WIDE8) - mean(BASE8) = 0.6425 - 0.60625; p Holm = Welch p 0.00218 (one comparison)
-    assert "**Winner:** wide8 (better than base8 beyond noise: +3.6 points, p 0.002 after Holm). ★ marks it." in text
+        study = write_report(registry, "shifted", tmp_path / "study").read_text()
+    # mean(WIDE8) - mean(BASE8) = 0.6425 - 0.60625; p Holm = the paired p (one comparison)
+    assert (
+        "**Winner:** wide8 (better than base8 beyond noise: +3.6 points, p <0.001 after Holm (paired t (seeds)))."
+        " ★ marks it."
+    ) in text
     assert "| ★ | wide8 |" in text
-    assert "**No winner:** no variant beats base beyond noise, and better, close within noise of it" in study
+    assert "**No winner:** no variant beats base beyond noise, and better within noise of it" in study
     assert "| ★ |" not in study
     # every health flag is defined with when it can fire
     for kind in ("entropy collapse", "length blow-up", "grad-norm explosion", "flat reward", "eval accuracy drop"):

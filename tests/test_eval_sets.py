@@ -210,7 +210,10 @@ def test_compare_reads_the_headline_set_unless_told_another(study):
     rows = _rows(default)
     assert rows["base"].values["final_acc"].mean == pytest.approx(0.505)  # lab: 0.5 and 0.51 at step 20
     assert rows["old"].values["final_acc"].mean == pytest.approx(0.4)  # a run from before eval sets
-    assert default.versus is not None and {v.label: v.verdict for v in default.versus.rows}["better"] == "within noise"
+    # the variants tie on the headline set, seed by seed: the paired t has no spread to test against
+    assert default.versus is not None
+    tied = {v.label: v for v in default.versus.rows}["better"]
+    assert tied.verdict == "untested" and tied.note == "every seed's difference is the same: nothing to test"
     rows = _rows(other)
     assert other.title == "sets (eval set math500)" and other.eval_set == "math500"
     assert rows["better"].values["final_acc"].mean == pytest.approx(0.305)

@@ -171,3 +171,16 @@ def test_an_old_registry_opens_with_outcomes_not_recorded(tmp_path):
         after = conn.execute("SELECT run_id, step, n, accuracy, format_rate FROM evalresult ORDER BY id").fetchall()
         assert after == before
         assert conn.execute("SELECT count(*) FROM evalresult WHERE outcomes IS NOT NULL").fetchone() == (0,)
+
+
+def test_the_committed_lab_registry_says_problem_level_not_recorded(committed_registry):
+    from grpoctl.analysis.compare import build_compare_table
+    from grpoctl.views import compare_view
+
+    with Registry(str(committed_registry("lab.db")), readonly=True) as registry:
+        table = build_compare_table(registry, ["lab-std-normalization"])
+    std_off = next(v for v in table.versus.rows if v.label == "std_off")
+    assert std_off.choice.test == "paired" and std_off.problem_level == "problem level: not recorded"
+    assert "problem level: not recorded: these runs stored no per-problem outcomes" in compare_view.versus_legend(
+        table.versus
+    )

@@ -88,6 +88,8 @@ def test_every_rule_of_a_list_must_hold_and_the_first_failing_one_decides():
         ({"rule": "start_accuracy_gap", "in": "every_arm", "at_least": 0.1}, "its 'in' is variant"),
         ([{"rule": "length_cv", "at_least": 0.1}, 3], "rule 2: 'testable' must be a mapping"),
         ({"rule": "start_format_rate", "at_least": 0.1, "at_most": 0.5}, "exactly one threshold"),
+        ({"rule": "baseline_converged", "at_least": 0.9}, "baseline_converged needs 'min_gain'"),
+        ({"rule": "rises_first", "at_least": 0.05, "min_gain": 0.1}, "rises_first takes no 'min_gain'"),
     ],
 )
 def test_bad_rules_are_one_line(raw, message):
@@ -120,6 +122,77 @@ def test_not_run_comes_before_not_testable_and_stays_out_of_the_family():
     assert results["n"].verdict == "not run" and results["n"].p_family is None
     assert results["w"].testable and results["w"].p_family == pytest.approx(results["w"].p)  # a family of one
     assert results["w"].mde_family == pytest.approx(results["w"].mde)
+
+
+def test_rises_first_and_baseline_converged():
+    rises = Rule("rises_first", "variant", at_least=0.05)
+    flat = [rd(1, 0, start_acc=0.25, final=0.26), rd(2, 1, start_acc=0.25, final=0.40)]
+    climbing = arm("b", [rd(3, 0, start_acc=0.25, final=0.9)])
+    c = check(rises, arm("v", flat), climbing, 96)
+    # the worst seed's best eval is 0.27 (0.26 + 0.01 at step 20) against 0.25 at step 0
+    assert c.holds is False and c.value == pytest.approx(0.02)
+    converged = Rule("baseline_converged", "baseline", at_least=0.9, min_gain=0.1)
+    # evals 0.25 -> 0.88, 0.91, 0.90: a gain of 0.6467 of which 0.63 was made by step 10, the window's first
+    c = check(converged, arm("v", flat), climbing, 96)
+    assert c.holds is True and c.value == pytest.approx((0.88 - 0.25) / ((0.88 + 0.91 + 0.90) / 3 - 0.25))
+    # a baseline that gained 1 point fails with that gain as its number, not its share
+    c = check(converged, arm("v", flat), arm("b", flat[:1]), 96)
+    assert c.holds is False and c.short_gain == c.value == pytest.approx((0.24 + 0.27 + 0.26) / 3 - 0.25)
+    still = arm("b", [SimpleNamespace(run=SimpleNamespace(id=9, seed=0, status="finished"),
+                                      evals=[(0, 0.2, 8), (10, 0.3, 8), (20, 0.6, 8), (30, 0.9, 8)], series={})])  # fmt: skip
+    c = check(converged, arm("v", flat), still, 96)  # 0.3 of a 0.4667 gain by step 10: still climbing
+    assert c.holds is False and c.short_gain is None and c.value == pytest.approx(0.1 / (0.6 - 0.2))
+
+
+def test_a_reanalysis_adds_rules_to_the_frozen_specs_and_never_replaces_them(tmp_path):
+    spec = tmp_path / "study.yaml"
+    spec.write_text(
+        "name: study\nbaseline: a\nvariants:\n  a: {optimizer.lr: 1.0e-4}\n  b: {optimizer.lr: 1.0e-3}\nfindings:\n"
+        "  - {id: f, claim: c, variant: b, measure: plateau, expect: lower, seed_effect: -0.05,"
+        " testable: {rule: mixed_groups_at_start, at_least: 0.2}}\n"
+        "  - {id: g, claim: c, variant: b, measure: plateau, expect: same, testable: {rule: length_cv, at_least: 0.1}}\n"
+        "  - {id: h, claim: c, variant: b, measure: grad_norm, expect: lower,"
+        " testable: {rule: step1_grad_norm_gap, at_most: 0.1}}\n"
+    )
+    (tmp_path / "page.yaml").write_text("name: p\nstudies: [study.yaml]\n")
+    overlay = tmp_path / "again.yaml"
+    overlay.write_text(
+        "name: again\nof: page.yaml\nwhy: after the data\nmeasures:\n"
+        "  plateau: [{rule: baseline_converged, at_least: 0.9, min_gain: 0.1}]\n"
+        "  grad_norm: [{rule: step1_grad_norm_gap, at_most: 0.1}]\n"
+        "findings:\n  f: {min_effect: -0.02}\n  g: {ceiling: 0.99}\n"
+    )
+    declared = {f.id: f for f in F.family_findings(tmp_path / "page.yaml")}
+    again = {f.id: f for f in F.family_findings(overlay)}  # compare --findings takes the overlay too
+    assert [r.rule for r in again["f"].testable] == ["mixed_groups_at_start", "baseline_converged"]
+    assert again["f"].testable[:1] == declared["f"].testable and again["f"].min_effect == -0.02
+    assert again["f"].seed_effect == declared["f"].seed_effect == -0.05
+    assert again["g"].ceiling == 0.99 and declared["g"].ceiling == 1.0
+    assert again["h"].testable == declared["h"].testable  # the rule it declared is not added twice
+    for text, message in (
+        ("name: x\nof: page.yaml\nfindings:\n  z: {ceiling: 0.9}\n", "'z' is not a finding of page.yaml"),
+        ("name: x\nof: nope.yaml\n", "'of' must name the page file"),
+        ("name: x\nof: page.yaml\nmeasures: {vibes: []}\n", "'measures' maps measures"),
+        ("name: x\nof: page.yaml\nfindings:\n  g: {min_effect: 0.1}\n", "'min_effect' is for a direction"),
+        ("name: x\nof: page.yaml\nfindings:\n  f: {colour: red}\n", "sets one or more of"),
+    ):
+        overlay.write_text(text)
+        with pytest.raises(UserError) as err:
+            F.family_findings(overlay)
+        assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_lab_reanalysis_adds_the_rules_issue_35_names():
+    declared = {f.id: f for f in F.family_findings(ROOT / "experiments" / "pages" / "lab.yaml")}
+    again = {f.id: f for f in F.family_findings(ROOT / "experiments" / "pages" / "lab-reanalysis.yaml")}
+    assert set(again) == set(declared)
+    for fid, f in again.items():
+        assert f.testable[: len(declared[fid].testable)] == declared[fid].testable  # declared rules first, kept
+        if f.measure == "grad_norm":  # one gradient-norm rule for every grad-norm finding
+            assert any(r.rule == "step1_grad_norm_gap" and r.at_most == 0.1 for r in f.testable)
+        if f.measure in ("plateau", "collapse"):
+            assert any(r.rule == "baseline_converged" for r in f.testable)
+    assert any(r.rule == "rises_first" for r in again["lab-no-baseline-peaks-then-declines"].testable)
 
 
 def test_auc_is_a_measure():

@@ -77,7 +77,10 @@ def test_study_has_compares_rows_and_the_health_flags(client, built):
     rows = {r["variant"]: r for r in compared["compare"]["rows"]}
     assert rows["good"]["verdict"] == "baseline"
     assert rows["wide"]["final_acc"] == pytest.approx(table.rows[1].values["final_acc"].mean)
-    assert rows["wide"]["p_holm"] == pytest.approx(next(v.p_holm for v in table.versus.rows if v.label == "wide"))
+    wide = next(v for v in table.versus.rows if v.label == "wide")
+    assert rows["wide"]["p_holm"] == pytest.approx(wide.p_holm)
+    # the test behind the number, named as compare names it
+    assert rows["wide"]["diff_test_name"] == wide.test != "" and rows["wide"]["problem_level"] == wide.problem_level
     hot = str(built[1]["abl-hot-s0"])
     assert [(f["kind"], f["step"]) for f in compared["flags"][hot]] == [("grad-norm explosion", 6)]
     assert compared["flags"][str(built[1]["abl-good-s0"])] == []

@@ -27,8 +27,9 @@ from statistics import mean, stdev
 from typing import Any
 
 from grpoctl import metrics
-from grpoctl.analysis.baseline import LAST_K, BaselineComparison, compare_to_baseline
+from grpoctl.analysis.baseline import LAST_K, BaselineComparison, RunEvals, compare_to_baseline, eval_curve_of
 from grpoctl.analysis.health import HEALTH_METRICS, Flag, Series, grad_norm_measure, run_flags
+from grpoctl.analysis.problems import Stored, outcome_kind, with_outcomes
 from grpoctl.analysis.run_groups import fold_label, resolve_runs
 from grpoctl.errors import UserError
 from grpoctl.registry import Registry, Run, effective_status
@@ -68,6 +69,9 @@ class ComparedRun:
     throughput: dict[str, float] = field(default_factory=dict)  # medians, by metric name
     flags: list[Flag] = field(default_factory=list)
     scores: dict[str, list[EvalPoint]] = field(default_factory=dict)  # pass@k / maj@k curves, like evals
+    # per eval kind (greedy, sampled): step -> (subset_hash, per-problem outcomes or None);
+    # read only where problems are paired (`with_outcomes`)
+    outcomes: dict[str, Stored] = field(default_factory=dict)
 
 
 @dataclass
@@ -161,17 +165,15 @@ def _binomial_se(p: float, n: int | None) -> float | None:
     return math.sqrt(max(p * (1 - p), 0.0) / n) if n else None
 
 
-def eval_curve_of(rd: ComparedRun, metric: str) -> list[EvalPoint] | None:
-    """A run's curve of an eval measure that reads like accuracy, each point with its
-    problem count: eval/accuracy (its evals), pass@k or maj@k (its sampled evals; the
-    series for a run recorded without their rows); None for any other metric."""
-    if metric == metrics.EVAL_ACCURACY:
-        return rd.evals
-    if metrics.is_sampled_score(metric):
-        if metric in rd.scores:
-            return rd.scores[metric]
-        return [(s, v, None) for s, v in rd.series.get(metric, []) if math.isfinite(v)]
-    return None
+def run_evals(rd: ComparedRun, metric: str) -> RunEvals:
+    """One run's curve of `metric` with its seed and the outcomes behind it (those loaded)."""
+    return RunEvals(rd.run.seed, eval_curve_of(rd, metric) or [], rd.outcomes.get(outcome_kind(metric), {}))
+
+
+def study_curves(registry: Registry, table: CompareTable, metric: str) -> dict[str, list[RunEvals]]:
+    """Each row's runs as compare_to_baseline reads them, outcomes loaded."""
+    with_outcomes(registry, [rd for row in table.rows for rd in row.runs], metric, table.eval_set)
+    return {row.label: [run_evals(rd, metric) for rd in row.runs] for row in table.rows}
 
 
 def run_values(rd: ComparedRun, at_step: int | None, metric: str) -> dict[str, tuple[float, float | None]]:
@@ -405,8 +407,8 @@ def build_compare_table(
         # The verdicts rest on the metric asked for where it reads like accuracy (pass@k,
         # maj@k: the same last-k mean and tests), else on eval accuracy.
         tested = metric if metrics.is_sampled_score(metric) else metrics.EVAL_ACCURACY
-        curves = {row.label: [eval_curve_of(rd, tested) or [] for rd in row.runs] for row in rows}
-        table.versus = compare_to_baseline(curves, chosen, source, last_k, at_step)
+        curves = study_curves(registry, table, tested)
+        table.versus = compare_to_baseline(curves, chosen, source, last_k, at_step, tested)
         table.versus.metric = tested
         if metric == tested:
             _star_by_verdict(table)
@@ -442,6 +444,8 @@ def winner(table: CompareTable) -> tuple[str | None, str]:
     if tested and all(v.verdict == "worse" for v in tested):
         return versus.baseline, "every variant tested against it is worse beyond noise"
     if not tested:
+        if any(v.diff is not None for v in versus.rows):  # one seed per arm: runs compared, not arms
+            return None, "with one seed per arm only the runs are compared, which says nothing of the arms"
         return None, "no variant could be tested against the baseline"
     within = [v.label for v in tested if v.verdict == "within noise"]
     return None, f"no variant beats {versus.baseline} beyond noise, and {', '.join(within)} within noise of it"

@@ -38,8 +38,8 @@ class ArmRuns:
     it, so that a seed's measure is the mean of its outcomes (for a measure averaged over
     the last k evals, each problem's outcome is its mean over those evals)."""
 
-    measures: Mapping[int, float]
-    outcomes: Mapping[int, Any] = field(default_factory=dict)  # seed -> array [problems]
+    measures: Mapping[Hashable, float]  # by seed (a seed run twice: analysis/baseline.py's seed_keys)
+    outcomes: Mapping[Hashable, Any] = field(default_factory=dict)  # seed -> array [problems]
     problems: int | None = None  # the eval's problem count, for one seed without outcomes
 
 
@@ -56,8 +56,9 @@ class Choice:
     seeds_needed: tuple[int, bool] | None = None
     sd: float | None = None  # the spread the MDE is planned from
     pairs: int = 0
-    left_out: tuple[int, ...] = ()  # seeds of the larger arm with no partner
+    left_out: tuple[Hashable, ...] = ()  # seeds of the larger arm with no partner
     note: str = ""
+    arm_seeds: tuple[int, int] = (0, 0)  # Welch: the seeds of each arm
 
     @property
     def name(self) -> str:
@@ -80,14 +81,20 @@ class Choice:
         return None
 
 
-def matched_seeds(variant: Mapping[int, float], baseline: Mapping[int, float]) -> tuple[list[int], tuple[int, ...]]:
+def _seed_order(key: Hashable) -> tuple:
+    return (key, 0) if isinstance(key, int) else tuple(key)  # type: ignore[arg-type]
+
+
+def matched_seeds(
+    variant: Mapping[Hashable, float], baseline: Mapping[Hashable, float]
+) -> tuple[list[Hashable], tuple[Hashable, ...]]:
     """(the seeds to pair, the larger arm's seeds left out); no seeds when the arms do not
     pair: fewer than 2 shared, or a seed of the smaller arm missing from the other."""
-    shared = sorted(set(variant) & set(baseline))
+    shared = sorted(set(variant) & set(baseline), key=_seed_order)
     smaller = min(len(variant), len(baseline))
     if len(shared) < 2 or len(shared) < smaller:
         return [], ()
-    return shared, tuple(sorted((set(variant) | set(baseline)) - set(shared)))
+    return shared, tuple(sorted((set(variant) | set(baseline)) - set(shared), key=_seed_order))
 
 
 def choose(
@@ -119,8 +126,8 @@ def choose(
 def _paired(
     variant: ArmRuns,
     baseline: ArmRuns,
-    seeds: list[int],
-    left_out: tuple[int, ...],
+    seeds: list[Hashable],
+    left_out: tuple[Hashable, ...],
     delta: float | None,
     ceiling: float,
     confidence: float,
@@ -188,6 +195,7 @@ def _welch(v: list[float], b: list[float], delta: float | None, ceiling: float) 
         stats.mde(sd, len(v), len(b)),
         stats.seeds_needed(difference.diff, sd),
         sd,
+        arm_seeds=(len(v), len(b)),
     )
 
 
@@ -210,6 +218,35 @@ def _one_run_each(variant: ArmRuns, baseline: ArmRuns, confidence: float) -> Cho
         return Choice(note="one seed per arm and the evals' sizes are unknown: no test")
     difference = stats.two_proportions(round(v_measure * n), n, round(b_measure * base_n), base_n)
     return Choice("two-proportion", difference)
+
+
+# --------------------------------------------------------------------------- planning under the test applied
+
+
+def _problem_own(choice: Choice) -> float:
+    """The problem component more seeds keep (two-level interval only)."""
+    return (choice.detail.problem_own or 0.0) if choice.detail is not None else 0.0
+
+
+def seeds_for(choice: Choice, effect: float, alpha: float = stats.ALPHA) -> tuple[int, bool] | None:
+    """Seeds the test `choice` applied needs to detect `effect` at `alpha` with stats.POWER:
+    pairs of seeds for a paired test, seeds per arm for Welch; None for a test on one run
+    per arm (one run has no spread over seeds to plan from) or when nothing was tested."""
+    if choice.sd is None or choice.test not in (*paired.PAIRED_TESTS, "welch"):
+        return None
+    if choice.test == "welch":
+        return stats.seeds_needed(effect, choice.sd, alpha)
+    return paired.paired_seeds_needed(effect, choice.sd, _problem_own(choice), alpha)
+
+
+def mde_at(choice: Choice, alpha: float) -> float | None:
+    """The MDE of the test `choice` applied, over the seeds it had, at `alpha` (a family's
+    strictest, alpha / m, say)."""
+    if choice.sd is None or choice.test not in (*paired.PAIRED_TESTS, "welch") or choice.difference is None:
+        return None
+    if choice.test == "welch":
+        return stats.mde(choice.sd, *choice.arm_seeds, alpha=alpha)
+    return paired.paired_mde(choice.sd, choice.pairs, _problem_own(choice), alpha=alpha)
 
 
 # --------------------------------------------------------------------------- learned / forgot

@@ -15,17 +15,29 @@ threshold, for whether this setup can show it at all:
         after_step: 10              # measure: collapse only: the first eval step counted
         testable: {rule: mixed_groups_at_start, in: every_arm, at_least: 0.2}
 
-Measures, one number per run (then per seed against the baseline's mean):
+Measures, one number per run (then per seed against the baseline's):
 
 - plateau: the mean of its last 3 evals (analysis/baseline.py's measure);
 - collapse: its minimum eval from `after_step` on (default: every eval after step 0),
   for claims that a run "collapses", a trajectory the last evals can miss;
 - peak_decline: its best eval (after step 0) minus its final eval, for "peaks then
   declines";
-- auc: the area under its eval curve over its length in steps (the mean accuracy over
-  training, trapezoids between evals), for "converges fastest";
+- auc: the area under its curve over its length in steps (the mean over training,
+  trapezoids between points), for "converges fastest";
+- steps_to_share: the first step at which its curve (a trailing mean of `window` points,
+  default 1) has made `share` of the run's gain, from its first window to its last: a
+  speed, in steps, for "learns faster" (a run that gains nothing has no such step);
 - grad_norm: the mean of its per-step `train/grad_norm` over its steps (the one
   gradient-norm measure, also compare's column).
+
+`curve:` names the curve a measure reads: `eval/accuracy` (the headline greedy eval, the
+default), a sampled score such as `eval/pass@1` (the mean over n samples at temperature 1,
+which keeps moving where greedy accuracy has saturated), or, for auc and steps_to_share,
+`train/reward` per step (frequent where evals are not). Every eval measure is a weighted
+sum of the curve's points, so each problem's own share of it can be had from the stored
+per-problem outcomes (analysis/problems.py), and the test is the one the design allows
+(analysis/design.py): arms with matched seeds are paired, with the problems in the
+interval where outcomes were recorded.
 
 `testable:` is one rule or a list of rules, each a number measured on the runs with a
 threshold (analysis/testability.py has them). A finding is measured only on runs that
@@ -34,10 +46,18 @@ ended (finished or diverged): a running member's evals so far are not its platea
 A finding's verdict, in the order it is decided: "not run" (its study, its variant or
 its baseline has no ended run yet), "not testable here" (a rule fails), "not seen" (every
 run of both arms measured the same number: no run of either "peaks then declines", say),
-then what the test says. Only testable findings with a test are in the Holm family.
+"both at ceiling" for an equivalence claim whose arms both sit within delta of the
+measure's `ceiling` (no difference of delta fits there), then what the test says:
+reproduced or contradicted when the family-adjusted p clears alpha; else "not
+reproduced" when the 95% interval lies wholly short of the seed's own effect
+(`seed_effect`) or of a declared minimum (`min_effect`), both signed in the claim's
+direction; "inconclusive" only when it does not. Only testable findings with a test are
+in the Holm family.
 
 A page file (experiments/pages/*.yaml) may set a finding's rules in its own
-`testable:` (finding id -> rules), in place of the spec's (see `family_findings`).
+`testable:` (finding id -> rules), in place of the spec's (see `family_findings`), and a
+re-analysis overlay adds rules written after the data were seen (see `reanalysed`):
+the frozen specs are never edited.
 
 A spec that breaks the format is refused in one line (exit 2), like its other fields.
 """
@@ -45,15 +65,25 @@ A spec that breaks the format is refused in one line (exit 2), like its other fi
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable
 from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 from grpoctl import metrics
-from grpoctl.analysis import stats
-from grpoctl.analysis.baseline import LAST_K, last_evals
+from grpoctl.analysis import design, paired, stats
+from grpoctl.analysis.baseline import LAST_K, eval_curve_of, last_weights, seed_keys
 from grpoctl.analysis.health import grad_norm_measure
+from grpoctl.analysis.problems import (
+    ProblemMeasure,
+    UnpairedProblems,
+    Weights,
+    check_paired,
+    outcome_kind,
+    weighted,
+    with_outcomes,
+)
 from grpoctl.analysis.testability import RULES, Check, Rule, check_all, load_extra, parse_rules
 from grpoctl.errors import UserError
 from grpoctl.spec_file import read_spec
@@ -63,11 +93,30 @@ MEASURES = {
     "collapse": "minimum eval after warm-up",
     "peak_decline": "best eval minus final eval",
     "auc": "area under the eval curve",
+    "steps_to_share": "first step reaching a share of the run's gain",
     "grad_norm": "mean train/grad_norm over steps",
 }
 EXPECT = ("higher", "lower", "same")
-FINDING_KEYS = {"id", "claim", "variant", "measure", "expect", "seed_effect", "delta", "after_step", "testable"}
+FINDING_KEYS = {
+    "id",
+    "claim",
+    "variant",
+    "measure",
+    "expect",
+    "seed_effect",
+    "min_effect",
+    "delta",
+    "after_step",
+    "testable",
+    "curve",
+    "share",
+    "window",
+    "ceiling",
+}
 ENDED = ("finished", "diverged")  # a diverged run is a result (lr x 3.3), not an accident
+PER_STEP = (metrics.REWARD,)  # curves a speed measure may read per step instead of per eval
+SPEED = ("auc", "steps_to_share")  # the measures that may read a per-step curve
+NOT_REPRODUCED = "not reproduced"
 
 
 @dataclass(frozen=True)
@@ -83,6 +132,20 @@ class Finding:
     delta: float = stats.EQUIVALENCE_DELTA
     after_step: int = 1
     baseline: str = ""  # the spec's baseline, named on the page even before anything ran
+    curve: str = metrics.EVAL_ACCURACY  # the curve the measure reads
+    share: float | None = None  # steps_to_share: the share of the run's gain
+    window: int = 1  # steps_to_share: the trailing mean's points
+    min_effect: float | None = None  # the smallest effect the claim means, signed in its direction
+    ceiling: float = paired.CEILING  # the measure's ceiling, for an equivalence claim
+
+    @property
+    def unit(self) -> str:
+        """What the measure's numbers are: accuracy-like (shown in points), steps, or a grad norm."""
+        if self.measure == "grad_norm":
+            return "grad norm"
+        if self.measure == "steps_to_share":
+            return "steps"
+        return "reward" if self.curve in PER_STEP else "accuracy"
 
 
 def _number(value: Any, where: str) -> float:
@@ -150,8 +213,52 @@ def parse_findings(raw: Any, study: str, variants: list[str], baseline: str | No
                 delta,
                 after,
                 baseline,
+                **_curve_keys(item, at),
             )
         )
+    return out
+
+
+def _curve_keys(item: dict, at: str) -> dict[str, Any]:
+    """The keys of a finding beyond its first format: which curve it reads, a speed
+    measure's share and window, its declared minimum effect and its measure's ceiling."""
+    measure, out = item["measure"], {}
+    curve = str(item.get("curve", metrics.EVAL_ACCURACY))
+    if curve in PER_STEP:
+        if measure not in SPEED:
+            raise UserError(f"{at}: curve {curve!r} is per step: only {' and '.join(SPEED)} read one")
+    elif curve != metrics.EVAL_ACCURACY and not (
+        metrics.is_sampled_score(curve) and metrics.split_eval_set(curve)[0] is None
+    ):
+        raise UserError(
+            f"{at}: curve {curve!r} is not a curve a finding reads: {metrics.EVAL_ACCURACY}, a sampled score "
+            f"(eval/pass@1, eval/maj@4), or {', '.join(PER_STEP)}"
+        )
+    if measure == "grad_norm" and "curve" in item:
+        raise UserError(f"{at}: measure grad_norm reads train/grad_norm: it takes no 'curve'")
+    out["curve"] = curve
+    if measure == "steps_to_share":
+        if "share" not in item:
+            raise UserError(f"{at}: measure steps_to_share needs 'share', the share of the run's gain (0-1)")
+        share = _number(item["share"], f"{at}: share")
+        if not 0 < share <= 1:
+            raise UserError(f"{at}: share must lie in (0, 1], got {share:g}")
+        window = item.get("window", 1)
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise UserError(f"{at}: window must be a whole number of points >= 1, got {window!r}")
+        out["share"], out["window"] = share, window
+    else:
+        for key in ("share", "window"):
+            if key in item:
+                raise UserError(f"{at}: '{key}' belongs to measure: steps_to_share")
+    if "min_effect" in item:
+        if item["expect"] == "same":
+            raise UserError(f"{at}: 'min_effect' is the smallest effect a direction claims; 'same' has delta")
+        out["min_effect"] = _number(item["min_effect"], f"{at}: min_effect")
+    if "ceiling" in item:
+        if item["expect"] != "same":
+            raise UserError(f"{at}: 'ceiling' is for an 'expect: same' finding (equivalence at a ceiling)")
+        out["ceiling"] = _number(item["ceiling"], f"{at}: ceiling")
     return out
 
 
@@ -170,22 +277,52 @@ def read_findings(path: str | Path) -> tuple[str, list[Finding]]:
 # --------------------------------------------------------------------------- measuring
 
 
-def run_measure(measure: str, evals: list, grad_norm: list, after_step: int = 1) -> float | None:
-    """One run's number for `measure` (None when it has no data for it)."""
+def measure_weights(measure: str, evals: list, after_step: int = 1) -> Weights | None:
+    """The points of a run's curve a measure sums, with their weights (analysis/problems.py):
+    the last 3 evals (1/3 each), the lowest from after_step (1), the best minus the final
+    (+1, -1), the trapezoids' halves over the curve's length (auc); None without the points."""
     trained = [(s, a) for s, a, _ in evals if s > 0]
     if measure == "plateau":
-        last = last_evals(evals, LAST_K)
-        return None if last is None else last[0]
+        return last_weights(evals, LAST_K) or None
     if measure == "collapse":
-        after = [a for s, a in trained if s >= after_step]
-        return min(after) if after else None
+        after = [(s, a) for s, a in trained if s >= after_step]
+        return {min(after, key=lambda p: p[1])[0]: 1.0} if after else None
     if measure == "peak_decline":
-        return max(a for _, a in trained) - trained[-1][1] if trained else None
+        if not trained:
+            return None
+        weights = {max(trained, key=lambda p: p[1])[0]: 1.0}
+        final = trained[-1][0]
+        weights[final] = weights.get(final, 0.0) - 1.0
+        return weights
     if measure == "auc":
-        return auc(evals)
+        span = evals[-1][0] - evals[0][0] if len(evals) > 1 else 0
+        if not span:
+            return None
+        weights: Weights = {}
+        for (s0, _, _), (s1, _, _) in pairwise(evals):
+            for step in (s0, s1):
+                weights[step] = weights.get(step, 0.0) + (s1 - s0) / 2 / span
+        return weights
+    if measure == "final":
+        return {trained[-1][0]: 1.0} if trained else None
+    raise ValueError(measure)
+
+
+def run_measure(
+    measure: str, evals: list, grad_norm: list, after_step: int = 1, share: float | None = None, window: int = 1
+) -> float | None:
+    """One run's number for `measure` on the curve `evals` ((step, value, n) points) (None
+    when it has no data for it)."""
     if measure == "grad_norm":
         return grad_norm_mean(grad_norm)
-    raise ValueError(measure)
+    if measure == "steps_to_share":
+        assert share is not None
+        return steps_to_share(evals, share, window)
+    weights = measure_weights(measure, evals, after_step)
+    if weights is None:
+        return None
+    values = {s: a for s, a, _ in evals}
+    return sum(w * values[s] for s, w in weights.items())
 
 
 def grad_norm_mean(series: list) -> float | None:
@@ -200,12 +337,34 @@ def final_eval(evals: list) -> float | None:
 
 
 def auc(evals: list) -> float | None:
-    """Area under the eval curve from the first eval to the last, over its length in steps:
-    the mean accuracy over training (trapezoids between evals)."""
-    if len(evals) < 2:
+    """Area under the curve from its first point to its last, over its length in steps:
+    the mean over training (trapezoids between points)."""
+    return run_measure("auc", evals, [])
+
+
+def steps_to_share(curve: list, share: float, window: int = 1) -> float | None:
+    """The first step at which the trailing mean of `window` points has made `share` of the
+    run's gain (from its first full window to its last); None when it gains nothing."""
+    points = [(s, v) for s, v, *_ in curve if v is not None and math.isfinite(v)]
+    if len(points) < window + 1:
         return None
-    area = sum((s1 - s0) * (a0 + a1) / 2 for (s0, a0, _), (s1, a1, _) in pairwise(evals))
-    return area / (evals[-1][0] - evals[0][0])
+    smooth = [
+        (points[i][0], sum(v for _, v in points[i - window + 1 : i + 1]) / window)
+        for i in range(window - 1, len(points))
+    ]
+    start, end = smooth[0][1], smooth[-1][1]
+    if end <= start:
+        return None
+    target = start + share * (end - start)
+    return float(next(step for step, value in smooth if value >= target - 1e-12))
+
+
+def curve_of(rd: Any, curve: str) -> list:
+    """A run's curve for a finding: its evals or a sampled score's (compare's), or a per-step
+    series as (step, value, None) points."""
+    if curve in PER_STEP:
+        return [(s, v, None) for s, v in rd.series.get(curve, []) if math.isfinite(v)]
+    return eval_curve_of(rd, curve) or []
 
 
 @dataclass
@@ -216,9 +375,45 @@ class Arm:
     runs: list[Any]  # analysis.compare.ComparedRun
     extra: dict[int, dict] = field(default_factory=dict)  # run id -> measurements needing more data
 
+    def _keyed(self) -> list[tuple[Hashable, Any]]:
+        return list(zip(seed_keys([rd.run for rd in self.runs]), self.runs, strict=True))
+
+    def by_seed(self, f: Finding, measure: str | None = None) -> dict[Hashable, float]:
+        """Each run's number for the finding's measure (or `measure`, on the finding's curve), by seed."""
+        measure = measure or f.measure
+        out = {}
+        for key, rd in self._keyed():
+            value = run_measure(
+                measure,
+                curve_of(rd, f.curve),
+                rd.series.get(metrics.GRAD_NORM, []),
+                f.after_step,
+                f.share,
+                f.window,
+            )
+            if value is not None:
+                out[key] = value
+        return out
+
     def per_seed(self, measure: str, after_step: int = 1) -> list[float]:
-        values = [run_measure(measure, rd.evals, rd.series.get(metrics.GRAD_NORM, []), after_step) for rd in self.runs]
-        return [v for v in values if v is not None]
+        return list(self.by_seed(Finding("", "", "", "", measure, "higher", (), after_step=after_step)).values())
+
+    def problems(self, f: Finding, measure: str | None = None) -> dict[Hashable, ProblemMeasure]:
+        """Each run's measure problem by problem, by seed, where its outcomes are loaded and
+        recorded (an eval measure only)."""
+        measure = measure or f.measure
+        if measure in ("grad_norm", "steps_to_share") or f.curve in PER_STEP:
+            return {}
+        kind = outcome_kind(f.curve)
+        out = {}
+        for key, rd in self._keyed():
+            stored = getattr(rd, "outcomes", {}).get(kind)
+            weights = measure_weights(measure, curve_of(rd, f.curve), f.after_step)
+            if stored and weights:
+                problems = weighted(stored, weights, f.curve)
+                if problems is not None:
+                    out[key] = problems
+        return out
 
 
 @dataclass
@@ -233,14 +428,17 @@ class Result:
     testable: bool = False
     variant_values: list[float] = field(default_factory=list)
     baseline_values: list[float] = field(default_factory=list)
+    choice: design.Choice | None = None  # the test the design allowed
     diff: stats.Difference | None = None
-    equivalence: stats.Equivalence | None = None
-    p: float | None = None  # the test's p: Welch's for a direction, TOST's for "same"
+    equivalence: paired.PairedEquivalence | None = None
+    p: float | None = None  # the test's p: its own for a direction, TOST's for "same"
     p_family: float | None = None  # Holm over the page's testable findings
     mde: float | None = None
     mde_family: float | None = None  # at Holm's strictest alpha (alpha / family size)
+    seeds_needed: tuple[int, bool] | None = None  # to resolve the observed difference, under the test applied
     seeds_for_seed_effect: tuple[int, bool] | None = None
-    robustness: dict[str, stats.Difference | None] = field(default_factory=dict)
+    robustness: dict[str, design.Choice | None] = field(default_factory=dict)
+    unpaired: str = ""  # why recorded per-problem outcomes were not paired
     unended: int = 0  # runs of its arms still running (or interrupted, failed): left out
     note: str = ""
     verdict: str = ""
@@ -248,6 +446,21 @@ class Result:
     @property
     def seeds(self) -> tuple[int, int]:
         return len(self.variant_values), len(self.baseline_values)
+
+    @property
+    def test(self) -> str:
+        """The short name of the test behind the difference ("" when none ran)."""
+        return self.choice.name if self.choice is not None and self.diff is not None else ""
+
+    @property
+    def problem_level(self) -> str | None:
+        """Whether the interval covers the problems; None for a measure no problem has a part in."""
+        f = self.finding
+        if f.measure in ("grad_norm", "steps_to_share") or f.curve in PER_STEP:
+            return None
+        if self.unpaired:
+            return paired.LABELS["problems not paired"]
+        return self.choice.problem_level if self.choice is not None else None
 
     @property
     def rule_value(self) -> float | None:
@@ -266,49 +479,64 @@ def decide_testable(result: Result, variant: Arm, base: Arm, max_tokens: int | N
         result.note = f"not measurable: {RULES[result.deciding.rule.rule]} is missing from the runs"
 
 
+def _arm_runs(values: dict[Hashable, float], problems: dict[Hashable, ProblemMeasure]) -> design.ArmRuns:
+    return design.ArmRuns(values, {k: m.values for k, m in problems.items()})
+
+
+def compared(
+    f: Finding, variant: Arm, base: Arm, measure: str | None = None
+) -> tuple[design.Choice, dict[Hashable, float], dict[Hashable, float], str]:
+    """The finding's measure (or `measure`) in both arms under the test the design allows:
+    (the choice, the variant's and the baseline's values by seed, why recorded outcomes
+    were not paired)."""
+    v, b = variant.by_seed(f, measure), base.by_seed(f, measure)
+    v_problems, b_problems = variant.problems(f, measure), base.problems(f, measure)
+    unpaired = ""
+    try:
+        check_paired({variant.label: v_problems, base.label: b_problems})
+    except UnpairedProblems as exc:
+        v_problems, b_problems, unpaired = {}, {}, str(exc)
+    delta = f.delta if f.expect == "same" and measure is None else None
+    choice = design.choose(_arm_runs(v, v_problems), _arm_runs(b, b_problems), delta=delta, ceiling=f.ceiling)
+    return choice, v, b, unpaired
+
+
 def measure_against(result: Result, variant: Arm, base: Arm) -> None:
     f = result.finding
-    result.variant_values = variant.per_seed(f.measure, f.after_step)
-    result.baseline_values = base.per_seed(f.measure, f.after_step)
-    v, b = result.variant_values, result.baseline_values
+    choice, v, b, result.unpaired = compared(f, variant, base)
+    result.variant_values, result.baseline_values = list(v.values()), list(b.values())
     if len(v) < 2 or len(b) < 2:
         result.note = result.note or f"{len(v)} against {len(b)} seeds: a test over seeds needs 2+ in each arm"
         return
-    if stats.spread(v) == 0 and stats.spread(b) == 0:
-        result.note = result.note or "every seed of both arms scored the same: nothing to test against"
+    if choice.difference is None:
+        result.note = result.note or choice.note
         return
-    result.diff = stats.welch(v, b)
-    sd = stats.pooled_sd(v, b)
-    result.mde = stats.mde(sd, len(v), len(b))
+    result.choice, result.diff = choice, choice.difference
+    result.mde = choice.mde
+    result.seeds_needed = choice.seeds_needed
     if f.expect == "same":
-        result.equivalence = stats.tost(v, b, f.delta)
-        result.p = result.equivalence.p
+        result.equivalence = choice.equivalence
+        assert result.equivalence is not None
+        # both arms at the ceiling: the TOST p says nothing, and no verdict is given
+        result.p = None if result.equivalence.outcome else result.equivalence.p
     else:
-        result.p = result.diff.p
+        result.p = choice.difference.p
     if f.seed_effect is not None:
-        result.seeds_for_seed_effect = stats.seeds_needed(f.seed_effect, sd)
-    if f.measure != "grad_norm":
-        for name, pick in ROBUSTNESS.items():
-            vv = [x for rd in variant.runs if (x := pick(rd.evals)) is not None]
-            bb = [x for rd in base.runs if (x := pick(rd.evals)) is not None]
-            try:
-                result.robustness[name] = stats.welch(vv, bb)
-            except ValueError:  # too few seeds, or no spread: no interval to show
-                result.robustness[name] = None
-
-
-def _last_k(evals: list) -> float | None:
-    last = last_evals(evals, LAST_K)
-    return None if last is None else last[0]
+        result.seeds_for_seed_effect = design.seeds_for(choice, f.seed_effect)
+    if f.measure not in ("grad_norm", "steps_to_share") and f.curve not in PER_STEP:
+        for name, measure in ROBUSTNESS.items():
+            other = compared(f, variant, base, measure)[0]
+            result.robustness[name] = other if other.difference is not None else None
 
 
 # The same comparison under other measures: a verdict that flips between them rests on
 # where the curves happen to be at the end, not on a difference in how runs learn.
-ROBUSTNESS = {
-    "last-3": lambda evals: _last_k(evals),
-    "final": lambda evals: final_eval(evals),
-    "AUC": lambda evals: auc(evals),
-}
+ROBUSTNESS = {"last-3": "plateau", "final": "final", "AUC": "auc"}
+
+
+def short_of(low: float, high: float, effect: float) -> bool:
+    """The interval lies wholly on zero's side of `effect`: it rules the effect out."""
+    return low > effect if effect < 0 else high < effect
 
 
 def verdict(result: Result, alpha: float = stats.ALPHA) -> str:
@@ -322,6 +550,8 @@ def verdict(result: Result, alpha: float = stats.ALPHA) -> str:
         values = set(result.variant_values + result.baseline_values)
         if len(values) == 1 and len(result.variant_values) > 1 and len(result.baseline_values) > 1:
             return f"not seen: {values.pop():g} in every run of both arms"
+    if result.equivalence is not None and result.equivalence.outcome:
+        return result.equivalence.outcome  # both at the ceiling
     if result.diff is None or result.p_family is None:
         few = min(result.seeds) < 2
         return "no test" + (f": {result.seeds[0]} seed(s) against {result.seeds[1]}" if few else "")
@@ -335,6 +565,10 @@ def verdict(result: Result, alpha: float = stats.ALPHA) -> str:
     if result.p_family < alpha:
         seen = "higher" if d.diff > 0 else "lower"
         return "reproduced" if seen == f.expect else f"contradicted: {seen}"
+    if f.seed_effect is not None and short_of(d.low, d.high, f.seed_effect):
+        return f"{NOT_REPRODUCED}: the interval excludes the seed's effect"
+    if f.min_effect is not None and short_of(d.low, d.high, f.min_effect):
+        return f"{NOT_REPRODUCED}: the interval excludes the declared minimum"
     return "inconclusive: not resolved at these seeds"
 
 
@@ -379,9 +613,8 @@ def evaluate(tables: dict, findings: list[Finding], extra: dict[int, dict], max_
     m = len(family)
     for i, r in enumerate(results):
         r.p_family = adjusted.get(i)
-        if r.diff is not None and m:
-            sd = stats.pooled_sd(r.variant_values, r.baseline_values)
-            r.mde_family = stats.mde(sd, *r.seeds, alpha=stats.ALPHA / m)
+        if r.choice is not None and m:
+            r.mde_family = design.mde_at(r.choice, stats.ALPHA / m)
         r.verdict = verdict(r)
     return results
 
@@ -413,10 +646,14 @@ def family_findings(path: str | Path) -> list[Finding]:
     """Every finding of a family (a page file's, or a study spec's own), with the rules a
     page sets in place of its specs': a page's `testable:` maps a finding's id to its
     rules there, for a rule the spec could not state when it was declared. The spec
-    itself is left as it ran."""
+    itself is left as it ran. A re-analysis overlay (`of:` a page) gives its page's
+    findings as it re-analyses them (`reanalysed`)."""
     path = Path(path)
-    declared = [f for spec in family_specs(path) for f in read_findings(spec)[1]]
     data = read_spec(path)
+    if "of" in data:
+        overlay = read_reanalysis(path)
+        return reanalysed(family_findings(overlay.page), overlay)
+    declared = [f for spec in family_specs(path) for f in read_findings(spec)[1]]
     overrides = data.get("testable") if data.get("studies") is not None else None
     if overrides is None:
         return declared
@@ -428,6 +665,82 @@ def family_findings(path: str | Path) -> list[Finding]:
         raise UserError(f"{path}: testable: {unknown[0]!r} is not a finding of the page's studies")
     rules = {str(k): parse_rules(v, f"{path}: testable: {k}") for k, v in overrides.items()}
     return [replace(f, testable=rules[f.id]) if f.id in rules else f for f in declared]
+
+
+# --------------------------------------------------------------------------- re-analysis
+
+REANALYSIS_KEYS = {"name", "of", "why", "measures", "findings"}
+REANALYSED_KEYS = {"testable", "min_effect", "ceiling"}  # what an overlay may set on one finding
+
+
+@dataclass(frozen=True)
+class Reanalysis:
+    """Rules and declarations written after a page's data were seen, kept apart from the
+    frozen specs: rules added to every finding of a measure (`measures`), and per finding
+    (`findings`: its id -> rules added, a minimum effect, its measure's ceiling)."""
+
+    path: Path
+    page: Path
+    why: str
+    by_measure: dict[str, tuple[Rule, ...]]
+    by_finding: dict[str, dict[str, Any]]
+
+
+def read_reanalysis(path: str | Path) -> Reanalysis:
+    """A re-analysis overlay (experiments/pages/*-reanalysis.yaml), checked: one line for the
+    first problem."""
+    path = Path(path)
+    data = read_spec(path)
+    unknown = sorted(set(map(str, data)) - REANALYSIS_KEYS)
+    if unknown:
+        raise UserError(f"{path}: unknown key {unknown[0]!r} (known: {', '.join(sorted(REANALYSIS_KEYS))})")
+    page = path.parent / str(data.get("of", ""))
+    if not data.get("of") or not page.is_file():
+        raise UserError(f"{path}: 'of' must name the page file it re-analyses, next to it")
+    measures = data.get("measures") or {}
+    if not isinstance(measures, dict) or any(m not in MEASURES for m in measures):
+        raise UserError(f"{path}: 'measures' maps measures ({', '.join(MEASURES)}) to the rules added to each")
+    by_measure = {str(m): parse_rules(v, f"{path}: measures: {m}") for m, v in measures.items()}
+    by_finding: dict[str, dict[str, Any]] = {}
+    for fid, item in (data.get("findings") or {}).items():
+        at = f"{path}: findings: {fid}"
+        if not isinstance(item, dict) or not item or set(map(str, item)) - REANALYSED_KEYS:
+            raise UserError(f"{at} sets one or more of: {', '.join(sorted(REANALYSED_KEYS))}")
+        entry: dict[str, Any] = {}
+        if "testable" in item:
+            entry["testable"] = parse_rules(item["testable"], at)
+        for key in ("min_effect", "ceiling"):
+            if key in item:
+                entry[key] = _number(item[key], f"{at}: {key}")
+        by_finding[str(fid)] = entry
+    return Reanalysis(path, page, str(data.get("why") or "").strip(), by_measure, by_finding)
+
+
+def reanalysed(declared: list[Finding], overlay: Reanalysis) -> list[Finding]:
+    """The findings as the overlay re-analyses them: every declared rule kept, its rules
+    added after them; its minimum effects and ceilings set."""
+    known = {f.id: f for f in declared}
+    unknown = sorted(set(overlay.by_finding) - set(known))
+    if unknown:
+        raise UserError(f"{overlay.path}: findings: {unknown[0]!r} is not a finding of {overlay.page.name}")
+    out = []
+    for f in declared:
+        entry = overlay.by_finding.get(f.id, {})
+        if "min_effect" in entry and f.expect == "same":
+            raise UserError(f"{overlay.path}: findings: {f.id}: 'min_effect' is for a direction; 'same' has delta")
+        if "ceiling" in entry and f.expect != "same":
+            raise UserError(f"{overlay.path}: findings: {f.id}: 'ceiling' is for an 'expect: same' finding")
+        added = overlay.by_measure.get(f.measure, ()) + entry.get("testable", ())
+        rules = tuple(dict.fromkeys(f.testable + added))  # a rule the spec already declared is not added twice
+        out.append(
+            replace(
+                f,
+                testable=rules,
+                min_effect=entry.get("min_effect", f.min_effect),
+                ceiling=entry.get("ceiling", f.ceiling),
+            )
+        )
+    return out
 
 
 def stored_findings(spec: dict) -> list[Finding]:
@@ -460,4 +773,7 @@ def measure_family(registry, findings: list[Finding], tables: dict) -> list[Resu
         members = [rd for row in t.rows for rd in row.runs]
         if members:
             max_tokens[study] = json.loads(members[0].run.config).get("rollout", {}).get("max_tokens")
+        # the per-problem outcomes behind each eval curve its findings read (one read per kind)
+        for curve in dict.fromkeys(f.curve for f in findings if f.study == study and f.curve not in PER_STEP):
+            with_outcomes(registry, members, curve, t.eval_set)
     return evaluate(tables, findings, extra, max_tokens)

@@ -70,10 +70,12 @@ TESTS = {
 }
 TWO_LEVEL = "paired+problems"
 RUN_TESTS = ("mcnemar", "problems", "two-proportion")  # one run per arm: about the runs, not the arms
+PAIRED_TESTS = ("paired", TWO_LEVEL)  # over seeds, pair by pair: they plan in pairs of seeds
 # The one home of the words said beside a test.
 LABELS = {
     "problems recorded": "problem level: in the interval",
     "problems not recorded": "problem level: not recorded",
+    "problems not paired": "problem level: not paired (the arms graded different problems)",
     "runs differ": "these two runs differ",
     "runs not shown to differ": "these two runs: no difference shown",
     "at ceiling": "both at ceiling: equivalence uninformative",

@@ -19,7 +19,14 @@ Rules on one arm (`in` any of the three):
 - length_fill: mean train/response_length over max_tokens: near 1, dividing by the
   limit (constant) is dividing by each response's length (mean);
 - start_format_rate: the step-0 eval's format rate (eval/format_rate), for a claim that
-  rests on a start that can answer in the arm's format at all.
+  rests on a start that can answer in the arm's format at all;
+- rises_first: its best eval (after step 0) minus its step-0 eval, for "peaks then
+  declines": an arm that never rose cannot decline from a peak;
+- baseline_converged: the share of its final gain (the mean of its last 3 evals minus its
+  step-0 eval) that it had made by the first eval of that window, for a claim set against
+  a baseline's plateau: a baseline still climbing there has no plateau to compare with.
+  A run whose gain is below the rule's `min_gain` fails it, with that gain as its number:
+  a share of almost nothing says nothing.
 
 Rules on the pair, the variant against the baseline, seed by seed (`in: variant`, the
 default for them; the two arms of one seed start from the same weights):
@@ -48,11 +55,20 @@ RULES = {
     "start_format_rate": "eval format rate at step 0",
     "step1_grad_norm_gap": "grad norm ratio's distance from 1 at step 1",
     "start_accuracy_gap": "step-0 eval accuracy, variant minus baseline",
+    "rises_first": "best eval minus the step-0 eval",
+    "baseline_converged": "share of its final gain made by the first eval of its last 3",
 }
 PAIR_RULES = ("step1_grad_norm_gap", "start_accuracy_gap")
-PERCENT_RULES = ("mixed_groups_at_start", "start_format_rate", "start_accuracy_gap")  # shown as %
+PERCENT_RULES = (  # shown as %
+    "mixed_groups_at_start",
+    "start_format_rate",
+    "start_accuracy_gap",
+    "rises_first",
+    "baseline_converged",
+)
+GAIN_RULES = ("baseline_converged",)  # rules that also need a min_gain
 ARMS = ("baseline", "variant", "every_arm")
-RULE_KEYS = {"rule", "in", "at_least", "at_most"}
+RULE_KEYS = {"rule", "in", "at_least", "at_most", "min_gain"}
 
 
 @dataclass(frozen=True)
@@ -61,13 +77,15 @@ class Rule:
     arms: str  # baseline | variant | every_arm
     at_least: float | None = None
     at_most: float | None = None
+    min_gain: float | None = None  # baseline_converged: the least final gain a share is read of
 
     def describe(self) -> str:
         bound = f">= {self.at_least:g}" if self.at_least is not None else f"<= {self.at_most:g}"
         if self.rule in PAIR_RULES:
             return f"{RULES[self.rule]} {bound} on every seed"
         where = {"every_arm": "in every arm", "baseline": "in the baseline", "variant": "in the variant"}[self.arms]
-        return f"{RULES[self.rule]} {bound} {where}"
+        gain = f", of a gain >= {self.min_gain:g}" if self.min_gain is not None else ""
+        return f"{RULES[self.rule]} {bound}{gain} {where}"
 
     def worst(self, values: list[float]) -> float:
         """The value the rule is judged on: the worst case in its direction."""
@@ -89,6 +107,7 @@ class Check:
     value: float | None = None
     per_arm: dict[str, float] = field(default_factory=dict)
     holds: bool | None = None
+    short_gain: float | None = None  # baseline_converged: the gain below min_gain that failed it (then value)
 
 
 def _number(value: Any, where: str) -> float:
@@ -114,7 +133,7 @@ def _parse_rule(raw: Any, at: str) -> Rule:
     rule = raw.get("rule")
     if rule not in RULES:
         raise UserError(f"{at}: testable: rule {rule!r} is not one of: {', '.join(RULES)}")
-    arms = raw.get("in", "variant" if rule in PAIR_RULES else "every_arm")
+    arms = raw.get("in", "variant" if rule in PAIR_RULES else "baseline" if rule in GAIN_RULES else "every_arm")
     if arms not in ARMS:
         raise UserError(f"{at}: testable: in {arms!r} is not one of: {', '.join(ARMS)}")
     if rule in PAIR_RULES and arms != "variant":
@@ -123,7 +142,11 @@ def _parse_rule(raw: Any, at: str) -> Rule:
         raise UserError(f"{at}: testable needs exactly one threshold, at_least or at_most")
     least = _number(raw["at_least"], f"{at}: testable: at_least") if "at_least" in raw else None
     most = _number(raw["at_most"], f"{at}: testable: at_most") if "at_most" in raw else None
-    return Rule(rule, arms, least, most)
+    if (rule in GAIN_RULES) != ("min_gain" in raw):
+        need = "needs" if rule in GAIN_RULES else "takes no"
+        raise UserError(f"{at}: testable: {rule} {need} 'min_gain', the least final gain its share is read of")
+    gain = _number(raw["min_gain"], f"{at}: testable: min_gain") if "min_gain" in raw else None
+    return Rule(rule, arms, least, most, gain)
 
 
 # --------------------------------------------------------------------------- measuring
@@ -162,7 +185,21 @@ def _run_value(rule: str, rd, extra: dict, max_tokens: int | None) -> float | No
         return mean / max_tokens if mean is not None and max_tokens else None
     if rule == "start_format_rate":
         return extra.get("format_rate_at_start")
+    if rule == "rises_first":
+        start, trained = _eval_at_start(rd.evals), [a for s, a, _ in rd.evals if s > 0]
+        return None if start is None or not trained else max(trained) - start
     raise ValueError(rule)
+
+
+def converged(evals: list, k: int = 3) -> tuple[float, float] | None:
+    """(the share of its final gain a run had made by the first of its last k evals, that
+    gain): the gain is the mean of the last k evals after step 0 minus the step-0 eval."""
+    start, trained = _eval_at_start(evals), [(s, a) for s, a, _ in evals if s > 0]
+    if start is None or len(trained) < k:
+        return None
+    window = trained[-k:]
+    gain = fmean(a for _, a in window) - start
+    return ((window[0][1] - start) / gain if gain > 0 else 0.0), gain
 
 
 def _pair_value(rule: str, rd, partner) -> float | None:
@@ -202,11 +239,34 @@ def check(rule: Rule, variant, base, max_tokens: int | None) -> Check:
             "variant": [(variant, base)],
             "every_arm": [(variant, base), (base, variant)],
         }[rule.arms]
+    if rule.rule in GAIN_RULES:
+        return _check_gain(result, [arm for arm, _ in arms])
     for arm, other in arms:
         values = run_values(rule.rule, arm, other, max_tokens)
         if not values:
             return result  # not measurable in one of its arms
         result.per_arm[arm.label] = rule.worst(values)
+    result.value = rule.worst(list(result.per_arm.values()))
+    result.holds = rule.holds(result.value)
+    return result
+
+
+def _check_gain(result: Check, arms: list) -> Check:
+    """baseline_converged on the arms' runs: the worst share, unless a run gained less than
+    min_gain: then it fails with that (smallest) gain as its number."""
+    rule = result.rule
+    assert rule.min_gain is not None
+    gains = []
+    for arm in arms:
+        measured = [m for rd in arm.runs if (m := converged(rd.evals)) is not None]
+        if not measured:
+            return result
+        result.per_arm[arm.label] = rule.worst([share for share, _ in measured])
+        gains += [gain for _, gain in measured]
+    if min(gains) < rule.min_gain:
+        result.short_gain = result.value = min(gains)
+        result.holds = False
+        return result
     result.value = rule.worst(list(result.per_arm.values()))
     result.holds = rule.holds(result.value)
     return result

@@ -114,6 +114,8 @@ def compare(
             typer.echo(f"> warning: {warning}\n")
         typer.echo(tables.markdown(table))
         typer.echo(tables.versus_markdown(table), nl=False)
+        if tables.learned_forgot_rows(table):
+            typer.echo("\n" + tables.learned_forgot_markdown(table), nl=False)
         if table.findings:
             typer.echo("\n" + tables.findings_markdown(table), nl=False)
     else:
@@ -127,6 +129,9 @@ def compare(
         console.print(tables.rich_table(table))
         if table.versus is not None:
             console.print(tables.versus_rich_table(table))
+            learned = tables.learned_forgot_rich_table(table)
+            if learned is not None:
+                console.print(learned)
         if table.findings:
             console.print(tables.findings_rich_table(table))
         elif table.baseline_note:

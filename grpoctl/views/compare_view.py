@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from grpoctl import metrics
-from grpoctl.analysis import stats
+from grpoctl.analysis import paired, stats
 from grpoctl.analysis.baseline import BaselineComparison, Versus
 from grpoctl.analysis.compare import THROUGHPUT_COLUMNS, CompareTable, Row, Stat
 from grpoctl.formatting import STATUS_STYLES, MiB, format_bytes, format_config_value, format_number
@@ -143,7 +143,7 @@ def versus_headers(comparison: BaselineComparison) -> list[str]:
     head = ["variant", "seeds", measure_name(comparison), f"Δ vs {comparison.baseline} (95% CI)"]
     if _has_bca(comparison):
         head.append("Δ, BCa 95% CI")
-    return head + ["p", "p Holm", "verdict", "seeds needed", f"Δ best {measured(comparison)} (95% CI)", "MDE"]
+    return head + ["p", "p Holm", "test", "verdict", "seeds needed", f"Δ best {measured(comparison)} (95% CI)", "MDE"]
 
 
 def versus_cells(comparison: BaselineComparison, v: Versus) -> list[str]:
@@ -169,12 +169,32 @@ def versus_cells(comparison: BaselineComparison, v: Versus) -> list[str]:
         best = f"{v.best_diff:+.3f}" + (f" {_interval(*v.best_ci)}" if v.best_ci else "")
     p, p_holm = ("", "") if base else (pvalue(v.diff.p if v.diff else None), pvalue(v.p_holm))
     mde = f"{v.mde:.3f}" if v.mde is not None else ("" if base else "-")
-    return out + [p, p_holm, v.verdict, needed, best, mde]
+    test = "" if base else (v.test or "-")
+    return out + [p, p_holm, test, v.verdict, needed, best, mde]
+
+
+# What each test is, said once per comparison that ran it (paired.TESTS has their names).
+TEST_LEGENDS = {
+    "paired": "paired t (seeds): the arms ran the same seeds, so the 95% CI and p are the paired t's over the "
+    "per-seed differences",
+    "paired+problems": "paired t (seeds) + problems: the paired t over seeds plus the variance of a bootstrap "
+    "of the problems (the same problems resampled in both arms), with Satterthwaite's df",
+    "welch": "Welch t (unmatched seeds): the arms' seeds do not match, so the 95% CI and p are Welch's t over "
+    "each arm's seeds",
+    "mcnemar": "McNemar exact (one run each): the binomial test on the problems one run got right and the other "
+    "wrong; it says whether these two runs differ, never which arm is better",
+    "problems": "paired t (problems, one run each): the paired t over the problems' per-problem measures; it "
+    "says whether these two runs differ, never which arm is better",
+    "two-proportion": "two-proportion (one eval each): with one seed per arm and no per-problem outcomes, "
+    "Newcombe's score interval and a two-proportion test on the evals' counts, the accuracy's interval "
+    "Wilson's; it says whether these two runs differ, never which arm is better",
+}
 
 
 def versus_legend(comparison: BaselineComparison) -> str:
     """What the comparison's columns are, for the tests it actually ran."""
-    tests = {v.diff.test for v in comparison.rows if v.diff}
+    tests = list(dict.fromkeys(v.choice.test for v in comparison.rows if v.choice is not None and v.diff))
+    levels = list(dict.fromkeys(v.problem_level for v in comparison.rows if v.diff and v.problem_level))
     m = comparison.tested
     what = measured(comparison)
     parts = [
@@ -183,34 +203,35 @@ def versus_legend(comparison: BaselineComparison) -> str:
     ]
     if what != "acc":
         parts.append(f"{what} is tested as accuracy is, over the problems sampled (one seed: as a proportion)")
-    if "welch" in tests:
-        parts.append("95% CI and p over seeds: Welch's t")
-    if "two-proportion" in tests:
+    parts += [TEST_LEGENDS[t] for t in tests]
+    if paired.LABELS["problems not recorded"] in levels:
         parts.append(
-            "With one seed per arm, 95% CI and p from the evals alone: Newcombe's score interval "
-            "and a two-proportion test; the accuracy's interval is Wilson's"
+            f"{paired.LABELS['problems not recorded']}: these runs stored no per-problem outcomes, so the interval "
+            "covers the seeds only"
         )
     if _has_bca(comparison):
         parts.append(f"BCa: bootstrap interval (shown from {stats.BCA_MIN_SEEDS} seeds per arm)")
     parts.append(
         f"p Holm: p corrected by Holm's method for the {m} comparison{'s' if m != 1 else ''} "
         f"in this study; the verdict is better or worse when p Holm < {stats.ALPHA:g}, else within noise"
+        + ("; for one run per arm, whether these two runs differ" if set(tests) & set(paired.RUN_TESTS) else "")
     )
-    if "welch" in tests:
+    if set(tests) - set(paired.RUN_TESTS):
         parts.append(
             f"Seeds needed: per arm, to detect this Δ at α {stats.ALPHA:g} with power "
-            f"{stats.POWER:g} given the seeds' spread (noncentral t)"
+            f"{stats.POWER:g} under the test applied (noncentral t; a paired test plans from the spread of the "
+            "per-seed differences)"
         )
         parts.append(
-            f"MDE: the smallest Δ these seeds detect at α {stats.ALPHA:g} with power {stats.POWER:g}; "
-            "a Δ below it being within noise says little"
+            f"MDE: the smallest Δ these seeds detect at α {stats.ALPHA:g} with power {stats.POWER:g} under the test "
+            "applied; a Δ below it being within noise says little"
         )
     parts.append(f"Best {what} is biased upward (the best of several noisy evals): shown, not the verdict's basis")
     return ". ".join(parts)
 
 
 def versus_notes(comparison: BaselineComparison) -> list[str]:
-    return [f"{v.label}: {v.note}" for v in comparison.rows if v.note]
+    return [f"{v.label}: {note}" for v in comparison.rows for note in (v.note, v.unpaired) if note]
 
 
 def versus_markdown(table: CompareTable, notes: bool = True) -> str:
@@ -250,9 +271,69 @@ def versus_rich_table(table: CompareTable):
     return out
 
 
+# --------------------------------------------------------------------------- learned / forgot
+
+LEARNED_HEADERS = ["variant", "level", "problems", *paired.CHANGES]
+
+
+def learned_forgot_rows(table: CompareTable) -> list[list[str]]:
+    """One row per variant and level (its "all" first) of the per-problem table."""
+    comparison = table.versus
+    rows = []
+    for v in comparison.rows if comparison else []:
+        for level, counts in (v.learned_forgot or {}).items():
+            rows.append([v.label, level, str(counts["problems"]), *(str(counts[k]) for k in paired.CHANGES)])
+    return rows
+
+
+def learned_forgot_legend(table: CompareTable) -> str:
+    base = table.versus.baseline if table.versus else "the baseline"
+    return (
+        f"Per problem, on the comparison's measure (each arm's mean over its seeds): learned = right in the variant "
+        f"(above 1/2) and wrong in {base} (below 1/2), forgot = the reverse; split: exactly 1/2 in either arm. "
+        "Only variants whose runs, and the baseline's, recorded per-problem outcomes of the same problems"
+    )
+
+
+def learned_forgot_markdown(table: CompareTable) -> str:
+    rows = learned_forgot_rows(table)
+    if not rows:
+        return ""
+    lines = [_line(LEARNED_HEADERS), _line(["---"] * len(LEARNED_HEADERS))] + [_line(r) for r in rows]
+    return "\n".join(lines) + f"\n\n{learned_forgot_legend(table)}.\n"
+
+
+def learned_forgot_rich_table(table: CompareTable):
+    from rich.table import Table
+
+    rows = learned_forgot_rows(table)
+    if not rows:
+        return None
+    out = Table(
+        title=f"learned / forgot against {table.versus.baseline}, by level",
+        title_justify="left",
+        caption=learned_forgot_legend(table),
+        caption_justify="left",
+    )
+    for i, header in enumerate(LEARNED_HEADERS):
+        out.add_column(header, justify="left" if i < 2 else "right")
+    for row in rows:
+        out.add_row(*row)
+    return out
+
+
 # --------------------------------------------------------------------------- declared findings
 
-FINDINGS_HEADERS = ["finding", "variant", "measure", "can this setup show it?", "Δ (95% CI)", "p family", "verdict"]
+FINDINGS_HEADERS = [
+    "finding",
+    "variant",
+    "measure",
+    "can this setup show it?",
+    "Δ (95% CI)",
+    "p family",
+    "test",
+    "verdict",
+]
 
 
 def findings_cells(r) -> list[str]:
@@ -270,15 +351,18 @@ def findings_cells(r) -> list[str]:
         if len(f.testable) > 1:
             show += f"; {'every' if r.testable else 'the first failing'} of {len(f.testable)} rules"
     diff = f"{r.diff.diff:+.3f} {_interval(r.diff.low, r.diff.high)}" if r.diff else "-"
-    return [f.id, f.variant, MEASURES[f.measure], show, diff, pvalue(r.p_family), r.verdict]
+    test = r.test + (" + TOST" if r.equivalence is not None else "") if r.test else "-"
+    return [f.id, f.variant, MEASURES[f.measure], show, diff, pvalue(r.p_family), test, r.verdict]
 
 
 def findings_legend(table: CompareTable) -> str:
     fam = table.family or {}
     return (
         f"Declared in {fam.get('declared_in')}: each finding on its own measure, expected direction and rule. "
-        f"p family: Holm over the family's {fam.get('tested')} testable findings (Welch's t for a direction, "
-        "TOST for 'same'); a finding its rule rules out has no p and no verdict. Variants no finding names are "
+        f"p family: Holm over the family's {fam.get('tested')} testable findings, each under the test its design "
+        "allows (named in its row; TOST on the same difference for 'same'); a finding its rule rules out has no p "
+        "and no verdict, and one whose arms both sit at the ceiling no equivalence verdict. Not reproduced: the 95% "
+        "CI lies wholly short of the seed's effect or a declared minimum. Variants no finding names are "
         "exploratory: their p above is adjusted within this study only"
     )
 
@@ -317,6 +401,15 @@ def _versus_record(table: CompareTable, label: str) -> dict[str, Any]:
         "diff_ci_low": d.low if d else None,
         "diff_ci_high": d.high if d else None,
         "diff_test": d.test if d else None,
+        "diff_test_name": (v.test or None) if v else None,
+        "problem_level": v.problem_level if v else None,
+        "scope": v.choice.scope if v and v.choice else None,
+        "pairs": v.choice.pairs if v and v.choice and v.choice.pairs else None,
+        "seeds_left_out": list(v.choice.left_out) if v and v.choice and v.choice.left_out else None,
+        "df": v.choice.detail.df if v and v.choice and v.choice.detail else None,
+        "seed_var": v.choice.detail.seed_var if v and v.choice and v.choice.detail else None,
+        "problem_var": v.choice.detail.problem_var if v and v.choice and v.choice.detail else None,
+        "problems_not_paired": (v.unpaired or None) if v else None,
         "diff_bca_low": v.bca[0] if v and v.bca else None,
         "diff_bca_high": v.bca[1] if v and v.bca else None,
         "p_value": d.p if d else None,
@@ -327,12 +420,15 @@ def _versus_record(table: CompareTable, label: str) -> dict[str, Any]:
         "best_diff": v.best_diff if v else None,
         "best_diff_ci_low": v.best_ci[0] if v and v.best_ci else None,
         "best_diff_ci_high": v.best_ci[1] if v and v.best_ci else None,
+        "best_diff_test": (v.best_test or None) if v else None,
         "comparison_note": (v.note or None) if v else None,
         "mde": v.mde if v else None,
         "tost_p": v.tost.p if v and v.tost else None,
         "tost_delta": v.tost.delta if v and v.tost else None,
         "tost_ci_low": v.tost.low if v and v.tost else None,
         "tost_ci_high": v.tost.high if v and v.tost else None,
+        "tost_outcome": (v.tost.outcome or None) if v and v.tost else None,
+        "learned_forgot": v.learned_forgot if v else None,
         **_family_record(table, label),
     }
 
@@ -348,14 +444,22 @@ def _finding_record(r) -> dict[str, Any]:
         "rule": "; ".join(rule.describe() for rule in f.testable),
         "rule_value": r.rule_value,
         "rules": [{"rule": c.rule.describe(), "value": c.value, "holds": c.holds} for c in r.checks],
+        "curve": f.curve,
         "diff": r.diff.diff if r.diff else None,
         "diff_ci_low": r.diff.low if r.diff else None,
         "diff_ci_high": r.diff.high if r.diff else None,
+        "diff_test": r.diff.test if r.diff else None,
+        "diff_test_name": r.test or None,
+        "problem_level": r.problem_level,
+        "problems_not_paired": r.unpaired or None,
         "p_value": r.p,
         "family_p_holm": r.p_family,
         "mde": r.mde,
+        "seeds_needed": r.seeds_needed[0] if r.seeds_needed else None,
         "tost_p": r.equivalence.p if r.equivalence else None,
+        "tost_outcome": (r.equivalence.outcome or None) if r.equivalence else None,
         "seed_effect": f.seed_effect,
+        "min_effect": f.min_effect,
         "seeds_for_seed_effect": r.seeds_for_seed_effect[0] if r.seeds_for_seed_effect else None,
         "verdict": r.verdict,
     }
@@ -392,8 +496,9 @@ def comparison_summary(table: CompareTable) -> dict[str, Any] | None:
         "bca_min_seeds": stats.BCA_MIN_SEEDS,
         "seeds_cap": stats.SEEDS_CAP,
         "accuracy_interval": "wilson",
-        "mde": f"the smallest difference a two-sided t test over these seeds detects at alpha {stats.ALPHA:g}, "
-        f"power {stats.POWER:g}",
+        "mde": f"the smallest difference the test applied (diff_test) detects over these seeds at alpha "
+        f"{stats.ALPHA:g}, power {stats.POWER:g}",
+        "tests": paired.TESTS,
         "tost_delta": stats.EQUIVALENCE_DELTA,
         "family": table.family,
     }

@@ -15,8 +15,9 @@ from pathlib import Path
 from statistics import fmean, stdev
 
 from grpoctl import metrics
+from grpoctl.analysis.baseline import eval_curve_of
 from grpoctl.analysis.breakdown import COUNT
-from grpoctl.analysis.compare import CompareTable, Row, eval_curve_of
+from grpoctl.analysis.compare import CompareTable, Row
 from grpoctl.registry import Registry
 from grpoctl.rules import EvalPoint, headline_accuracy
 
@@ -80,10 +81,11 @@ def score_table(table: CompareTable, names: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _scores_against_baseline(table: CompareTable, names: list[str]) -> list[str]:
+def _scores_against_baseline(registry: Registry, table: CompareTable, names: list[str]) -> list[str]:
     """Each pass@k and maj@k against the baseline, tested as accuracy is (the same measure,
     tests and Holm correction within each score's comparisons), when the study has one."""
     from grpoctl.analysis.baseline import compare_to_baseline
+    from grpoctl.analysis.compare import study_curves
     from grpoctl.views import compare_view as tables
 
     versus = table.versus
@@ -91,8 +93,8 @@ def _scores_against_baseline(table: CompareTable, names: list[str]) -> list[str]
         return []
     lines = []
     for metric in names:
-        curves = {row.label: [eval_curve_of(rd, metric) or [] for rd in row.runs] for row in table.rows}
-        comparison = compare_to_baseline(curves, versus.baseline, versus.source, versus.last_k, table.at_step)
+        curves = study_curves(registry, table, metric)
+        comparison = compare_to_baseline(curves, versus.baseline, versus.source, versus.last_k, table.at_step, metric)
         comparison.metric = metric
         head = tables.versus_headers(comparison)
         lines += [f"### {metric.removeprefix(metrics.EVAL_PREFIX)} against {versus.baseline}", ""]
@@ -247,7 +249,7 @@ def eval_sections(registry: Registry, table: CompareTable, folder: Path, name: s
             filename = f"eval_{_file_name(short.replace('@', '_at_'))}.png"
             if plot_metric(table.rows, metric, short, folder / filename, title=f"{name}: {short}{of_set}"):
                 lines += [f"![{short}]({filename})", ""]
-        lines += _scores_against_baseline(table, names)
+        lines += _scores_against_baseline(registry, table, names)
     ids = [rd.run.id for row in table.rows for rd in row.runs if rd.run.id is not None]
     per_run = {run_id: _greedy(b, table.at_step) for run_id, b in registry.eval_breakdowns(ids, table.eval_set).items()}
     fields = breakdown_fields(per_run)

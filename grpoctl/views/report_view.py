@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from grpoctl import metrics
-from grpoctl.analysis import stats
+from grpoctl.analysis import paired, stats
 from grpoctl.analysis.baseline import LAST_K, BaselineComparison, Versus
 from grpoctl.analysis.compare import CompareTable, Row, build_compare_table
 from grpoctl.errors import UserError
@@ -204,7 +204,7 @@ def _winners(table: CompareTable):
             v = versus[label]
             how = ""
             if v.diff is not None:
-                how = f": {_points(v.diff.diff)} points, p {tables.pvalue(v.p_holm)} after Holm"
+                how = f": {_points(v.diff.diff)} points, p {tables.pvalue(v.p_holm)} after Holm ({v.test})"
             yield f"**Winner:** {label} ({why}{how}). ★ marks it."
         else:
             yield f"**No winner:** {why}; ★ marks no row."
@@ -240,44 +240,57 @@ def _points(x: float) -> str:
 
 
 def _sentence(comparison: BaselineComparison, v: Versus) -> str:
-    """One variant against the baseline, in words."""
+    """One variant against the baseline, in words, naming the test behind every number."""
     base = next(b for b in comparison.rows if b.label == comparison.baseline)
     head = f"**{v.label}** against **{base.label}**"
-    if v.diff is None:
+    if v.diff is None or v.choice is None:
         return f"{head}: not tested: {v.note}."
     measure = tables.measure_name(comparison)
     d = v.diff
-    if d.test == "welch":
-        text = (
-            f"{head} ({measure}, {v.seeds} vs {base.seeds} seeds): {v.measure:.3f} against "
-            f"{base.measure:.3f}, {_points(d.diff)} points, 95% CI {_points(d.low)} to {_points(d.high)} (Welch's t"
-            + (f"; BCa bootstrap {_points(v.bca[0])} to {_points(v.bca[1])}" if v.bca else "")
-            + f"), p = {tables.pvalue(d.p)}, {tables.pvalue(v.p_holm)} after Holm over {comparison.tested}: "
-            f"**{v.verdict}**."
+    holm = f"{tables.pvalue(v.p_holm)} after Holm over {comparison.tested}: **{v.verdict}**."
+    if v.choice.test == "two-proportion":
+
+        def wilson(interval: tuple[float, float] | None) -> str:
+            return f"Wilson 95% CI {interval[0]:.3f} to {interval[1]:.3f}" if interval else "eval size unknown"
+
+        return (
+            f"{head} ({measure}, one seed each): {v.measure:.3f} ({wilson(v.measure_ci)}) against "
+            f"{base.measure:.3f} ({wilson(base.measure_ci)}), "
+            f"{_points(d.diff)} points, 95% CI {_points(d.low)} to {_points(d.high)} (Newcombe), "
+            f"two-proportion p = {tables.pvalue(d.p)}, {holm} With one seed per arm and no per-problem outcomes "
+            "this rests on eval noise alone: it compares these two runs, not the arms; another seed could land "
+            "further away than this interval allows, and the seeds needed cannot be estimated without a second."
         )
-        if v.seeds_needed_capped:
-            text += f" A difference this close to zero would need more than {v.seeds_needed} seeds per arm to resolve"
-        else:
-            text += (
-                f" Seeds needed to resolve a difference this size (α {stats.ALPHA:g}, power {stats.POWER:g}):"
-                f" about {v.seeds_needed} per arm"
-            )
-        text += f" (this study has {min(v.seeds, base.seeds)})."
-        if v.best_diff is not None:
-            text += f" Best-so-far: {_points(v.best_diff)} points"
-            if v.best_ci:
-                text += f" (95% CI {_points(v.best_ci[0])} to {_points(v.best_ci[1])})"
-            text += ", biased upward and not the verdict's basis."
-        return text
-
-    def wilson(interval: tuple[float, float] | None) -> str:
-        return f"Wilson 95% CI {interval[0]:.3f} to {interval[1]:.3f}" if interval else "eval size unknown"
-
-    return (
-        f"{head} ({measure}, one seed each): {v.measure:.3f} ({wilson(v.measure_ci)}) against "
-        f"{base.measure:.3f} ({wilson(base.measure_ci)}), "
-        f"{_points(d.diff)} points, 95% CI {_points(d.low)} to {_points(d.high)} (Newcombe), "
-        f"two-proportion p = {tables.pvalue(d.p)}, {tables.pvalue(v.p_holm)} after Holm over {comparison.tested}: "
-        f"**{v.verdict}**. With one seed per arm this rests on eval noise alone: another seed could land "
-        "further away than this interval allows, and the seeds needed cannot be estimated without a second."
+    if v.choice.test in paired.RUN_TESTS:
+        return (
+            f"{head} ({measure}, one seed each): {v.measure:.3f} against {base.measure:.3f}, "
+            f"{_points(d.diff)} points, 95% CI {_points(d.low)} to {_points(d.high)} ({v.test}), "
+            f"p = {tables.pvalue(d.p)}, {holm} This compares these two runs on the same problems, not the arms: "
+            "another seed could differ from this one by more, and the seeds needed cannot be estimated without a "
+            "second."
+        )
+    how = v.test + (f"; {v.problem_level}" if v.problem_level else "")
+    if v.bca:
+        how += f"; BCa bootstrap {_points(v.bca[0])} to {_points(v.bca[1])}"
+    text = (
+        f"{head} ({measure}, {v.seeds} vs {base.seeds} seeds): {v.measure:.3f} against "
+        f"{base.measure:.3f}, {_points(d.diff)} points, 95% CI {_points(d.low)} to {_points(d.high)} ({how}), "
+        f"p = {tables.pvalue(d.p)}, {holm}"
     )
+    unit = "pairs of seeds" if v.choice.test in paired.PAIRED_TESTS else "seeds per arm"
+    if v.seeds_needed_capped:
+        text += f" A difference this close to zero would need more than {v.seeds_needed} {unit} to resolve"
+    else:
+        text += (
+            f" Seeds needed to resolve a difference this size (α {stats.ALPHA:g}, power {stats.POWER:g}, "
+            f"{v.test.split(',')[0]}): about {v.seeds_needed} {unit}"
+        )
+    text += f" (this study has {v.choice.pairs or min(v.seeds, base.seeds)})."
+    if v.unpaired:
+        text += f" {v.unpaired[0].upper()}{v.unpaired[1:]}."
+    if v.best_diff is not None:
+        text += f" Best-so-far: {_points(v.best_diff)} points"
+        if v.best_ci:
+            text += f" (95% CI {_points(v.best_ci[0])} to {_points(v.best_ci[1])}, {v.best_test})"
+        text += ", biased upward and not the verdict's basis."
+    return text

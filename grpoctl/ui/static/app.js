@@ -313,19 +313,20 @@ async function runsView(root) {
 function compareTable(compare) {
   const rows = compare.rows || [];
   const columns = [["variant", "variant"], ["seeds", "seeds"], ["final_acc", "final acc"], ["best_acc", "best acc"], ["status", "status"],
-    ["diff", "vs baseline"], ["p_holm", "p (Holm)"], ["verdict", "verdict"], ["health", "health"]];
+    ["diff", "vs baseline"], ["p_holm", "p (Holm)"], ["diff_test_name", "test"], ["verdict", "verdict"], ["health", "health"]];
   const cell = (r, k) => {
     if (k === "seeds") return r.seeds.length;
     if (k === "final_acc" && r.final_acc !== null && r.final_acc_sd !== undefined) return `${fmt(r.final_acc)} ± ${fmt(r.final_acc_sd, 2)} sd`;
     if (k === "diff" && r.diff !== null && r.diff !== undefined) return `${r.diff >= 0 ? "+" : ""}${fmt(r.diff)} [${fmt(r.diff_ci_low)}, ${fmt(r.diff_ci_high)}]`;
     if (k === "health") return (r.health || []).join(", ");
+    if (k === "diff_test_name") return r.diff_test_name ? r.diff_test_name + (r.problem_level ? `; ${r.problem_level}` : "") : "";
     return fmt(r[k]);
   };
   const table = el("table", { id: "compare" },
     el("thead", {}, el("tr", {}, columns.map(([, label]) => el("th", {}, label)))),
     el("tbody", {}, rows.map((r) => el("tr", {}, columns.map(([k]) => el("td", { class: k === "health" ? "flag" : null }, (k === "variant" && r.best ? "★ " : "") + cell(r, k)))))));
   const baseline = compare.baseline;
-  const note = baseline ? `each variant against ${baseline.variant}: ${baseline.measure}; ${baseline.confidence * 100}% intervals, Holm-corrected p-values (as grpoctl compare)`
+  const note = baseline ? `each variant against ${baseline.variant}: ${baseline.measure}; ${baseline.confidence * 100}% intervals and p-values of the test named in each row, Holm-corrected (as grpoctl compare)`
     : (compare.baseline_note || "no baseline comparison");
   return [table, el("p", { class: "note" }, note), ...(compare.warnings || []).map((w) => el("p", { class: "note error" }, "warning: " + w))];
 }
