@@ -28,8 +28,10 @@ title, intro (markdown), task (a few words, for the plot's title), start (the se
 card's words on the model), not_run (rows for findings no study of the page tests:
 claim and why), notes (markdown printed under the exploratory comparisons: what was read
 from the registry after the data were seen, with how), regenerate (the command that
-remakes everything) and testable (rules set on this page in place of a spec's:
-analysis/findings.py).
+remakes everything), testable (rules set on this page in place of a spec's:
+analysis/findings.py) and reanalysis (an overlay of rules written after the data were
+seen: the page then shows each verdict as declared and under the re-analysis, with the
+overlay's commit and date).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -69,23 +72,34 @@ PAGE_KEYS = {
     "notes",
     "regenerate",
     "testable",
+    "reanalysis",
 }
-
-UNITS = {"grad_norm": "grad norm"}  # every other measure is accuracy, shown in points
 
 
 def pts(x: float) -> str:
     return f"{100 * x:+.1f}"
 
 
-def amount(measure: str, x: float) -> str:
-    return f"{x:+.3f}" if measure == "grad_norm" else f"{pts(x)} pts"
+def amount(f: F.Finding, x: float) -> str:
+    """A difference in the finding's unit: accuracy (and reward) in points, steps, a grad norm."""
+    if f.unit == "grad norm":
+        return f"{x:+.3f}"
+    if f.unit == "steps":
+        return f"{x:+.1f} steps"
+    return f"{pts(x)} pts"
 
 
-def interval(measure: str, low: float, high: float) -> str:
-    if measure == "grad_norm":
+def interval(f: F.Finding, low: float, high: float) -> str:
+    if f.unit == "grad norm":
         return f"[{low:+.3f}, {high:+.3f}]"
+    if f.unit == "steps":
+        return f"[{low:+.1f}, {high:+.1f}]"
     return f"[{pts(low)}, {pts(high)}]"
+
+
+def size(f: F.Finding, x: float) -> str:
+    """An unsigned size (an MDE) in the finding's unit."""
+    return f"{x:.3f}" if f.unit == "grad norm" else f"{x:.1f}" if f.unit == "steps" else f"{100 * x:.1f}"
 
 
 def pvalue(p: float | None) -> str:
@@ -101,6 +115,11 @@ def check_text(c) -> str:
     rule = c.rule
     if c.value is None:
         return f"{F.RULES[rule.rule]} not measured"
+    if c.short_gain is not None:
+        return (
+            f"{F.RULES[rule.rule]}: a final gain of {100 * c.short_gain:.1f} pts (worst seed, {rule.arms}; needs a "
+            f"gain >= {100 * (rule.min_gain or 0):g} pts)"
+        )
     percent = rule.rule in PERCENT_RULES
     bound = rule.at_least if rule.at_least is not None else rule.at_most
     sign = ">=" if rule.at_least is not None else "<="
@@ -116,14 +135,20 @@ def check_text(c) -> str:
     return f"{F.RULES[rule.rule]} {_rule_value(rule, c.value)} ({where}; needs {sign} {limit}{per_arm})"
 
 
-def rule_text(r: F.Result) -> str:
-    """ "yes: <each rule's number and threshold>", or "**no**: <the failing ones>"."""
+def rule_text(r: F.Result, declared: F.Result | None = None) -> str:
+    """ "yes: <each rule's number and threshold>", or "**no**: <the failing ones>"; rules
+    the declared finding (`declared`) did not have are marked as the re-analysis's."""
     if r.not_run:
         return f"not run yet: {r.note.removeprefix('not run: ')}" if r.note != "not run" else "not run yet"
     if not r.checks or any(c.value is None for c in r.checks):
         return f"unknown: {r.note}"
+    own = set(declared.finding.testable) if declared is not None else set(r.finding.testable)
+
+    def text(c) -> str:
+        return check_text(c) + ("" if c.rule in own else " [re-analysis]")
+
     shown = r.checks if r.testable else [c for c in r.checks if not c.holds]
-    return f"{'yes' if r.testable else '**no**'}: " + "; ".join(check_text(c) for c in shown)
+    return f"{'yes' if r.testable else '**no**'}: " + "; ".join(text(c) for c in shown)
 
 
 def measured_text(r: F.Result) -> str:
@@ -142,43 +167,58 @@ def _measured(r: F.Result) -> str:
         if r.variant_values and len(values) == 1:
             return f"{F.MEASURES[f.measure]}: {values[0]:g} in every run of both arms"
         return r.note or "no comparison"
-    text = f"{amount(f.measure, r.diff.diff)} ({F.MEASURES[f.measure]}"
+    text = f"{amount(f, r.diff.diff)} ({F.MEASURES[f.measure]}"
     if f.measure == "collapse" and f.after_step > 1:
         text += f" from step {f.after_step}"
+    if f.curve != F.metrics.EVAL_ACCURACY and f.measure != "grad_norm":
+        text += f", on {f.curve}"
     text += ")"
     if f.measure == "grad_norm":
         ratio = statistics.fmean(r.variant_values) / statistics.fmean(r.baseline_values)
         text += f", {ratio:.2f}x"
     if r.equivalence is not None:
-        text += f"; 90% CI {interval(f.measure, r.equivalence.low, r.equivalence.high)} vs ±{100 * f.delta:g}"
+        text += f"; 90% CI {interval(f, r.equivalence.low, r.equivalence.high)} vs ±{100 * f.delta:g}"
+        if r.equivalence.outcome:
+            text += f", both within ±{100 * f.delta:g} of the ceiling {f.ceiling:g}"
     return text
+
+
+def test_text(r: F.Result) -> str:
+    """The test behind the interval and p, and whether the problems are in it."""
+    if not r.test:
+        return ""
+    text = r.test + (" + TOST" if r.equivalence is not None else "")
+    return text + (f"; {r.problem_level}" if r.problem_level else "")
 
 
 def mde_text(r: F.Result) -> str:
     if r.mde is None:
         return ""
-    unit = (lambda x: f"{x:.3f}") if r.finding.measure == "grad_norm" else (lambda x: f"{100 * x:.1f}")
-    text = unit(r.mde)
+    text = size(r.finding, r.mde)
     if r.mde_family is not None:
-        text += f" ({unit(r.mde_family)} at α/m)"
+        text += f" ({size(r.finding, r.mde_family)} at α/m)"
     return text
 
 
 def seeds_text(r: F.Result) -> str:
-    if r.diff is None:
+    """Seeds to resolve the observed difference under the test applied (pairs for a paired
+    test, per arm for Welch); and the seed's own effect, where it gives one."""
+    if r.diff is None or r.seeds_needed is None:
         return ""
-    n, capped = stats.seeds_needed(r.diff.diff, stats.pooled_sd(r.variant_values, r.baseline_values))
-    text = f">{n}" if capped else str(n)
+    n, capped = r.seeds_needed
+    unit = " pairs" if r.choice is not None and r.choice.test in F.paired.PAIRED_TESTS else ""
+    text = f"{'>' if capped else ''}{n}{unit}"
     if r.seeds_for_seed_effect is not None:
         m, c = r.seeds_for_seed_effect
-        text += f"; for the seed's {amount(r.finding.measure, r.finding.seed_effect)}: {'>' if c else ''}{m}"
+        text += f"; for the seed's {amount(r.finding, r.finding.seed_effect)}: {'>' if c else ''}{m}"
     return text
 
 
 def p_text(r: F.Result) -> str:
     if r.p_family is not None:
-        kind = "TOST" if r.equivalence is not None else "Welch"
-        return f"{pvalue(r.p_family)} ({kind})"
+        return pvalue(r.p_family)
+    if r.equivalence is not None and r.equivalence.outcome:
+        return "at the ceiling: not in the family"
     if r.p is not None:
         return f"not in the family (raw {pvalue(r.p)})"
     return ""
@@ -188,7 +228,8 @@ def _signs(r: F.Result) -> dict[str, str]:
     """Per robustness measure: "+" / "-" where its 95% interval excludes 0, else "0"."""
     out = {}
     for name in ("last-3", "final", "AUC"):
-        d = r.robustness.get(name)
+        choice = r.robustness.get(name)
+        d = choice.difference if choice is not None else None
         if d is not None:
             out[name] = ("+" if d.diff > 0 else "-") if (d.low > 0 or d.high < 0) else "0"
     return out
@@ -202,54 +243,71 @@ def robust_text(r: F.Result) -> str:
     return f"yes ({text})" if len(set(signs.values())) == 1 else f"**no** ({text})"
 
 
-def findings_table(results: list[F.Result], not_run: list[dict] | None = None, reports: set | None = None) -> list[str]:
-    """`reports`: the studies with a report folder to link (default: every study)."""
-    lines = [
-        "| Seed's finding | Study: variant vs baseline | Can this setup show it? | What it measured | 95% CI "
-        "| p (page Holm) | MDE, pts | Seeds needed | Robust? (last-3, final, AUC) | Verdict |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in results:
+def findings_table(
+    results: list[F.Result],
+    not_run: list[dict] | None = None,
+    reports: set | None = None,
+    declared: list[F.Result] | None = None,
+) -> list[str]:
+    """`reports`: the studies with a report folder to link (default: every study).
+    `declared`: the same findings as declared, beside `results` under a re-analysis: the
+    table then has both verdicts, and both families' p."""
+    both = declared is not None
+    head = (
+        "| Seed's finding | Study: variant vs baseline | Can this setup show it? | What it measured | 95% CI | Test "
+        + ("| p (page Holm: declared / re-analysis) " if both else "| p (page Holm) ")
+        + "| MDE, pts | Seeds needed | Robust? (last-3, final, AUC) | "
+        + ("Verdict as declared | Verdict, re-analysis |" if both else "Verdict |")
+    )
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for i, r in enumerate(results):
         f = r.finding
-        ci = interval(f.measure, r.diff.low, r.diff.high) if r.diff else ""
+        old = declared[i] if declared is not None else None
+        ci = interval(f, r.diff.low, r.diff.high) if r.diff else ""
         study = f"[{f.study}]({f.study}/report.md)" if reports is None or f.study in reports else f.study
         where = f"{study}: `{f.variant}` vs `{r.baseline or f.baseline}`"
+        p = f"{p_text(old) or '-'} / {p_text(r) or '-'}" if old is not None else p_text(r)
+        verdicts = f"**{old.verdict}** | **{r.verdict}**" if old is not None else f"**{r.verdict}**"
         lines.append(
-            f"| {f.claim} | {where} | {rule_text(r)} | {measured_text(r)} | {ci} | {p_text(r)} | {mde_text(r)} "
-            f"| {seeds_text(r)} | {robust_text(r)} | **{r.verdict}** |"
+            f"| {f.claim} | {where} | {rule_text(r, old)} | {measured_text(r)} | {ci} | {test_text(r)} | {p} "
+            f"| {mde_text(r)} | {seeds_text(r)} | {robust_text(r)} | {verdicts} |"
         )
     for row in not_run or []:  # findings no study of the page tests, with the page's reason
-        lines.append(f"| {row['claim']} | none: not run | no: {row['why']} | | | | | | | **not run** |")
+        blank = "| " * (8 if both else 7)
+        verdict = "**not run** | **not run**" if both else "**not run**"
+        lines.append(f"| {row['claim']} | none: not run | no: {row['why']} {blank}| {verdict} |")
     return lines
 
 
 def robustness_table(results: list[F.Result]) -> list[str]:
     lines = [
-        "| Finding | last-3 mean | final eval | area under the curve | the three agree? |",
-        "|---|---|---|---|---|",
+        "| Finding | last-3 mean | final eval | area under the curve | the three agree? | test |",
+        "|---|---|---|---|---|---|",
     ]
     for r in results:
         if not r.robustness:
             continue
-        cells, signs = [], set()
+        cells, signs, tests = [], set(), []
         for name in ("last-3", "final", "AUC"):
-            d = r.robustness.get(name)
-            if d is None:
+            choice = r.robustness.get(name)
+            d = choice.difference if choice is not None else None
+            if choice is None or d is None:
                 cells.append("")
                 continue
+            tests.append(choice.name.split(",")[0])
             resolved = d.low > 0 or d.high < 0
             signs.add(("+" if d.diff > 0 else "-") if resolved else "0")
             cells.append(f"{pts(d.diff)} [{pts(d.low)}, {pts(d.high)}]" + (" *" if resolved else ""))
         agree = "yes" if len(signs) == 1 else "**no**: " + ", ".join(sorted(signs))
-        lines.append(f"| `{r.finding.id}` | " + " | ".join(cells) + f" | {agree} |")
+        lines.append(f"| `{r.finding.id}` | " + " | ".join(cells) + f" | {agree} | {', '.join(dict.fromkeys(tests))} |")
     return lines
 
 
 def exploratory(tables: dict, results: list[F.Result]) -> list[str]:
     declared = {(r.finding.study, r.finding.variant) for r in results}
     lines = [
-        "| Study: variant vs baseline | Δ last-3 mean | 95% CI | p (unadjusted) | MDE, pts |",
-        "|---|---|---|---|---|",
+        "| Study: variant vs baseline | Δ last-3 mean | 95% CI | p (unadjusted) | test | MDE, pts |",
+        "|---|---|---|---|---|---|",
     ]
     for study, table in tables.items():
         if table.versus is None:
@@ -261,9 +319,72 @@ def exploratory(tables: dict, results: list[F.Result]) -> list[str]:
             mde = f"{100 * v.mde:.1f}" if v.mde is not None else ""
             lines.append(
                 f"| [{study}]({study}/report.md): `{v.label}` vs `{table.versus.baseline}` | {pts(d.diff)} pts "
-                f"| [{pts(d.low)}, {pts(d.high)}] | {pvalue(d.p)} | {mde} |"
+                f"| [{pts(d.low)}, {pts(d.high)}] | {pvalue(d.p)} | {v.test} | {mde} |"
             )
     return lines
+
+
+# --------------------------------------------------------------------------- the re-analysis
+
+
+def committed(path: Path) -> str:
+    """ "`abc1234` of 2026-12-05": the last commit that changed `path`, and its date; said
+    plainly when it was never committed or has changed since."""
+    where = path.resolve()
+
+    def git(*args: str) -> str:
+        try:
+            done = subprocess.run(
+                ["git", "-C", str(where.parent), *args], capture_output=True, text=True, timeout=30, check=False
+            )
+        except OSError:
+            return ""
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    last = git("log", "-1", "--format=%h %cs", "--", where.name)
+    if not last:
+        return "not committed yet"
+    commit, date = last.split()
+    changed = git("status", "--porcelain", "--", where.name)
+    return f"commit `{commit}` of {date}" + (", with changes not committed since" if changed else "")
+
+
+def reanalysis_section(overlay: F.Reanalysis, results: list[F.Result], declared: list[F.Result]) -> list[str]:
+    """What the re-analysis adds and when it was written, and every verdict it changes."""
+    rel = os.path.relpath(overlay.path.resolve(), Path(__file__).resolve().parents[1])
+    lines = [
+        "## The re-analysis",
+        "",
+        f"The last verdict column applies `{rel}` ({committed(overlay.path)}), written after these runs were seen. "
+        "The specs stay as they were declared and ran; the overlay only adds rules (marked [re-analysis] in the "
+        "table) and declares ceilings, each finding is measured on the same runs, and its Holm family is the "
+        f"findings testable under it. {overlay.why}",
+        "",
+    ]
+    for measure, rules in overlay.by_measure.items():
+        lines.append(f"- every `{measure}` finding: " + "; ".join(rule.describe() for rule in rules))
+    for fid, entry in overlay.by_finding.items():
+        said = [rule.describe() for rule in entry.get("testable", ())]
+        said += [f"{key} {entry[key]:g}" for key in ("min_effect", "ceiling") if key in entry]
+        lines.append(f"- `{fid}`: " + "; ".join(said))
+    changed = [(old, new) for old, new in zip(declared, results, strict=True) if old.verdict != new.verdict]
+    lines += ["", f"Verdicts the re-analysis changes: {len(changed)} of {len(results)}.", ""]
+    if changed:
+        lines += ["| Finding | as declared | re-analysis | why |", "|---|---|---|---|"]
+        for old, new in changed:
+            lines.append(f"| `{new.finding.id}` | {old.verdict} | {new.verdict} | {_why(old, new)} |")
+        lines.append("")
+    return lines
+
+
+def _why(old: F.Result, new: F.Result) -> str:
+    """The rule or declaration behind a changed verdict."""
+    added = [c for c in new.checks if c.rule not in old.finding.testable and not c.holds]
+    if added:
+        return "; ".join(check_text(c) for c in added)
+    if new.equivalence is not None and new.equivalence.outcome:
+        return f"both arms within ±{100 * new.finding.delta:g} pts of the ceiling {new.finding.ceiling:g}"
+    return "the re-analysis family's Holm correction"
 
 
 # --------------------------------------------------------------------------- the forest plot
@@ -275,11 +396,14 @@ def forest(results: list[F.Result], path: Path, task: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    acc = [r for r in results if r.finding.measure != "grad_norm" and (r.diff is not None or r.variant_values)]
-    grad = [r for r in results if r.finding.measure == "grad_norm" and r.diff is not None]
+    acc = [r for r in results if r.finding.unit in ("accuracy", "reward") and (r.diff is not None or r.variant_values)]
+    grad = [r for r in results if r.finding.unit == "grad norm" and r.diff is not None]
+    steps = [r for r in results if r.finding.unit == "steps" and r.diff is not None]
     # one panel per unit that has a measured finding (a partial page may have no grad norm yet)
     panels = [
-        (rows, scale, unit) for rows, scale, unit in ((acc, 100, "accuracy points"), (grad, 1, "grad norm")) if rows
+        (rows, scale, unit)
+        for rows, scale, unit in ((acc, 100, "accuracy points"), (grad, 1, "grad norm"), (steps, 1, "steps"))
+        if rows
     ]
     panels = panels or [(acc, 100, "accuracy points")]
     fig, axes = plt.subplots(
@@ -323,7 +447,7 @@ def forest(results: list[F.Result], path: Path, task: str) -> None:
     from matplotlib.patches import Patch
 
     legend = [
-        Line2D([], [], color="black", marker="D", lw=2, label="difference, 95% Welch CI"),
+        Line2D([], [], color="black", marker="D", lw=2, label="difference, 95% CI (its test: the page's table)"),
         Line2D([], [], color="black", marker="o", lw=0, alpha=0.7, label="each seed minus the baseline's mean"),
         Line2D([], [], color="tab:red", marker="*", lw=0, markersize=11, label="the seed's own effect"),
         Patch(color="tab:orange", alpha=0.25, label="± MDE at these seeds (α 0.05, power 0.8)"),
@@ -371,15 +495,24 @@ HOW_TO_READ = [
     'arms have no ended run yet says "not run yet".',
     "- **What it measured:** variant minus baseline on the finding's own measure (the mean of the last 3 evals "
     'for a plateau, the lowest eval after warm-up for "collapses", best minus final for "peaks then '
-    "declines\", the area under the eval curve, the mean per-step grad norm), with Welch's 95% interval over seeds.",
-    "- **p (page Holm):** Holm's correction over the page's {tested} testable findings at once "
-    "(Welch's t for a direction, TOST for equivalence). Comparisons nobody declared are listed below as "
-    "exploratory, unadjusted.",
-    "- **MDE:** the smallest difference these seeds detect at α 0.05 with power 0.8 (noncentral t), and in "
-    'brackets at α/m, Holm\'s first step over the family. A "not resolved" below it says little.',
-    "- **Seeds needed:** per arm, to resolve the observed difference; and the seed's own effect, where it gives "
-    "one. **Verdict:** reproduced / contradicted (resolved, in the other direction) / inconclusive; for "
-    '"does not matter", equivalence by TOST within ±δ ({delta:g} points by default).',
+    'declines", the area under the curve, the mean per-step grad norm), with its 95% interval.',
+    "- **Test:** the test the design allows, behind the interval and p: arms run with the same seeds are paired "
+    "seed by seed (paired t over the per-seed differences), and where the runs recorded which problems they got "
+    "right the interval also covers the problems (a problem bootstrap of the same problems in both arms, "
+    'Satterthwaite df); "problem level: not recorded" says the registry holds no per-problem outcomes, so the '
+    "interval covers the seeds only. Seeds that do not match get Welch's t.",
+    "- **p (page Holm):** Holm's correction over the page's {tested} testable findings at once (TOST for "
+    "equivalence, on the same difference). Comparisons nobody declared are listed below as exploratory, "
+    "unadjusted.",
+    "- **MDE:** the smallest difference these seeds detect under the test applied at α 0.05 with power 0.8 "
+    '(noncentral t), and in brackets at α/m, Holm\'s first step over the family. A "not resolved" below it says '
+    "little.",
+    "- **Seeds needed:** to resolve the observed difference under the test applied (pairs of seeds for a paired "
+    "test, per arm for Welch); and the seed's own effect, where it gives one. **Verdict:** reproduced / "
+    "contradicted (resolved, in the other direction) / not reproduced (not resolved, and the 95% interval lies "
+    "wholly short of the seed's own effect or a declared minimum) / inconclusive (neither); for \"does not "
+    'matter", equivalence by TOST within ±δ ({delta:g} points by default), or "both at ceiling" when both '
+    "arms sit within δ of the measure's ceiling, where no difference of δ fits.",
 ]
 
 
@@ -420,6 +553,11 @@ def write_page(args) -> int:
         if waiting:
             print(f"not run yet: {', '.join(waiting)}", file=sys.stderr)
         results, tables = family_results(registry, declared, tables)
+        overlay = F.read_reanalysis(page.parent / spec["reanalysis"]) if spec.get("reanalysis") else None
+        as_declared = None
+        if overlay is not None:  # the same runs and tables, the overlay's rules added: a family of its own
+            as_declared = results
+            results, _ = family_results(registry, F.reanalysed(declared, overlay), tables)
         if not args.no_reports:
             from grpoctl.views.report_view import write_report
 
@@ -448,14 +586,16 @@ def write_page(args) -> int:
         "",
         "## Findings",
         "",
-        *findings_table(results, spec.get("not_run"), set(tables) if not args.no_reports else None),
+        *findings_table(results, spec.get("not_run"), set(tables) if not args.no_reports else None, as_declared),
         "",
         "![forest plot](forest.png)",
         "",
+        *(reanalysis_section(overlay, results, as_declared) if overlay is not None and as_declared else []),
         "## The same comparisons under other measures",
         "",
-        "Variant minus baseline in accuracy points, 95% Welch interval; * marks an interval that excludes 0. A "
-        "finding whose measures disagree rests on where the curves happen to be, not on how the runs learned.",
+        "Variant minus baseline in accuracy points, with the 95% interval of the test named in the last column; * "
+        "marks an interval that excludes 0. A finding whose measures disagree rests on where the curves happen to "
+        "be, not on how the runs learned.",
         "",
         *robustness_table(results),
         "",
