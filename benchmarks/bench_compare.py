@@ -8,7 +8,9 @@ $PGPASSWORD or ~/.pgpass) or a SQLite path that does not exist yet.
 
 Builds the registry with direct bulk inserts (how the rows get there is not what is
 measured), then times the whole `python -m grpoctl compare` process, start-up included,
-as a user at a terminal would feel it. The target is a median of at most 1 s.
+as a user at a terminal would feel it. The target is a median of at most 1 s. Every eval
+row records its per-problem outcomes (1,024 problems with their levels), as a run writes
+them: only a comparison against a baseline reads them.
 
 The sweep has no baseline, so the target covers compare's own work. With `--baseline`
 (as with every shipped spec, which names one) each variant is also tested against it,
@@ -36,6 +38,7 @@ from sqlalchemy import insert
 
 from grpoctl.config import config_diff, load_config, to_dict
 from grpoctl.registry import EvalResult, Registry, Run
+from grpoctl.registry.outcomes import encode as encode_outcomes
 from grpoctl.rules import config_hash
 
 TARGET_S = 1.0
@@ -74,6 +77,7 @@ METRICS = [
 LRS = [1e-6, 3e-6, 1e-5, 3e-5, 1e-4]
 LOSSES = ["no_baseline", "reinforce_with_baseline", "grpo_clip", "grpo_no_clip"]  # x 5 lrs = 20 variants
 BASELINE = "lr=3e-05-reinforce_with_baseline"  # 19 comparisons of 5 seeds against 5
+PROBLEMS = 1024  # per eval: each row records which it got right (read only by --baseline)
 
 
 def curve(name: str, step: int, steps: int, rng: random.Random, collapse: bool) -> float:
@@ -132,24 +136,30 @@ def build(path: Path | str, runs: int, steps: int) -> None:
                 finished_at=now,
             )
         )
-    evals = [
-        dict(
-            run_id=i + 1,
-            step=s,
-            n=1024,
-            accuracy=round(0.3 + 0.4 * s / steps + rng.gauss(0, 0.02), 4),
-            format_rate=0.9,
-            mean_response_length=300.0,
-            subset_hash="abc",
-            data_hash="def",
-            template_hash="r1",
-            decoding="{}",
-            grader="math-verify",
-            created_at=now,
-        )
-        for i in range(runs)
-        for s in range(0, steps, 10)
-    ]
+    levels = [str(1 + p % 5) for p in range(PROBLEMS)]
+    evals = []
+    for i in range(runs):
+        for s in range(0, steps, 10):
+            # which of the 1024 problems it got right, as every eval row now records (migration 0009)
+            p_right = 0.3 + 0.4 * s / steps + rng.gauss(0, 0.02)
+            right = [int(rng.random() < p_right) for _ in range(PROBLEMS)]
+            evals.append(
+                dict(
+                    run_id=i + 1,
+                    step=s,
+                    n=PROBLEMS,
+                    accuracy=sum(right) / PROBLEMS,
+                    format_rate=0.9,
+                    mean_response_length=300.0,
+                    subset_hash="abc",
+                    data_hash="def",
+                    template_hash="r1",
+                    decoding="{}",
+                    grader="math-verify",
+                    created_at=now,
+                    outcomes=encode_outcomes(right, 1, levels),
+                )
+            )
     with registry.engine.begin() as conn:
         conn.execute(insert(Run), run_rows)
         conn.execute(insert(EvalResult), evals)

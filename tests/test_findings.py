@@ -135,12 +135,12 @@ def test_speed_and_sampled_measures():
 
 def test_each_measure_is_a_weighted_sum_of_evals_and_so_of_problems():
     from grpoctl.analysis.problems import weighted
-    from grpoctl.registry.outcomes import decode, encode
+    from grpoctl.registry.outcomes import encode
 
     # 4 problems per eval; each eval's accuracy is its problems' mean
     right = {0: [1, 0, 0, 0], 10: [0, 1, 0, 0], 20: [1, 1, 1, 0], 30: [1, 1, 0, 1], 40: [1, 0, 1, 0]}
     evals = [(s, sum(r) / 4, 4) for s, r in right.items()]
-    stored = {s: ("h", decode(encode(r, 1))) for s, r in right.items()}
+    stored = {s: ("h", encode(r, 1)) for s, r in right.items()}
     for measure in ("plateau", "collapse", "peak_decline", "auc", "final"):
         weights = F.measure_weights(measure, evals)
         problems = weighted(stored, weights)
@@ -389,8 +389,8 @@ def test_findings_pair_problems_where_the_runs_recorded_them():
         for step, acc, _ in run.evals:
             right = [int(i < round(acc * 20)) for i in range(20)]
             right = [1 - r if i in flips and step > 0 else r for i, r in enumerate(right)]
-            run.outcomes["greedy"][step] = ("h", decode(encode(right, 1)))
-        run.evals = [(s, sum(o.correct) / 20, 20) for s, (_, o) in run.outcomes["greedy"].items()]
+            run.outcomes["greedy"][step] = ("h", encode(right, 1))
+        run.evals = [(s, sum(decode(o).correct) / 20, 20) for s, (_, o) in run.outcomes["greedy"].items()]
         return run
 
     extra = {i: {"zero_std_at_start": 0.3} for i in range(20)}

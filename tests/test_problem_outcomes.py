@@ -147,10 +147,11 @@ def test_outcomes_round_trip_and_every_stored_number_is_kept(db_url):
         )
         stored = registry.eval_outcomes([run.id])
         assert stored[run.id][0] == ("s4", None)
-        subset, back = stored[run.id][10]
+        subset, text = stored[run.id][10]
+        back = outcomes.decode(text)
         assert subset == "s4" and back.correct == (1, 0, 1, 1) and back.levels == ("1", "1", "2", "2")
-        _, back = registry.eval_outcomes([run.id], kind="sampled")[run.id][10]
-        assert back.correct == (3, 0, 8, 5) and back.samples == 8
+        _, text = registry.eval_outcomes([run.id], kind="sampled")[run.id][10]
+        assert outcomes.decode(text).correct == (3, 0, 8, 5) and outcomes.decode(text).samples == 8
         assert [(e.step, e.kind, e.accuracy, e.n) for e in registry.evals(run.id)] == [
             (0, "greedy", 0.5, 4),
             (10, "greedy", 0.75, 4),

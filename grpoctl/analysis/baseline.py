@@ -232,9 +232,11 @@ def _learned_forgot(a: Arm, base: Arm) -> dict[str, dict[str, int]] | None:
     seeds with outcomes (design.learned_forgot); None without outcomes in both."""
     if not a.problems or not base.problems:
         return None
+    import numpy as np
+
     vectors = [list(arm.problems.values()) for arm in (a, base)]
-    means = [[mean(column) for column in zip(*(m.values for m in v), strict=True)] for v in vectors]
-    if len(means[0]) != len(means[1]):
+    means = [np.mean([m.values for m in v], axis=0) for v in vectors]
+    if means[0].shape != means[1].shape:
         return None
     return design.learned_forgot(means[0], means[1], vectors[0][0].levels)
 

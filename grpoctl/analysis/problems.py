@@ -24,10 +24,11 @@ from typing import Any
 from grpoctl import metrics
 from grpoctl.analysis.pass_at_k import pass_at_k
 from grpoctl.registry.models import EVAL_KINDS
-from grpoctl.registry.outcomes import ProblemOutcomes
+from grpoctl.registry.outcomes import ProblemOutcomes, decode
 
-# A run's stored outcomes: step -> (the eval row's subset_hash, its outcomes or None: not recorded)
-Stored = Mapping[int, tuple[str, "ProblemOutcomes | None"]]
+# A run's stored outcomes: step -> (the eval row's subset_hash, its outcomes as stored, None: not
+# recorded), decoded only where a measure weighs them
+Stored = Mapping[int, tuple[str, "str | None"]]
 Weights = dict[int, float]  # eval step -> its weight in the measure
 
 
@@ -72,7 +73,8 @@ def weighted(stored: Stored, weights: Weights, score: str = metrics.EVAL_ACCURAC
     problems."""
     parts = []
     for step, weight in weights.items():
-        subset, outcome = stored.get(step, ("", None))
+        subset, text = stored.get(step, ("", None))
+        outcome = None if text is None else decode(text)
         scores = None if outcome is None else problem_scores(outcome, score)
         if outcome is None or scores is None:
             return None

@@ -25,6 +25,7 @@ import base64
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 
 def _width(largest: int) -> int:
@@ -85,8 +86,10 @@ def encode(correct: Sequence[int], samples: int, levels: Sequence[str | None] | 
     return json.dumps(out, separators=(",", ":"))
 
 
+@lru_cache(maxsize=4096)
 def decode(text: str) -> ProblemOutcomes:
-    """The outcomes an `outcomes` text holds (see the module's docstring)."""
+    """The outcomes an `outcomes` text holds (see the module's docstring); the last few
+    thousand are kept, since a finding reads one eval under several measures."""
     data = json.loads(text)
     problems, samples = int(data["problems"]), int(data["samples"])
     correct = tuple(unpack(data["correct"], _width(samples), problems))

@@ -18,8 +18,6 @@ from sqlalchemy import Integer, func, select
 
 from grpoctl import metrics
 from grpoctl.registry.models import COMPARABLE_EVAL_FIELDS, EVAL_KINDS, EvalResult, Metric
-from grpoctl.registry.outcomes import ProblemOutcomes
-from grpoctl.registry.outcomes import decode as decode_outcomes
 from grpoctl.rules import EvalPoint, eval_curve
 
 ACCURACY_METRIC = metrics.EVAL_ACCURACY
@@ -205,13 +203,14 @@ class RunSummaries:
 
     def eval_outcomes(
         self, run_ids: Iterable[int], eval_set: str | None = None, kind: str = EVAL_KINDS[0]
-    ) -> dict[int, dict[int, tuple[str, ProblemOutcomes | None]]]:
-        """{run_id: {step: (subset_hash, its per-problem outcomes or None: not recorded)}} of
-        its trainer's evals of `kind` on its headline eval set or the set named `eval_set`.
-        Read only by what pairs problems (a comparison against a baseline, a finding), never
-        by a table of runs: each row's outcomes are a few hundred bytes."""
+    ) -> dict[int, dict[int, tuple[str, str | None]]]:
+        """{run_id: {step: (subset_hash, its per-problem outcomes as stored, None: not
+        recorded)}} of its trainer's evals of `kind` on its headline eval set or the set
+        named `eval_set`; registry/outcomes.py's `decode` reads one (only those a measure
+        weighs need decoding). Read only by what pairs problems (a comparison against a
+        baseline, a finding), never by a table of runs."""
         ids = list(run_ids)
-        out: dict[int, dict[int, tuple[str, ProblemOutcomes | None]]] = {run_id: {} for run_id in ids}
+        out: dict[int, dict[int, tuple[str, str | None]]] = {run_id: {} for run_id in ids}
         if not ids:
             return out
         query = select(EvalResult.run_id, EvalResult.step, EvalResult.subset_hash, EvalResult.outcomes).where(
@@ -220,7 +219,7 @@ class RunSummaries:
         with self.engine.connect() as conn, conn.begin():
             rows = fetch_rows(conn, query)
         for run_id, step, subset, text in rows:
-            out[run_id][step] = (subset, None if text is None else decode_outcomes(text))
+            out[run_id][step] = (subset, text)
         return out
 
     def eval_curves(self, run_ids: Iterable[int]) -> dict[int, list[EvalPoint]]:
