@@ -46,7 +46,10 @@ ACCURACY = "accuracy"  # a problem's share of right samples, in its breakdown ro
 
 
 def sampled_eval_seed(seed: int, step: int) -> int:
-    """The sampled eval's own seed at a step: a hash of (seed, step, "eval"), never the training RNG."""
+    """The sampled eval's own seed at a step: a hash of (seed, step, "eval"), never the training RNG.
+    Nothing of an arm's own config enters it, so two arms run with the same seed draw their
+    samples from the same random numbers at each step (common random numbers) and their
+    per-problem outcomes pair problem by problem (tests/test_problem_outcomes.py)."""
     return int.from_bytes(hashlib.sha256(f"{seed}:{step}:eval".encode()).digest()[:4], "big")
 
 

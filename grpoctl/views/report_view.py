@@ -127,6 +127,10 @@ def _sections(
             if versus.verdict != "baseline":
                 yield f"- {_sentence(table.versus, versus)}"
         yield ""
+        if tables.learned_forgot_rows(table):
+            yield "### Learned and forgot, problem by problem"
+            yield ""
+            yield tables.learned_forgot_markdown(table)
 
     if table.findings:
         yield "## Declared findings"
