@@ -666,6 +666,16 @@ def test_recorded_outcomes_put_the_problems_in_the_paired_interval(study_db):
     assert np.isfinite(tuned["seed_var"])
 
 
+@pytest.mark.slow
+def test_a_report_carries_the_learned_forgot_table(study_db, tmp_path):
+    with Registry(str(study_db)) as registry:
+        text = write_report(registry, "probs", tmp_path / "rep").read_text()
+    section = text.split("### Learned and forgot, problem by problem\n\n", 1)[1]
+    assert section.startswith("| variant | level | problems | learned | forgot | both right | both wrong | split |")
+    assert "| tuned | 1 | 20 |" in section and "| tuned | 2 | 20 |" in section
+    assert "(paired t (seeds) + problems, Satterthwaite df" in text and "problem level: in the interval" in text
+
+
 def test_one_run_each_with_outcomes_gets_mcnemar_about_the_two_runs(study_db):
     import scipy.stats
 

@@ -22,6 +22,7 @@ from grpoctl.evals.sampled import (
     sampled_evaluate,
     sampled_ks,
 )
+from grpoctl.registry import outcomes
 from grpoctl.rollout.base import Rollouts, SamplingSettings
 
 
@@ -179,8 +180,14 @@ def test_eval_of_a_checkpoint_with_samples_prints_its_cost_and_records_pass_and_
     assert cost < next(i for i, line in enumerate(lines) if line.startswith("sampling "))
     assert "pass@4" in lines[-1] and "maj@2" in lines[-1] and "recorded for run one" in lines[-1]
     with sqlite3.connect(db) as conn:
-        kind, n, sampling, scores = conn.execute(
-            "SELECT kind, n, sampling, scores FROM evalresult WHERE checkpoint_path IS NOT NULL"
+        kind, n, sampling, scores, accuracy, stored = conn.execute(
+            "SELECT kind, n, sampling, scores, accuracy, outcomes FROM evalresult WHERE checkpoint_path IS NOT NULL"
         ).fetchone()
+        greedy = conn.execute("SELECT count(*) FROM evalresult WHERE kind = 'greedy' AND outcomes IS NOT NULL")
+        assert greedy.fetchone()[0] == 2  # the run's own evals at steps 0 and 1
     assert (kind, n, json.loads(sampling)["k"]) == ("sampled", 6, [1, 2, 4])
     assert set(json.loads(scores)) >= {metrics.pass_at(k) for k in (1, 2, 4)} | {metrics.maj_at(4)}
+    # right samples of 4 for each of the 6 problems, with the lab's levels: their mean is pass@1
+    right = outcomes.decode(stored)
+    assert right.samples == 4 and right.problems == 6 and right.levels is not None
+    assert sum(right.shares()) / 6 == pytest.approx(accuracy)
