@@ -72,7 +72,7 @@ def test_a_member_over_whose_row_says_running_is_shown_by_what_became_of_it(tmp_
         jobs.append(Job(variant, "new", variant.run_name, {}, tmp_path / "r.log", outcome=outcome))
     text = Console(width=200, record=True, file=open(os.devnull, "w"))
     text.print(summary_table(plan, SweepResult(jobs=jobs), registry))
-    rows = {line.split("│")[3].strip(): line for line in text.export_text().splitlines() if "lr-sweep-" in line}
+    rows = {line.split()[2]: line for line in text.export_text().splitlines() if "lr-sweep-" in line}
     assert "error: server closed the connection" in rows[plan.variants[0].run_name]
     assert "running" not in rows[plan.variants[0].run_name] and "finished" in rows[plan.variants[1].run_name]
 

@@ -1,5 +1,5 @@
 """`grpoctl compare NAME|RUN...`: a sweep's runs side by side (numbers: analysis/compare.py;
-the table: cli/compare_view.py).
+the tables: views/compare_view.py).
 
 Reads only: no torch, no matplotlib, not even omegaconf, so it answers in under a second
 on a registry of a hundred runs. Testing each variant against a baseline imports
@@ -122,18 +122,19 @@ def compare(
         from rich.console import Console
 
         console = Console()
-        if not console.is_terminal:  # piped or redirected: whole rows, not an 80-column squeeze
+        if not console.is_terminal:  # piped or redirected: legends in long lines too
             console = Console(width=max(console.width, 240))
         for warning in table.warnings:
             console.print(f"[yellow]warning:[/] {warning}", highlight=False)
-        console.print(tables.rich_table(table))
+        # The comparison that decides first; the tables fit a terminal and stay whole elsewhere.
         if table.versus is not None:
-            console.print(tables.versus_rich_table(table))
+            console.print(tables.versus_rich_table(table), crop=False)
             learned = tables.learned_forgot_rich_table(table)
             if learned is not None:
-                console.print(learned)
+                console.print(learned, crop=False)
+        console.print(tables.rich_table(table), crop=False)
         if table.findings:
-            console.print(tables.findings_rich_table(table))
+            console.print(tables.findings_rich_table(table), crop=False)
         elif table.baseline_note:
             console.print(f"[dim]{table.baseline_note}[/]", highlight=False)
 

@@ -22,7 +22,6 @@ from rich.table import Table
 from rich.text import Text
 
 from grpoctl import metrics
-from grpoctl.cli.grid import Column, Grid
 from grpoctl.cli.options import DbOption, RunArgument, open_registry
 from grpoctl.errors import UserError
 from grpoctl.formatting import STATUS_STYLES, format_number
@@ -31,9 +30,15 @@ from grpoctl.registry.models import utcnow
 from grpoctl.registry.outcomes import decode as decode_outcomes
 from grpoctl.rules import SHOWN_STATUSES, headline_accuracy
 from grpoctl.run_identity import flatten
+from grpoctl.views.fit_table import Column, FitTable
 
 runs_app = typer.Typer(help="List, show and inspect the runs in the registry.", no_args_is_help=True)
-console = Console()
+
+
+def console() -> Console:
+    """The console of one command, made when it runs: its width is the terminal's then."""
+    return Console()
+
 
 REWARD_METRIC = metrics.REWARD  # the mean reward over a step's rollouts, as the trainer names it
 
@@ -113,6 +118,9 @@ def list_runs(
     ] = None,
     tag: Annotated[str | None, typer.Option(help="Only runs with this tag.")] = None,
     limit: Annotated[int | None, typer.Option(help="At most this many (newest first).")] = None,
+    wide: Annotated[
+        bool, typer.Option("--wide", help="Every column on one line, even past the terminal's width.")
+    ] = False,
     db: DbOption = None,
 ) -> None:
     """List runs, newest first."""
@@ -124,30 +132,30 @@ def list_runs(
     runs = registry.list_runs(group=group, status=status, tag=tag, limit=limit)
     if not runs:
         filtered = any(x is not None for x in (group, status, tag))
-        console.print("No runs match." if filtered else "No runs yet. Start one with `grpoctl train`.")
+        console().print("No runs match." if filtered else "No runs yet. Start one with `grpoctl train`.")
         return
     ids = [r.id for r in runs]
     last, curves = registry.last_metrics(ids, (REWARD_METRIC,)), registry.eval_curves(ids)
     now = utcnow()
-    grid = Grid(
+    listing = FitTable(
         [
-            Column("id", right=True),
-            # In a narrow terminal long names fold onto more lines rather than losing their
-            # end (where a sweep's variant is); figures keep their width.
-            Column("name", fold=True, min_width=12),
-            Column("group", fold=True),
+            Column("id", right=True, key=True),
+            Column("name", wrap="name", key=True),
+            Column("group", wrap="name", secondary=True),
             Column("status"),
-            Column("step", right=True),
+            Column("step", right=True, secondary=True),
             Column("eval acc", right=True),
-            Column("reward", right=True),
-            Column("created", fold=True, min_width=5),  # the time under the date
-            Column("duration"),
+            Column("reward", right=True, secondary=True),
+            Column("created", secondary=True),
+            Column("duration", secondary=True),
         ],
         title=f"{len(runs)} run{'s' if len(runs) != 1 else ''}",
+        fit=False if wide else None,
+        left_out="--wide shows them",
     )
     for run in runs:
         status = effective_status(run, now)
-        grid.add_row(
+        listing.add_row(
             str(run.id),
             run.name,
             run.group or "",
@@ -158,7 +166,7 @@ def list_runs(
             _when(run.created_at, short=True),
             _duration(run, now),
         )
-    console.print(grid)
+    console().print(listing, crop=False)
 
 
 @runs_app.command("show")
@@ -224,7 +232,7 @@ def _data_line(run: Run) -> str | None:
 
 
 def _show_text(registry: Registry, run: Run) -> None:
-    console.print(_run_panel(registry, run))
+    console().print(_run_panel(registry, run))
     _print_config_diff(run)
     _print_last_metrics(registry, run)
     _print_evals_and_checkpoints(registry, run)
@@ -260,29 +268,38 @@ def _run_panel(registry: Registry, run: Run) -> Panel:
 
 def _print_config_diff(run: Run) -> None:
     diff = list(flatten(json.loads(run.config_diff)).items())  # config diffs read best as dotted keys
-    console.print("[bold]Config diff from defaults[/]" + ("" if diff else ": none"))
+    console().print("[bold]Config diff from defaults[/]" + ("" if diff else ": none"))
     for key, value in diff:
-        console.print(Text.assemble(("  " + key, "cyan"), f" = {json.dumps(value)}"))
+        console().print(Text.assemble(("  " + key, "cyan"), f" = {json.dumps(value)}"))
 
 
 def _print_last_metrics(registry: Registry, run: Run) -> None:
     last = registry.last_metrics([run.id])[run.id]
     if last:
-        console.print(f"\n[bold]Last metrics[/] (step {run.last_step})")
+        console().print(f"\n[bold]Last metrics[/] (step {run.last_step})")
         table = Table.grid(padding=(0, 2))
         table.add_column(style="dim")
         table.add_column(justify="right")
         for name in sorted(last):
             table.add_row(name, format_number(last[name], 4))
-        console.print(table)
+        console().print(table)
 
 
 def _print_evals_and_checkpoints(registry: Registry, run: Run) -> None:
     evals = registry.evals(run.id)
     if evals:
-        table = Table(title="Evals", title_justify="left")
-        for column in ("step", "n", "accuracy", "format", "mean len", "data", "grader"):
-            table.add_column(column)
+        table = FitTable(
+            [
+                Column("step", right=True, key=True),
+                Column("n", right=True),
+                Column("accuracy", right=True),
+                Column("format", right=True),
+                Column("mean len", right=True),
+                Column("data", wrap="name", secondary=True),
+                Column("grader", wrap="words", secondary=True),
+            ],
+            title="Evals",
+        )
         for e in evals:
             table.add_row(
                 "-" if e.step is None else str(e.step),
@@ -290,19 +307,25 @@ def _print_evals_and_checkpoints(registry: Registry, run: Run) -> None:
                 format_number(e.accuracy),
                 format_number(e.format_rate),
                 f"{e.mean_response_length:.0f}",
-                Text(f"{e.eval_set}: {e.data_source}" if e.eval_set else e.data_source),  # eval.sets' name
-                Text(e.grader),
+                f"{e.eval_set}: {e.data_source}" if e.eval_set else e.data_source,  # eval.sets' name
+                e.grader,
             )
-        console.print(table)
+        console().print(table, crop=False)
 
     checkpoints = registry.checkpoints(run.id, include_deleted=True)
     if checkpoints:
-        table = Table(title="Checkpoints", title_justify="left")
-        for column in ("step", "path", "eval acc", "on disk"):
-            table.add_column(column)
+        table = FitTable(
+            [
+                Column("step", right=True, key=True),
+                Column("path", wrap="name"),
+                Column("eval acc", right=True),
+                Column("on disk"),
+            ],
+            title="Checkpoints",
+        )
         for c in checkpoints:
-            table.add_row(str(c.step), Text(c.path), format_number(c.eval_accuracy), "deleted" if c.deleted else "yes")
-        console.print(table)
+            table.add_row(str(c.step), c.path, format_number(c.eval_accuracy), "deleted" if c.deleted else "yes")
+        console().print(table, crop=False)
 
 
 @runs_app.command("samples")
@@ -326,7 +349,7 @@ def samples(
     rows = registry.samples(run.id, step=step, kind=kind, limit=limit) if step is not None else []
     if not rows:
         where = f" at step {step}" if step is not None else ""
-        console.print(f"Run '{run.name}' has no {kind + ' ' if kind else ''}samples{where}.", markup=False)
+        console().print(f"Run '{run.name}' has no {kind + ' ' if kind else ''}samples{where}.", markup=False)
         return
     for sample in rows:
         style = "green" if sample.reward > 0 else "red"
@@ -342,7 +365,7 @@ def samples(
             Text(sample.response),
             Text.assemble(("\nground truth  ", "dim"), (sample.ground_truth, "bold")),
         )
-        console.print(Panel(body, title=title, title_align="left", border_style=style))
+        console().print(Panel(body, title=title, title_align="left", border_style=style))
 
 
 @runs_app.command("tag")
@@ -357,10 +380,10 @@ def tag(
     run = registry.get_run(run_ref)
     if remove:
         registry.remove_tag(run.id, tag_name)
-        console.print(f"Removed tag '{tag_name}' from run '{run.name}'.", markup=False)
+        console().print(f"Removed tag '{tag_name}' from run '{run.name}'.", markup=False)
     else:
         registry.add_tag(run.id, tag_name)
-        console.print(f"Tagged run '{run.name}' with '{tag_name}'.", markup=False)
+        console().print(f"Tagged run '{run.name}' with '{tag_name}'.", markup=False)
 
 
 def _unsafe_to_delete(path: Path) -> bool:
@@ -387,19 +410,19 @@ def remove(
     if not yes:
         plural = "s" if len(on_disk) != 1 else ""
         what = f" and {len(on_disk)} path{plural} on disk" if on_disk else ""
-        console.print(f"Run {run.id} '{run.name}' ({effective_status(run)}, {_progress(run)} steps)", markup=False)
+        console().print(f"Run {run.id} '{run.name}' ({effective_status(run)}, {_progress(run)} steps)", markup=False)
         for path in on_disk:
-            console.print(f"  {path}", markup=False)
+            console().print(f"  {path}", markup=False)
         typer.confirm(f"Delete run '{run.name}'{what}?", abort=True)
     registry.delete_run(run.id)
     where = registry.url.render_as_string()
-    console.print(f"Deleted run {run.id} '{run.name}' from {where}.", markup=False)
+    console().print(f"Deleted run {run.id} '{run.name}' from {where}.", markup=False)
     for path in on_disk:
         if _unsafe_to_delete(path):
-            console.print(f"[yellow]Kept {escape(str(path))}: it holds the current or home directory.[/]")
+            console().print(f"[yellow]Kept {escape(str(path))}: it holds the current or home directory.[/]")
             continue
         if path.is_dir():
             shutil.rmtree(path)
         else:
             path.unlink()
-        console.print(f"Removed {path}", markup=False)
+        console().print(f"Removed {path}", markup=False)

@@ -120,7 +120,7 @@ def sweep(
                 watcher=SweepView(plan, registry, console),
                 cluster=cluster,
             )
-            console.print(summary_table(plan, result, registry))
+            console.print(summary_table(plan, result, registry), crop=False)
     finally:
         if cluster is not None:
             cluster.close()

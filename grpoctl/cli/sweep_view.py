@@ -12,7 +12,6 @@ import time
 
 from rich.console import Console
 from rich.live import Live
-from rich.table import Table
 
 from grpoctl import metrics
 from grpoctl.formatting import format_number
@@ -20,6 +19,7 @@ from grpoctl.registry import Registry, effective_status
 from grpoctl.sweep.launcher import Watcher
 from grpoctl.sweep.planning import Job, SweepResult, existing_runs
 from grpoctl.sweep.spec import SweepPlan
+from grpoctl.views.fit_table import Column, FitTable
 
 POLL_S = 1.0
 UNFINISHED = ("queued", "running")
@@ -118,15 +118,21 @@ class SweepView(Watcher):
         run = self._runs.get(job.run_name)
         return "running" if job.outcome == "running" or (run is not None and run.status == "running") else "queued"
 
-    def render(self) -> Table:
+    def render(self) -> FitTable:
         jobs = self.result.jobs
         done = sum(1 for j in jobs if j.outcome not in UNFINISHED)
-        table = Table(
+        table = FitTable(
+            [
+                Column("variant", wrap="name", key=True),
+                Column("seed", right=True, secondary=True),
+                Column("run", wrap="name"),
+                Column("state", wrap="words"),
+                Column("step", right=True),
+                Column("host", wrap="name", secondary=True),
+                Column("elapsed", right=True, secondary=True),
+            ],
             title=f"sweep {self.plan.name}: {done}/{len(jobs)} done ({len(self.result.skipped)} skipped)",
-            title_justify="left",
         )
-        for column in ("variant", "seed", "run", "state", "step", "host", "elapsed"):
-            table.add_column(column)
         for job in jobs:
             run = self._runs.get(job.run_name)
             # Step 0 is the eval before training.
@@ -138,14 +144,23 @@ class SweepView(Watcher):
         return table
 
 
-def summary_table(plan: SweepPlan, result: SweepResult, registry: Registry) -> Table:
-    """Each variant, its run, status and final eval accuracy."""
+def summary_table(plan: SweepPlan, result: SweepResult, registry: Registry) -> FitTable:
+    """Each variant, its run, status and final eval accuracy (print it with crop=False:
+    off a terminal its rows stay whole)."""
     by_hash = existing_runs(plan, registry)
     ids = [r.id for r in by_hash.values()]
     last = registry.last_metrics(ids, [metrics.EVAL_ACCURACY]) if ids else {}
-    table = Table(title=f"{plan.kind} {plan.name}", title_justify="left")
-    for column in ("variant", "seed", "run", "status", "steps", "eval accuracy"):
-        table.add_column(column, justify="right" if column in ("steps", "eval accuracy") else "left")
+    table = FitTable(
+        [
+            Column("variant", wrap="name", key=True),
+            Column("seed", right=True, secondary=True),
+            Column("run", wrap="name"),
+            Column("status", wrap="words"),  # a member's outcome can be an error's message
+            Column("steps", right=True, secondary=True),
+            Column("eval accuracy", right=True),
+        ],
+        title=f"{plan.kind} {plan.name}",
+    )
     outcomes = {job.variant.config_hash: job.outcome for job in result.jobs}
     for variant in plan.variants:
         run = by_hash.get(variant.config_hash)

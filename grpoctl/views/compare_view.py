@@ -18,6 +18,7 @@ from grpoctl.analysis import paired, stats
 from grpoctl.analysis.baseline import BaselineComparison, Versus
 from grpoctl.analysis.compare import THROUGHPUT_COLUMNS, CompareTable, Row, Stat
 from grpoctl.formatting import STATUS_STYLES, MiB, format_bytes, format_config_value, format_number
+from grpoctl.views.fit_table import Cell, Column, FitTable
 
 ACCURACY_COLUMNS = ("final_acc", "best_acc")
 STEP_COLUMNS = ("best_step", "metric_step")
@@ -74,28 +75,34 @@ def headers(table: CompareTable) -> list[str]:
     return out + [h for _, h in _columns(table)] + ["status", "health"]
 
 
-def rich_table(table: CompareTable):
-    from rich.table import Table
-
-    out = Table(title=table.title, title_justify="left", caption=LEGEND, caption_justify="left")
+def rich_table(table: CompareTable) -> FitTable:
+    """The runs side by side, for a terminal: the best mark, the variant, the ranking
+    measure, status and health first; what varied, seeds and the other figures beside
+    them where the width allows, else in a further table."""
     head = headers(table)
     rows = [_cells(table, row) for row in table.rows]
-    numeric = len(head) - 2 - len(_columns(table))
+    numbers = [c for c, _ in _columns(table)]
+    first_number = len(head) - 2 - len(numbers)
+    columns = []
     for i, header in enumerate(head):
-        right = numeric <= i < len(head) - 2
-        if i == len(head) - 1:  # health: the one column that gives way on a narrow terminal
-            out.add_column(header, overflow="fold", ratio=1)
-        else:
-            width = max([len(header) if i else 1] + [len(r[i]) for r in rows])
-            out.add_column(
-                "" if header == "best" else header, justify="right" if right else "left", no_wrap=True, min_width=width
+        number = numbers[i - first_number] if first_number <= i < len(head) - 2 else None
+        columns.append(
+            Column(
+                "" if header == "best" else header,
+                right=number is not None or header == "seeds",
+                wrap="name" if header == "variant" else ("words" if i == len(head) - 1 else "never"),
+                key=header == "variant",
+                # what decides: the mark, the ranking measure, status and health
+                secondary=not (header == "best" or number == table.rank_by or i >= len(head) - 2),
             )
+        )
+    out = FitTable(columns, title=table.title, caption=LEGEND)
     for row, cells in zip(table.rows, rows, strict=True):
-        style = STATUS_STYLES.get(row.status)
-        cells[-2] = f"[{style}]{row.status}[/]" if style else row.status
+        styled: list[Cell] = list(cells)
+        styled[-2] = (row.status, STATUS_STYLES.get(row.status, ""))
         if row.flags:  # one flag a line keeps the column narrow
-            cells[-1] = "[red]" + "\n".join(row.flags) + "[/]"
-        out.add_row(*cells, style="bold" if row.best else None)
+            styled[-1] = ("\n".join(row.flags), "red")
+        out.add_row(*styled, style="bold" if row.best else "")
     return out
 
 
@@ -251,23 +258,34 @@ def versus_markdown(table: CompareTable, notes: bool = True) -> str:
     return text
 
 
-def versus_rich_table(table: CompareTable):
-    from rich.table import Table
+# What decides a comparison, first on a terminal after the variant: Δ with its interval
+# (the header that starts so), the p-values and the verdict; the rest may move aside.
+DECIDING_PREFIX = "Δ vs "
+DECIDING = ("p", "p Holm", "verdict")
 
+
+def versus_rich_table(table: CompareTable) -> FitTable:
     comparison = table.versus
     caption = versus_legend(comparison) + "".join(f"\n{n}" for n in versus_notes(comparison))
-    out = Table(
-        title=f"against {comparison.baseline} (from {comparison.source})",
-        title_justify="left",
-        caption=caption,
-        caption_justify="left",
+    head = versus_headers(comparison)
+    deciding = [i for i, h in enumerate(head) if i == 0 or h.startswith(DECIDING_PREFIX) or h in DECIDING]
+    order = deciding + [i for i in range(len(head)) if i not in deciding]
+    columns = [
+        Column(
+            head[i],
+            right=i != 0 and head[i] != "verdict",
+            wrap="name" if i == 0 else ("words" if head[i] == "verdict" else "never"),
+            key=i == 0,
+            secondary=i not in deciding,
+        )
+        for i in order
+    ]
+    out = FitTable(
+        columns, title=f"{table.title}: against {comparison.baseline} (from {comparison.source})", caption=caption
     )
-    for i, header in enumerate(versus_headers(comparison)):
-        out.add_column(header, justify="left" if i == 0 else "right", no_wrap=i != 0)
     for v in comparison.rows:
         cells = versus_cells(comparison, v)
-        style = {"better": "green", "worse": "red"}.get(v.verdict)
-        out.add_row(*cells, style=style)
+        out.add_row(*(cells[i] for i in order), style={"better": "green", "worse": "red"}.get(v.verdict, ""))
     return out
 
 
@@ -375,12 +393,21 @@ def findings_markdown(table: CompareTable) -> str:
     return "\n".join(lines) + f"\n\n{findings_legend(table)}.\n"
 
 
-def findings_rich_table(table: CompareTable):
-    from rich.table import Table
-
-    out = Table(title="declared findings", title_justify="left", caption=findings_legend(table), caption_justify="left")
-    for header in FINDINGS_HEADERS:
-        out.add_column(header, justify="right" if header in ("Δ (95% CI)", "p family") else "left")
+def findings_rich_table(table: CompareTable) -> FitTable:
+    """Each declared finding: its id, variant, Δ, p and verdict first; its measure and
+    whether this setup can show it beside them where the width allows."""
+    prose = ("measure", "can this setup show it?", "verdict")
+    columns = [
+        Column(
+            header,
+            right=header in ("Δ (95% CI)", "p family"),
+            wrap="name" if header in ("finding", "variant") else ("words" if header in prose else "never"),
+            key=header == "finding",
+            secondary=header in prose[:2],
+        )
+        for header in FINDINGS_HEADERS
+    ]
+    out = FitTable(columns, title="declared findings", caption=findings_legend(table))
     for r in table.findings:
         out.add_row(*findings_cells(r))
     return out
