@@ -87,15 +87,21 @@ def straight_rows(procs: dict[str, tuple[Path, object]], timeout: float) -> dict
 
 def lr_sweep_argv(address: str, db: str, values: tuple[str, ...], overrides: list[str], *extra: str) -> list[str]:
     """`grpoctl sweep lr` over `values` on the Ray cluster at `address`, as the fault tests run it."""
-    return [sys.executable, "-m", "grpoctl", "sweep", "lr", "--values", ",".join(values), *overrides] + [
-        "--executor",
-        "ray",
-        "--ray-address",
-        address,
-        "--db",
-        db,
-        *extra,
-    ]
+    # --config addition: the straight runs' task (a sweep without one builds on the lab, as train does)
+    argv = [sys.executable, "-m", "grpoctl", "sweep", "lr", "--values", ",".join(values), "--config", "addition"]
+    return (
+        argv
+        + [*overrides]
+        + [
+            "--executor",
+            "ray",
+            "--ray-address",
+            address,
+            "--db",
+            db,
+            *extra,
+        ]
+    )
 
 
 def need_ray():

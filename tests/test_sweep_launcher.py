@@ -10,6 +10,7 @@ reaches the children, which record "interrupted", and the parent exits 130.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -274,3 +275,28 @@ def test_a_password_never_shows_in_argv_logs_plans_or_messages(fake, tmp_path, m
     assert password not in out and "compare them" in out
     registry = Registry(db_url)
     assert sorted(r.status for r in registry.list_runs()) == ["finished", "finished"]
+
+
+def test_a_bare_one_value_sweep_is_the_run_a_bare_train_made(tmp_path):
+    """`grpoctl train lr=1e-4 steps=2` and `grpoctl sweep lr --values 1e-4 steps=2`, neither
+    given a config, build on the same default (the lab): the sweep's member has the train
+    run's config hash, so the sweep finds that run instead of training another."""
+    env = {k: v for k, v in os.environ.items() if k not in ("GRPOCTL_DB", "GRPOCTL_TRAIN_CMD")}
+    env.update(PYTHONPATH=str(ROOT), COLUMNS="200")
+
+    def grpoctl(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "grpoctl", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240
+        )
+
+    trained = grpoctl("train", "lr=1e-4", "steps=2")
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    plan = grpoctl("sweep", "lr", "--values", "1e-4", "steps=2", "--dry-run")
+    assert "  base    lab (built in, the default, as `grpoctl train` without a config)" in plan.stdout, plan.stdout
+    swept = grpoctl("sweep", "lr", "--values", "1e-4", "steps=2")
+    assert swept.returncode == 0, swept.stderr[-2000:]
+    with Registry(str(tmp_path / "registry.db"), readonly=True) as registry:
+        (run,) = registry.list_runs()  # the train run; the sweep trained none of its own
+        ((member, member_run),) = registry.sweep_members("lr-sweep")
+    assert member.config_hash == run.config_hash and member_run.id == run.id
+    assert json.loads(run.config)["model"]["path"] == "lab"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from grpoctl.config import load_config
+from grpoctl.config import DEFAULT_CONFIG, load_config
 from grpoctl.errors import UserError
 from grpoctl.rules import config_hash
 from grpoctl.sweep.spec import ablation, label_value, override_text, param_sweep, parse_seeds, parse_values
@@ -122,7 +122,7 @@ def test_param_sweep_names_hashes_and_seeds():
     ]
     assert plan.variants[3].run_name == "lr-sweep-lr=3e-4-s1"
     # The hash is the config's, the same one the trainer computes from the same overrides.
-    cfg = load_config(None, ["steps=5", "optimizer.lr=3e-4", "seed=1"])
+    cfg = load_config(DEFAULT_CONFIG, ["steps=5", "optimizer.lr=3e-4", "seed=1"])  # `grpoctl train`'s default
     assert plan.variants[3].config_hash == config_hash(cfg)
     run = plan.run_config(plan.variants[3])
     assert run["optimizer"]["lr"] == 3e-4 and run["group"] == "lr-sweep" and run["logging"]["live"] is False

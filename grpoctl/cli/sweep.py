@@ -40,7 +40,12 @@ def sweep(
         typer.Option("--values", "-v", help="a..b (1-3-10 log series), a..b:n (n log-spaced points) or a,b,c."),
     ] = None,
     config: Annotated[
-        str | None, typer.Option("--config", "-c", help="Base config yaml (for a spec: replaces its base).")
+        str | None,
+        typer.Option(
+            "--config",
+            "-c",
+            help="Base config yaml or built-in name (default: lab, as for train; for a spec: replaces its base).",
+        ),
     ] = None,
     parallel: Annotated[
         int,

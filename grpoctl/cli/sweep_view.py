@@ -18,7 +18,7 @@ from grpoctl.formatting import format_number
 from grpoctl.registry import Registry, effective_status
 from grpoctl.sweep.launcher import Watcher
 from grpoctl.sweep.planning import Job, SweepResult, existing_runs
-from grpoctl.sweep.spec import SweepPlan
+from grpoctl.sweep.spec import SweepPlan, describe_base
 from grpoctl.views.fit_table import Column, FitTable
 
 POLL_S = 1.0
@@ -192,6 +192,7 @@ def show_plan(
     say = lambda text: console.print(text, highlight=False, soft_wrap=True)  # noqa: E731
     where = " on Ray (one GPU each, where the cluster has room)" if executor == "ray" else ""
     say(f"{plan.kind} {plan.name}: {len(plan.variants)} run(s){where}")
+    say(f"  base    {describe_base(plan)}")
     for variant, why, _run in decided.skipped:
         say(f"  skip    {variant.label} (seed {variant.seed}): {why}")
     for job in decided.jobs:

@@ -28,7 +28,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from grpoctl.config import load_config, parse_value, resolve_key, to_dict
+from grpoctl.config import BUILTIN_CONFIGS, DEFAULT_CONFIG, load_config, parse_value, resolve_key, to_dict
 from grpoctl.errors import UserError
 from grpoctl.formatting import format_config_value
 from grpoctl.reward_specs import absolute_spec
@@ -306,7 +306,10 @@ def param_sweep(
     seeds: str | None = None,
     name: str | None = None,
 ) -> SweepPlan:
-    """`grpoctl sweep lr --values 1e-6..1e-4`: one variant per value (per seed)."""
+    """`grpoctl sweep lr --values 1e-6..1e-4`: one variant per value (per seed), each on
+    `base`, by default `grpoctl train`'s own (DEFAULT_CONFIG, the lab): a sweep run after
+    a bare `train` varies the run it follows, and a one-value sweep's member is that run."""
+    base = DEFAULT_CONFIG if base is None else base
     path = resolve_key(param)
     short = path.rsplit(".", 1)[-1] if param == path else param
     name = name or f"{short}-sweep"
@@ -321,6 +324,17 @@ def param_sweep(
         "seeds": seeds,
     }
     return _expand(name, "sweep", base, spec, labelled, parse_seeds(seeds), list(overrides))
+
+
+def describe_base(plan: SweepPlan) -> str:
+    """The config a plan's variants build on, for `sweep --dry-run`: a built-in name, a
+    file, or the schema's defaults (an ablation spec without a `base:`)."""
+    if plan.base is None:
+        return "the schema's defaults (the addition task; a spec without `base:`)"
+    if plan.base in BUILTIN_CONFIGS and not Path(plan.base).is_file():
+        default = ", the default, as `grpoctl train` without a config" if plan.base == DEFAULT_CONFIG else ""
+        return f"{plan.base} (built in{default})"
+    return plan.base
 
 
 # --------------------------------------------------------------------------- ablation files
