@@ -54,6 +54,12 @@ RESPONSE_LENGTH = _metric("train/response_length", "mean response length over th
 RESPONSE_CLIP_FRACTION = _metric(
     "train/response_clip_fraction", "share of rollouts cut off at rollout.max_tokens", "fraction", False
 )
+WORKING_SHARE = _metric(
+    "train/working_share",
+    "share of rollouts that write anything before their answer (working, not only the formatted answer)",
+    "fraction",
+    None,
+)
 GRADING_TIMEOUTS = _metric("train/grading_timeouts", "rollouts whose grading hit its time limit", "count", False)
 GRADING_ERRORS = _metric(
     "train/grading_errors", "rollouts whose grading raised (scored 0; should stay at zero)", "count", False

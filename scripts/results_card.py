@@ -18,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's grpoctl, whatever is installed
 
+from grpoctl.analysis.health import LENGTH_COLLAPSE, WORKING_COLLAPSE  # noqa: E402
 from grpoctl.analysis.token_lengths import token_counter  # noqa: E402
 from grpoctl.rules import compute_dtype, resolve_dtype, weights_dtype  # noqa: E402
 
@@ -197,7 +198,9 @@ def _lengths(registry, label: str, runs: list, run, max_tokens: int, out: Path) 
     )
     lines.append(
         f"- **Health flags on this setup:** responses average {early:.1f} {unit} over steps 1-10. Length blow-up "
-        f"by its 3x route needs {blowup:.0f}, {route}; length collapse needs responses under {0.4 * early:.0f}. "
+        f"by its 3x route needs {blowup:.0f}, {route}; length collapse by its length route needs responses under "
+        f"{LENGTH_COLLAPSE * early:.0f}, by its working route (runs that record it) under {WORKING_COLLAPSE:g}x "
+        "the early share of responses that write working. "
         "Every flag's definition is in each study's report, under Health."
     )
     return lines

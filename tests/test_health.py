@@ -183,3 +183,45 @@ def test_every_flag_is_defined_with_when_it_can_fire():
     kinds = set(re.findall(r'Flag\(\s*"([^"]+)"', source))
     assert kinds == set(health.FLAGS), kinds ^ set(health.FLAGS)
     assert all(meaning.endswith(".") and when for meaning, when in health.FLAGS.values())
+
+
+def lab_like_run(collapse_at: int | None, steps: int = 40, seed: int = 0) -> dict:
+    """The lab's pattern, idealised: about a third of the responses write working (16 tokens
+    more than the bare answer on average), the rest answer directly (4 tokens,
+    ` </think> <answer>8</answer>`), so the mean is near 9.6 tokens. A collapse in length is
+    the policy giving up working: the mean falls to about 4.5 tokens, above 0.4x the early
+    level, while the share of responses that write working falls to nearly none."""
+    rng = random.Random(seed)
+    share = [0.35 + rng.gauss(0, 0.03) for _ in range(steps)]
+    if collapse_at is not None:
+        share[collapse_at:] = [0.03 + abs(rng.gauss(0, 0.01)) for _ in range(steps - collapse_at)]
+    return {
+        "train/working_share": series(share, start=1),
+        "train/response_length": series([4 + 16 * w for w in share], start=1),
+    }
+
+
+def test_length_collapse_fires_on_a_collapse_to_bare_answers_that_the_length_ratio_misses():
+    run = lab_like_run(collapse_at=14)
+    assert length_flags(run["train/response_length"]) == []  # 0.4x the early length is under 4 tokens
+    flags = run_flags(run)
+    assert kinds(flags) == {"length collapse": 15}  # where the bare answers began (steps count from 1)
+    assert "of responses write working vs 3" in flags[0].detail
+
+
+def test_working_share_noise_and_a_run_that_never_wrote_working_fire_nothing():
+    for seed in range(20):
+        assert run_flags(lab_like_run(collapse_at=None, seed=seed)) == [], seed
+    two_low = lab_like_run(collapse_at=None)
+    two_low["train/working_share"][20:22] = [(21, 0.0), (22, 0.0)]
+    assert run_flags(two_low) == []
+    # the addition task's answers carry no working from the start: nothing to collapse from
+    bare = series([0.02, 0.0, 0.05, 0.0, 0.0, 0.0, 0.0], start=1)
+    assert length_flags(series([29.0] * 7, start=1), working=bare) == []
+
+
+def test_length_collapse_reports_whichever_route_fired_first():
+    working = series([0.5] * 5 + [0.05] * 10, start=1)
+    length = series([20.0] * 10 + [2.0] * 5, start=1)
+    (flag,) = length_flags(length, working=working)
+    assert (flag.kind, flag.step) == ("length collapse", 6) and "write working" in flag.detail

@@ -421,9 +421,14 @@ def test_grpoctl_trains_the_lab_in_process(tmp_path, lab_model_dir):
     with Registry(str(db), must_exist=True, readonly=True) as registry:
         run = registry.get_run("lab2")
         assert run.status == "finished" and run.last_step == 2
-        series = registry.metric_series(run.id, [metrics.REWARD, metrics.RESPONSE_LENGTH, metrics.EVAL_ACCURACY])
+        series = registry.metric_series(
+            run.id, [metrics.REWARD, metrics.RESPONSE_LENGTH, metrics.EVAL_ACCURACY, metrics.WORKING_SHARE]
+        )
         assert [s for s, _ in series[metrics.REWARD]] == [1, 2]
         assert all(0 < v <= 24 for _, v in series[metrics.RESPONSE_LENGTH])
+        # recorded every step, for the length-collapse flag's working route
+        assert [s for s, _ in series[metrics.WORKING_SHARE]] == [1, 2]
+        assert all(0 <= v <= 1 for _, v in series[metrics.WORKING_SHARE])
         assert [s for s, _ in series[metrics.EVAL_ACCURACY]] == [0, 2]
         evals = registry.evals(run.id)
         assert [(e.n, e.data_source, e.data_hash) for e in evals] == [(8, "lab", "lab:v1")] * 2

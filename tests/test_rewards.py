@@ -14,6 +14,8 @@ from math_verify.errors import TimeoutException
 
 from grpoctl.prompts import available_templates, format_prompt, load_template, template_hash
 from grpoctl.rewards import (
+    REWARD_FNS,
+    WRITES_WORKING,
     Grader,
     close_default_grader,
     equivalence,
@@ -380,3 +382,20 @@ def test_rewards_work_off_the_main_thread():
     thread.join(timeout=120)
     close_default_grader()
     assert results == {"right": 1.0, "wrong": 0.0}
+
+
+@pytest.mark.parametrize(
+    "reward, response, writes",
+    [
+        ("r1_zero", " 10-2=8 </think> <answer>8</answer>", True),
+        ("r1_zero", " </think> <answer>8</answer>", False),  # the bare formatted answer
+        ("r1_zero", "  \n </think> <answer>8</answer>", False),
+        ("r1_zero", " 10-2=8 <answer>8</answer>", False),  # not in the format: no working to speak of
+        ("question_only", "Subtract: 10-2=8, so \\boxed{8}", True),
+        ("question_only", "\\boxed{8}", False),
+        ("question_only", "8", False),
+    ],
+)
+def test_writes_working_is_anything_before_the_answer(reward, response, writes):
+    assert WRITES_WORKING[reward](response) is writes
+    assert set(WRITES_WORKING) == set(REWARD_FNS)  # one per answer format

@@ -30,6 +30,7 @@ REQUIRED_METRICS = [
     "train/token_entropy",
     "train/response_length",
     "train/response_clip_fraction",
+    "train/working_share",
     "train/clip_fraction",
     "train/zero_std_group_fraction",
     "eval/accuracy",

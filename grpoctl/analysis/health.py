@@ -28,11 +28,23 @@ Series = list[tuple[int, float]]
 
 PERSIST = 3  # consecutive points a condition must hold for
 
+# Length collapse, by either route: the mean length below LENGTH_COLLAPSE x its early level,
+# or the share of responses that write any working before their answer (train/working_share)
+# below WORKING_COLLAPSE x its early share. The second is defined by what a response can be,
+# not by a ratio of lengths: on the lab 0.4 x the early length (3.9 tokens) is shorter than a
+# formatted answer alone (4), so the length route cannot fire there, while a policy that
+# stops writing working is the collapse itself. It needs WORKING_EARLY_MIN of the responses
+# to write working early on: from fewer, a fall is noise.
+LENGTH_COLLAPSE = 0.4
+WORKING_COLLAPSE = 0.25
+WORKING_EARLY_MIN = 0.1
+
 # The metrics the checks read; `compare` fetches these series whole and nothing else.
 HEALTH_METRICS = (
     metrics.TOKEN_ENTROPY,
     metrics.RESPONSE_LENGTH,
     metrics.RESPONSE_CLIP_FRACTION,
+    metrics.WORKING_SHARE,
     metrics.GRAD_NORM,
     metrics.REWARD,
     metrics.EVAL_ACCURACY,
@@ -53,9 +65,12 @@ FLAGS = {
         "from the 4th logged step; never when the early entropy is already at or below 0.01 nats.",
     ),
     "length collapse": (
-        "mean response length below 0.4x its early level for 3 steps running.",
-        "from the 4th logged step; only if responses can get that short (with min_tokens above 0.4x the "
-        "early length it cannot).",
+        f"mean response length below {LENGTH_COLLAPSE:g}x its early level, or the share of responses that write "
+        f"any working before their answer below {WORKING_COLLAPSE:g}x its early share, for 3 steps running.",
+        "from the 4th logged step. The length route only if responses can get that short (a formatted answer "
+        f"alone, or min_tokens, may be longer than {LENGTH_COLLAPSE:g}x the early length); the working route in "
+        f"runs that record train/working_share, when at least {WORKING_EARLY_MIN:.0%} of the early responses "
+        "wrote working.",
     ),
     "length blow-up": (
         "mean response length above 3x its early level, or more than half the responses cut off at the "
@@ -149,26 +164,42 @@ def entropy_collapse(entropy: Series, fraction: float = 0.1, floor: float = 0.01
 
 
 def length_flags(
-    length: Series, clip_fraction: Series = (), collapse: float = 0.4, blowup: float = 3.0, clipped: float = 0.5
+    length: Series,
+    clip_fraction: Series = (),
+    working: Series = (),
+    collapse: float = LENGTH_COLLAPSE,
+    blowup: float = 3.0,
+    clipped: float = 0.5,
 ) -> list[Flag]:
-    """Mean response length below `collapse` x or above `blowup` x its early level, or
-    more than `clipped` of the responses cut off at the token limit."""
-    flags, blowups = [], []
+    """Mean response length below `collapse` x its early level, or the share of responses
+    writing working (`working`) below WORKING_COLLAPSE x its early share; mean length above
+    `blowup` x its early level, or more than `clipped` of the responses cut off at the
+    token limit. Each flag from whichever of its signs came first."""
+    flags, collapses, blowups = [], [], []
     points = _finite(length)
     if len(points) >= PERSIST + 1:
         values = [v for _, v in points]
         high, low = _early(values, higher=True), _early(values, higher=False)
         i = _first_stretch(points, lambda i, v: i > 0 and v < collapse * high)
         if i is not None:
-            flags.append(Flag("length collapse", points[i][0], f"{points[i][1]:.4g} vs {high:.4g} early"))
+            collapses.append((points[i][0], f"{points[i][1]:.4g} vs {high:.4g} early"))
         i = _first_stretch(points, lambda i, v: i > 0 and v > blowup * low)
         if i is not None:
             blowups.append((points[i][0], f"{points[i][1]:.4g} vs {low:.4g} early"))
+    shares = _finite(list(working))
+    if len(shares) >= PERSIST + 1:
+        early = _early([v for _, v in shares], higher=True)
+        if early >= WORKING_EARLY_MIN:
+            i = _first_stretch(shares, lambda i, v: i > 0 and v < WORKING_COLLAPSE * early)
+            if i is not None:
+                collapses.append((shares[i][0], f"{shares[i][1]:.0%} of responses write working vs {early:.0%} early"))
     clips = _finite(list(clip_fraction))
     i = _first_stretch(clips, lambda i, v: v > clipped)
     if i is not None:
         blowups.append((clips[i][0], f"{clips[i][1]:.0%} of responses hit the token limit"))
-    if blowups:  # whichever sign came first
+    if collapses:
+        flags.append(Flag("length collapse", *min(collapses)))
+    if blowups:
         flags.append(Flag("length blow-up", *min(blowups)))
     return flags
 
@@ -297,7 +328,9 @@ def run_flags(
     get = series.get
     flags = (
         entropy_collapse(get(metrics.TOKEN_ENTROPY, []))
-        + length_flags(get(metrics.RESPONSE_LENGTH, []), get(metrics.RESPONSE_CLIP_FRACTION, []))
+        + length_flags(
+            get(metrics.RESPONSE_LENGTH, []), get(metrics.RESPONSE_CLIP_FRACTION, []), get(metrics.WORKING_SHARE, [])
+        )
         + grad_explosion(get(metrics.GRAD_NORM, []))
         + flat_reward(get(metrics.REWARD, []))
         + grading_errors(get(metrics.GRADING_ERRORS, []), get(metrics.EVAL_GRADING_ERRORS, []))

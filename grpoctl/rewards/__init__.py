@@ -21,7 +21,13 @@ from collections.abc import Callable
 from grpoctl.rewards.default import close_default_grader, configure_grading, default_grader, grade, grade_many
 from grpoctl.rewards.equivalence import grader_info
 from grpoctl.rewards.extract import last_boxed, r1_zero_answer
-from grpoctl.rewards.formats import ANSWER_EXTRACTORS, question_only_reward, r1_zero_reward, score_many
+from grpoctl.rewards.formats import (
+    ANSWER_EXTRACTORS,
+    WRITES_WORKING,
+    question_only_reward,
+    r1_zero_reward,
+    score_many,
+)
 from grpoctl.rewards.pool import Grader
 from grpoctl.rewards.stats import grading_stats, reset_grading_stats
 
@@ -48,6 +54,7 @@ __all__ = [
     "REWARD_FNS",
     "Grader",
     "RewardFn",
+    "WRITES_WORKING",
     "close_default_grader",
     "configure_grading",
     "default_grader",

@@ -78,6 +78,19 @@ def has_box(text: str) -> bool:
     return _BOX.search(text) is not None
 
 
+def r1_zero_working(response: str) -> bool:
+    """Whether an r1_zero response writes anything before its `</think> <answer>`: working,
+    not only the formatted answer. A response not in the format has none."""
+    at = response.find(THINK_ANSWER)
+    return at > 0 and bool(response[:at].strip())
+
+
+def question_only_working(response: str) -> bool:
+    """Whether a question_only response writes anything before its last box (the answer)."""
+    starts = [m.start() for m in _BOX.finditer(response)]
+    return bool(starts) and bool(response[: starts[-1]].strip())
+
+
 def r1_zero_answer(response: str) -> tuple[bool, str | None]:
     """(formatted, answer) for an r1_zero response.
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from grpoctl.rewards.default import grade, grade_many
-from grpoctl.rewards.extract import last_boxed, r1_zero_answer
+from grpoctl.rewards.extract import last_boxed, question_only_working, r1_zero_answer, r1_zero_working
 
 
 def _scores(formatted: bool, correct: bool) -> dict[str, float]:
@@ -91,3 +91,7 @@ def question_only_extracted(response: str) -> str | None:
 
 # The answer each reward grades, by reward name (maj@k votes on these).
 ANSWER_EXTRACTORS = {"r1_zero": r1_zero_extracted, "question_only": question_only_extracted}
+
+# Whether a response writes working before its answer, by reward name: what a response in
+# that format can be, short of the bare answer (train/working_share; the length-collapse flag).
+WRITES_WORKING = {"r1_zero": r1_zero_working, "question_only": question_only_working}

@@ -43,7 +43,7 @@ from grpoctl.grpo import (
 from grpoctl.grpo.shaping import loss_rows, overlong_penalty, permute_rewards
 from grpoctl.prompts import format_prompt
 from grpoctl.reward_specs import components_of, is_plugin
-from grpoctl.rewards import get_reward_fn, grading_stats, score_many
+from grpoctl.rewards import WRITES_WORKING, get_reward_fn, grading_stats, score_many
 from grpoctl.rollout.base import Rollouts, SamplingSettings
 from grpoctl.rules import grader_reward
 from grpoctl.train.context import RunContext
@@ -342,6 +342,9 @@ def rollout_batch(run: RunContext, graded: Graded) -> RolloutBatch:
         metrics.GRADING_ERRORS: graded.errors,
     }
     batch.stats |= reward_component_metrics(scores)
+    writes_working = WRITES_WORKING[grader_reward(cfg.prompt.reward, cfg.prompt.template)]
+    texts = rollouts.response_texts
+    batch.stats[metrics.WORKING_SHARE] = sum(map(writes_working, texts)) / len(texts)
     return batch
 
 
