@@ -1,4 +1,4 @@
-"""A `CompareTable` as text: a rich table, markdown, or records for JSON and CSV.
+"""A `CompareTable` as text: tables fitted to the terminal (views/fit_table.py), markdown, or records for JSON and CSV.
 
 The view of analysis/compare.py, which only works out the numbers: `report` reuses the
 markdown, and scripts read the JSON (raw numbers, no formatting, the spreads alongside;
