@@ -19,7 +19,6 @@ import shutil
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -174,7 +173,7 @@ class Pane:
     `grpoctl` is this checkout's; `run` types a command and returns what the pane shows."""
 
     def __init__(self, tmux: str, width: int, cwd: Path) -> None:
-        self.tmux, self.width, self.socket = tmux, width, f"grpoctl-test-{uuid.uuid4().hex[:8]}"
+        self.tmux, self.width, self.socket = tmux, width, str(cwd / "tmux.sock")  # a server of its own, gone with cwd
         env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "TMUX")}  # the pane's own size
         env.update(PYTHONPATH=str(REPO), PS1="$ ", TERM="xterm-256color")
         bin_dir = cwd / "bin"
@@ -191,7 +190,7 @@ class Pane:
 
     def _tmux(self, *args: str, env: dict | None = None) -> str:
         out = subprocess.run(
-            [self.tmux, "-L", self.socket, *args], capture_output=True, text=True, timeout=30, env=env, check=True
+            [self.tmux, "-S", self.socket, *args], capture_output=True, text=True, timeout=30, env=env, check=True
         )
         return out.stdout
 
@@ -211,7 +210,7 @@ class Pane:
         raise AssertionError(f"no end of {command!r} within {timeout} s at {self.width} columns")
 
     def close(self) -> None:
-        subprocess.run([self.tmux, "-L", self.socket, "kill-server"], capture_output=True, timeout=30)
+        subprocess.run([self.tmux, "-S", self.socket, "kill-server"], capture_output=True, timeout=30)
 
 
 @pytest.mark.slow
