@@ -16,18 +16,18 @@ import importlib.util
 import math
 import os
 
-# The vocabularies of config values live with their keys (config_schema.py): re-exported.
-from grpoctl.config_schema import (  # noqa: F401
+# The vocabularies of config values live with the keys' declaration (config_keys.py): re-exported.
+from grpoctl.config_keys import (  # noqa: F401
     BACKENDS,
     DATA_SOURCES,
     DEVICES,
     DTYPES,
     IMPORTANCE_LEVELS,
-    KEY_RULES,
     LENGTH_NORMALIZATIONS,
     LOSS_TYPES,
     MIXED_PRECISION,
 )
+from grpoctl.config_schema import KEY_RULES
 from grpoctl.errors import UserError
 
 # Re-exported for the modules and scripts that import them from here (their homes are these).

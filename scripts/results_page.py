@@ -53,9 +53,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # results_card, beside
 from results_card import setup_card  # noqa: E402
 
 from grpoctl.analysis import findings as F  # noqa: E402
-from grpoctl.analysis import stats  # noqa: E402
+from grpoctl.analysis import stats, verdicts  # noqa: E402
 from grpoctl.analysis.compare import build_compare_table, family_results  # noqa: E402
-from grpoctl.analysis.testability import PAIR_RULES, PERCENT_RULES  # noqa: E402
+from grpoctl.analysis.testability import PAIR_RULES, PERCENT_RULES, RULES  # noqa: E402
 from grpoctl.errors import UserError  # noqa: E402
 from grpoctl.registry import Registry  # noqa: E402
 
@@ -114,10 +114,10 @@ def check_text(c) -> str:
     """ "groups with mixed rewards at step 1 72.0% (worst arm; needs >= 20%)"."""
     rule = c.rule
     if c.value is None:
-        return f"{F.RULES[rule.rule]} not measured"
+        return f"{RULES[rule.rule]} not measured"
     if c.short_gain is not None:
         return (
-            f"{F.RULES[rule.rule]}: a final gain of {100 * c.short_gain:.1f} pts (worst seed, {rule.arms}; needs a "
+            f"{RULES[rule.rule]}: a final gain of {100 * c.short_gain:.1f} pts (worst seed, {rule.arms}; needs a "
             f"gain >= {100 * (rule.min_gain or 0):g} pts)"
         )
     percent = rule.rule in PERCENT_RULES
@@ -132,10 +132,10 @@ def check_text(c) -> str:
     per_arm = ""
     if rule.arms == "every_arm" and len(set(round(v, 4) for v in c.per_arm.values())) > 1:
         per_arm = "; " + ", ".join(f"{k} {_rule_value(rule, v)}" for k, v in c.per_arm.items())
-    return f"{F.RULES[rule.rule]} {_rule_value(rule, c.value)} ({where}; needs {sign} {limit}{per_arm})"
+    return f"{RULES[rule.rule]} {_rule_value(rule, c.value)} ({where}; needs {sign} {limit}{per_arm})"
 
 
-def rule_text(r: F.Result, declared: F.Result | None = None) -> str:
+def rule_text(r: verdicts.Result, declared: verdicts.Result | None = None) -> str:
     """ "yes: <each rule's number and threshold>", or "**no**: <the failing ones>"; rules
     the declared finding (`declared`) did not have are marked as the re-analysis's."""
     if r.not_run:
@@ -151,7 +151,7 @@ def rule_text(r: F.Result, declared: F.Result | None = None) -> str:
     return f"{'yes' if r.testable else '**no**'}: " + "; ".join(text(c) for c in shown)
 
 
-def measured_text(r: F.Result) -> str:
+def measured_text(r: verdicts.Result) -> str:
     if r.not_run:
         return ""
     text = _measured(r)
@@ -160,7 +160,7 @@ def measured_text(r: F.Result) -> str:
     return text
 
 
-def _measured(r: F.Result) -> str:
+def _measured(r: verdicts.Result) -> str:
     f = r.finding
     if r.diff is None:
         values = sorted(set(round(v, 4) for v in r.variant_values + r.baseline_values))
@@ -183,7 +183,7 @@ def _measured(r: F.Result) -> str:
     return text
 
 
-def test_text(r: F.Result) -> str:
+def test_text(r: verdicts.Result) -> str:
     """The test behind the interval and p, and whether the problems are in it."""
     if not r.test:
         return ""
@@ -191,7 +191,7 @@ def test_text(r: F.Result) -> str:
     return text + (f"; {r.problem_level}" if r.problem_level else "")
 
 
-def mde_text(r: F.Result) -> str:
+def mde_text(r: verdicts.Result) -> str:
     if r.mde is None:
         return ""
     text = size(r.finding, r.mde)
@@ -200,7 +200,7 @@ def mde_text(r: F.Result) -> str:
     return text
 
 
-def seeds_text(r: F.Result) -> str:
+def seeds_text(r: verdicts.Result) -> str:
     """Seeds to resolve the observed difference under the test applied (pairs for a paired
     test, per arm for Welch); and the seed's own effect, where it gives one."""
     if r.diff is None or r.seeds_needed is None:
@@ -214,7 +214,7 @@ def seeds_text(r: F.Result) -> str:
     return text
 
 
-def p_text(r: F.Result) -> str:
+def p_text(r: verdicts.Result) -> str:
     if r.p_family is not None:
         return pvalue(r.p_family)
     if r.equivalence is not None and r.equivalence.outcome:
@@ -224,7 +224,7 @@ def p_text(r: F.Result) -> str:
     return ""
 
 
-def _signs(r: F.Result) -> dict[str, str]:
+def _signs(r: verdicts.Result) -> dict[str, str]:
     """Per robustness measure: "+" / "-" where its 95% interval excludes 0, else "0"."""
     out = {}
     for name in ("last-3", "final", "AUC"):
@@ -235,7 +235,7 @@ def _signs(r: F.Result) -> dict[str, str]:
     return out
 
 
-def robust_text(r: F.Result) -> str:
+def robust_text(r: verdicts.Result) -> str:
     signs = _signs(r)
     if not signs:
         return ""
@@ -244,10 +244,10 @@ def robust_text(r: F.Result) -> str:
 
 
 def findings_table(
-    results: list[F.Result],
+    results: list[verdicts.Result],
     not_run: list[dict] | None = None,
     reports: set | None = None,
-    declared: list[F.Result] | None = None,
+    declared: list[verdicts.Result] | None = None,
 ) -> list[str]:
     """`reports`: the studies with a report folder to link (default: every study).
     `declared`: the same findings as declared, beside `results` under a re-analysis: the
@@ -279,7 +279,7 @@ def findings_table(
     return lines
 
 
-def robustness_table(results: list[F.Result]) -> list[str]:
+def robustness_table(results: list[verdicts.Result]) -> list[str]:
     lines = [
         "| Finding | last-3 mean | final eval | area under the curve | the three agree? | test |",
         "|---|---|---|---|---|---|",
@@ -303,7 +303,7 @@ def robustness_table(results: list[F.Result]) -> list[str]:
     return lines
 
 
-def exploratory(tables: dict, results: list[F.Result]) -> list[str]:
+def exploratory(tables: dict, results: list[verdicts.Result]) -> list[str]:
     declared = {(r.finding.study, r.finding.variant) for r in results}
     lines = [
         "| Study: variant vs baseline | Δ last-3 mean | 95% CI | p (unadjusted) | test | MDE, pts |",
@@ -349,7 +349,9 @@ def committed(path: Path) -> str:
     return f"commit `{commit}` of {date}" + (", with changes not committed since" if changed else "")
 
 
-def reanalysis_section(overlay: F.Reanalysis, results: list[F.Result], declared: list[F.Result]) -> list[str]:
+def reanalysis_section(
+    overlay: F.Reanalysis, results: list[verdicts.Result], declared: list[verdicts.Result]
+) -> list[str]:
     """What the re-analysis adds and when it was written, and every verdict it changes."""
     rel = os.path.relpath(overlay.path.resolve(), Path(__file__).resolve().parents[1])
     lines = [
@@ -377,7 +379,7 @@ def reanalysis_section(overlay: F.Reanalysis, results: list[F.Result], declared:
     return lines
 
 
-def _why(old: F.Result, new: F.Result) -> str:
+def _why(old: verdicts.Result, new: verdicts.Result) -> str:
     """The rule or declaration behind a changed verdict."""
     added = [c for c in new.checks if c.rule not in old.finding.testable and not c.holds]
     if added:
@@ -390,7 +392,7 @@ def _why(old: F.Result, new: F.Result) -> str:
 # --------------------------------------------------------------------------- the forest plot
 
 
-def forest(results: list[F.Result], path: Path, task: str) -> None:
+def forest(results: list[verdicts.Result], path: Path, task: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")

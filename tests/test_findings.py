@@ -10,7 +10,8 @@ import pytest
 from cli import invoke
 
 from grpoctl.analysis import findings as F
-from grpoctl.analysis import stats
+from grpoctl.analysis import stats, verdicts
+from grpoctl.analysis.testability import RULES
 from grpoctl.errors import UserError
 from grpoctl.sweep.spec import ablation
 
@@ -42,7 +43,7 @@ def test_every_tiny_study_declares_its_findings():
         ids += [f.id for f in found]
     assert len(ids) == len(set(ids)) == 13
     std = next(f for study in TINY for f in F.read_findings(ROOT / "experiments" / f"{study}.yaml")[1])
-    assert all(rule.rule in F.RULES for rule in std.testable)
+    assert all(rule.rule in RULES for rule in std.testable)
 
 
 @pytest.mark.parametrize(
@@ -102,16 +103,16 @@ EVALS = [(0, 0.40, 512), (10, 0.25, 512), (20, 0.55, 512), (30, 0.60, 512), (40,
 
 
 def test_the_measures_of_one_run():
-    assert F.run_measure("plateau", EVALS, []) == pytest.approx((0.55 + 0.60 + 0.50) / 3)
-    assert F.run_measure("collapse", EVALS, []) == pytest.approx(0.25)  # step 0 never counts
-    assert F.run_measure("collapse", EVALS, [], after_step=20) == pytest.approx(0.50)
-    assert F.run_measure("peak_decline", EVALS, []) == pytest.approx(0.60 - 0.50)
-    assert F.run_measure("grad_norm", [], [(1, 0.2), (2, 0.3), (3, 0.4)]) == pytest.approx(0.3)
+    assert verdicts.run_measure("plateau", EVALS, []) == pytest.approx((0.55 + 0.60 + 0.50) / 3)
+    assert verdicts.run_measure("collapse", EVALS, []) == pytest.approx(0.25)  # step 0 never counts
+    assert verdicts.run_measure("collapse", EVALS, [], after_step=20) == pytest.approx(0.50)
+    assert verdicts.run_measure("peak_decline", EVALS, []) == pytest.approx(0.60 - 0.50)
+    assert verdicts.run_measure("grad_norm", [], [(1, 0.2), (2, 0.3), (3, 0.4)]) == pytest.approx(0.3)
     # compare's measure: one non-finite step leaves a run without a mean
-    assert F.run_measure("grad_norm", [], [(1, 0.2), (2, float("nan")), (3, 0.4)]) is None
-    assert F.final_eval(EVALS) == 0.50 and F.final_eval([(0, 0.4, 8)]) is None
+    assert verdicts.run_measure("grad_norm", [], [(1, 0.2), (2, float("nan")), (3, 0.4)]) is None
+    assert verdicts.final_eval(EVALS) == 0.50 and verdicts.final_eval([(0, 0.4, 8)]) is None
     # trapezoids: 10*(.40+.25)/2 + 10*(.25+.55)/2 + 10*(.55+.60)/2 + 10*(.60+.50)/2 = 18.5, over 40 steps
-    assert F.auc(EVALS) == pytest.approx(18.5 / 40)
+    assert verdicts.auc(EVALS) == pytest.approx(18.5 / 40)
 
 
 def test_speed_and_sampled_measures():
@@ -119,18 +120,18 @@ def test_speed_and_sampled_measures():
     # the gain is 0.5 from the first window to the last, half of it (0.35) is first reached at step 5
     reward = [(1, 0.1, None), (2, 0.1, None), (3, 0.2, None), (4, 0.4, None), (5, 0.6, None), (6, 0.6, None)]
     reward.append((7, 0.6, None))
-    assert F.steps_to_share(reward, 0.5, window=2) == 5.0
-    assert F.steps_to_share(reward, 1.0) == 5.0  # the end's level, first reached at step 5
-    assert F.steps_to_share([(1, 0.5, None), (2, 0.4, None)], 0.5) is None  # no gain: no such step
-    assert F.run_measure("auc", reward, []) == pytest.approx(sum((a + b) / 2 for (_, a, _), (_, b, _) in zip(reward, reward[1:], strict=False)) / 6)  # fmt: skip
+    assert verdicts.steps_to_share(reward, 0.5, window=2) == 5.0
+    assert verdicts.steps_to_share(reward, 1.0) == 5.0  # the end's level, first reached at step 5
+    assert verdicts.steps_to_share([(1, 0.5, None), (2, 0.4, None)], 0.5) is None  # no gain: no such step
+    assert verdicts.run_measure("auc", reward, []) == pytest.approx(sum((a + b) / 2 for (_, a, _), (_, b, _) in zip(reward, reward[1:], strict=False)) / 6)  # fmt: skip
     # a finding on the sampled pass@1 reads the runs' pass@1 curve, not the greedy one
     run = rd(1, EVALS)
     run.scores = {"eval/pass@1": [(0, 0.2, 64), (10, 0.3, 64), (20, 0.35, 64), (30, 0.4, 64), (40, 0.45, 64)]}
     finding = F.Finding("f", "c", "s", "v", "plateau", "higher", (), curve="eval/pass@1")
-    assert F.Arm("v", [run]).by_seed(finding) == {1: pytest.approx((0.35 + 0.4 + 0.45) / 3)}
+    assert verdicts.Arm("v", [run]).by_seed(finding) == {1: pytest.approx((0.35 + 0.4 + 0.45) / 3)}
     speed = F.Finding("g", "c", "s", "v", "steps_to_share", "lower", (), curve="train/reward", share=0.5, window=2)
     run.series["train/reward"] = [(s, v) for s, v, _ in reward]
-    assert F.Arm("v", [run]).by_seed(speed) == {1: 5.0} and speed.unit == "steps"
+    assert verdicts.Arm("v", [run]).by_seed(speed) == {1: 5.0} and speed.unit == "steps"
 
 
 def test_each_measure_is_a_weighted_sum_of_evals_and_so_of_problems():
@@ -142,11 +143,11 @@ def test_each_measure_is_a_weighted_sum_of_evals_and_so_of_problems():
     evals = [(s, sum(r) / 4, 4) for s, r in right.items()]
     stored = {s: ("h", encode(r, 1)) for s, r in right.items()}
     for measure in ("plateau", "collapse", "peak_decline", "auc", "final"):
-        weights = F.measure_weights(measure, evals)
+        weights = verdicts.measure_weights(measure, evals)
         problems = weighted(stored, weights)
-        assert sum(problems.values) / 4 == pytest.approx(F.run_measure(measure, evals, [])), measure
-    assert weighted({**stored, 40: ("other", stored[40][1])}, F.measure_weights("plateau", evals)) is None
-    assert weighted({s: ("h", None) for s in right}, F.measure_weights("plateau", evals)) is None  # not recorded
+        assert sum(problems.values) / 4 == pytest.approx(verdicts.run_measure(measure, evals, [])), measure
+    assert weighted({**stored, 40: ("other", stored[40][1])}, verdicts.measure_weights("plateau", evals)) is None
+    assert weighted({s: ("h", None) for s in right}, verdicts.measure_weights("plateau", evals)) is None  # not recorded
 
 
 def rd(run_id: int, evals=EVALS, grad=(), length=(), seed=None, status="finished"):
@@ -162,8 +163,8 @@ def test_testability_rules_measure_the_runs():
 
     extra = {1: {"zero_std_at_start": 0.95, "sample_lengths": [30, 30, 31, 29]}, 2: {"zero_std_at_start": 0.30}}
     variant, base = (
-        F.Arm("v", [rd(1, grad=[(1, 0.1)], seed=0)], extra),
-        F.Arm("b", [rd(2, grad=[(1, 0.2)], length=[(1, 16)], seed=0)], extra),
+        verdicts.Arm("v", [rd(1, grad=[(1, 0.1)], seed=0)], extra),
+        verdicts.Arm("b", [rd(2, grad=[(1, 0.2)], length=[(1, 16)], seed=0)], extra),
     )
     assert run_values("mixed_groups_at_start", variant, base, 32) == pytest.approx([0.05])
     assert run_values("mixed_groups_at_start", base, variant, 32) == pytest.approx([0.70])
@@ -173,14 +174,14 @@ def test_testability_rules_measure_the_runs():
     assert run_values("step1_grad_norm_gap", variant, base, 32) == pytest.approx([0.5])  # the seed-0 pair
     rule = F.Rule("mixed_groups_at_start", "every_arm", 0.2)
     finding = F.Finding("f", "c", "s", "v", "plateau", "higher", (rule,))
-    result = F.Result(finding, "b")
-    F.decide_testable(result, variant, base, 32)
+    result = verdicts.Result(finding, "b")
+    verdicts.decide_testable(result, variant, base, 32)
     assert not result.testable and result.rule_value == pytest.approx(0.05)  # the worse arm decides
     assert result.rule_values == pytest.approx({"v": 0.05, "b": 0.70})
-    result = F.Result(finding, "b")
-    F.decide_testable(result, F.Arm("b2", base.runs, extra), base, 32)
+    result = verdicts.Result(finding, "b")
+    verdicts.decide_testable(result, verdicts.Arm("b2", base.runs, extra), base, 32)
     assert result.testable
-    assert check(rule, variant, F.Arm("x", [rd(3, seed=0)], extra), 32).holds is None  # run 3 has no step 1
+    assert check(rule, variant, verdicts.Arm("x", [rd(3, seed=0)], extra), 32).holds is None  # run 3 has no step 1
 
 
 def table(study, base_label, arms):
@@ -209,7 +210,7 @@ def test_one_family_over_the_testable_findings_and_the_verdicts():
         F.Finding("d", "c", "s", "dead", "plateau", "higher", rule),
         F.Finding("x", "c", "s", "worse", "plateau", "higher", rule),
     ]
-    results = {r.finding.id: r for r in F.evaluate(tables, declared, extra, {"s": 32})}
+    results = {r.finding.id: r for r in verdicts.evaluate(tables, declared, extra, {"s": 32})}
     assert not results["d"].testable and results["d"].p_family is None and results["d"].verdict == "not testable here"
     # The family is w, e and x: Holm over their own p's (Welch for w and x, TOST for e).
     family = [results[k].p for k in ("w", "e", "x")]
@@ -342,7 +343,7 @@ def _verdict_of(finding, v_means, b_means):
     extra = {i: {"zero_std_at_start": 0.3} for i in range(20)}
     base = [rd(i, curve(m), seed=i) for i, m in enumerate(b_means)]
     variant = [rd(10 + i, curve(m), seed=i) for i, m in enumerate(v_means)]
-    (result,) = F.evaluate(table_of(base, variant), [finding], extra, {"s": 32})
+    (result,) = verdicts.evaluate(table_of(base, variant), [finding], extra, {"s": 32})
     return result
 
 
@@ -365,7 +366,11 @@ def test_not_reproduced_when_the_interval_excludes_the_seeds_effect_or_a_minimum
     # a declared minimum (signed in the claim's direction) works the same way
     floor = F.Finding("m", "c", "s", "v", "plateau", "higher", RULE, min_effect=0.02)
     assert _verdict_of(floor, [0.601, 0.618, 0.6115], [0.60, 0.62, 0.61]).verdict.endswith("the declared minimum")
-    assert F.short_of(-0.004, 0.004, -0.07) and not F.short_of(-0.08, 0.004, -0.07) and F.short_of(-0.01, 0.01, 0.02)
+    assert (
+        verdicts.short_of(-0.004, 0.004, -0.07)
+        and not verdicts.short_of(-0.08, 0.004, -0.07)
+        and verdicts.short_of(-0.01, 0.01, 0.02)
+    )
 
 
 def test_equivalence_at_the_ceiling_gets_no_verdict_and_no_place_in_the_family():
@@ -397,7 +402,7 @@ def test_findings_pair_problems_where_the_runs_recorded_them():
     base = [with_outcomes(rd(i, curve(0.6), seed=i), {i}) for i in range(3)]
     variant = [with_outcomes(rd(10 + i, curve(0.6), seed=i), {15, 16 + i}) for i in range(3)]
     finding = F.Finding("p", "c", "s", "v", "plateau", "higher", RULE)
-    (result,) = F.evaluate(table_of(base, variant), [finding], extra, {"s": 32})
+    (result,) = verdicts.evaluate(table_of(base, variant), [finding], extra, {"s": 32})
     assert result.diff.test == paired.TWO_LEVEL and result.problem_level == "problem level: in the interval"
     assert set(result.robustness) == {"last-3", "final", "AUC"}
     assert result.robustness["final"].test == paired.TWO_LEVEL
@@ -408,7 +413,9 @@ def test_a_finding_no_run_shows_is_not_seen():
     extra = {i: {"zero_std_at_start": 0.3} for i in range(10)}
     tables = {"s": table("s", "b", {"b": [rd(i, flat) for i in range(3)], "v": [rd(5 + i, flat) for i in range(3)]})}
     rule = (F.Rule("mixed_groups_at_start", "every_arm", 0.2),)
-    (result,) = F.evaluate(tables, [F.Finding("p", "c", "s", "v", "peak_decline", "higher", rule)], extra, {"s": 32})
+    (result,) = verdicts.evaluate(
+        tables, [F.Finding("p", "c", "s", "v", "peak_decline", "higher", rule)], extra, {"s": 32}
+    )
     assert result.testable and result.diff is None and result.p_family is None
     assert result.verdict == "not seen: 0 in every run of both arms"
 

@@ -208,6 +208,7 @@ def test_every_lab_verdict_follows_its_rule(committed_registry):
     exactly where the family leaves a direction unresolved and the 95% interval lies wholly
     short of the declared effect; std reads it because [low, high] excludes -7 points."""
     from grpoctl.analysis import findings as F
+    from grpoctl.analysis import verdicts
     from grpoctl.analysis.compare import family_results
     from grpoctl.registry import Registry
 
@@ -219,7 +220,7 @@ def test_every_lab_verdict_follows_its_rule(committed_registry):
         f, d = result.finding, result.diff
         effects = [e for e in (f.seed_effect, f.min_effect) if e is not None]
         unresolved = result.testable and d is not None and result.p_family is not None and result.p_family >= 0.05
-        short = unresolved and f.expect != "same" and any(F.short_of(d.low, d.high, e) for e in effects)
+        short = unresolved and f.expect != "same" and any(verdicts.short_of(d.low, d.high, e) for e in effects)
         assert result.verdict.startswith("not reproduced") == short, (f.id, result.verdict)
         if result.verdict.startswith("inconclusive: not resolved"):
             assert unresolved and not short, f.id

@@ -88,7 +88,7 @@ def test_compare_fits_each_width_with_every_variant_and_p_value_whole(lab, width
     # Decide first: the comparison table leads, its verdict on the variant's own line.
     assert lines[0].startswith("lab-std-normalization: against std_on")
     row = next(line for line in lines if line.startswith("std_off "))
-    assert "+0.000 [-0.004, +0.004]" in row and "0.890" in row and "within noise" in row
+    assert "+0.000 [-0.002, +0.002]" in row and "0.765" in row and "within noise" in row  # the paired t
 
 
 def test_off_a_terminal_compare_keeps_every_column_on_one_line(lab):

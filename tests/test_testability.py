@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from grpoctl.analysis import findings as F
-from grpoctl.analysis import stats
+from grpoctl.analysis import stats, verdicts
 from grpoctl.analysis.testability import Rule, check, check_all, load_extra, parse_rules
 from grpoctl.errors import UserError
 
@@ -27,7 +27,7 @@ def rd(run_id, seed, start_acc=0.25, final=0.6, grad1=0.2, status="finished"):
 
 
 def arm(label, runs, extra=None):
-    return F.Arm(label, runs, extra or {})
+    return verdicts.Arm(label, runs, extra or {})
 
 
 def test_an_at_most_rule_is_judged_on_its_highest_run():
@@ -76,8 +76,8 @@ def test_every_rule_of_a_list_must_hold_and_the_first_failing_one_decides():
     checks, deciding = check_all(rules, qo, base, 96)
     assert [c.holds for c in checks] == [True, False] and deciding is checks[1]
     finding = F.Finding("p", "c", "s", "qo", "plateau", "lower", rules)
-    result = F.Result(finding, "r1")
-    F.decide_testable(result, qo, base, 96)
+    result = verdicts.Result(finding, "r1")
+    verdicts.decide_testable(result, qo, base, 96)
     assert not result.testable and result.rule_value == pytest.approx(0.01)
 
 
@@ -117,7 +117,7 @@ def test_not_run_comes_before_not_testable_and_stays_out_of_the_family():
         F.Finding("r", "c", "s", "running", "plateau", "lower", rule),
         F.Finding("n", "c", "other", "worse", "plateau", "lower", rule),  # a study not run at all
     ]
-    results = {r.finding.id: r for r in F.evaluate(tables, declared, extra, {"s": 96})}
+    results = {r.finding.id: r for r in verdicts.evaluate(tables, declared, extra, {"s": 96})}
     assert results["r"].verdict == "not run" and results["r"].unended == 3 and "`running`" in results["r"].note
     assert results["n"].verdict == "not run" and results["n"].p_family is None
     assert results["w"].testable and results["w"].p_family == pytest.approx(results["w"].p)  # a family of one
@@ -197,7 +197,7 @@ def test_the_lab_reanalysis_adds_the_rules_issue_35_names():
 
 def test_auc_is_a_measure():
     evals = [(0, 0.2, 8), (10, 0.4, 8), (20, 0.8, 8)]
-    assert F.run_measure("auc", evals, []) == pytest.approx((10 * 0.3 + 10 * 0.6) / 20)
+    assert verdicts.run_measure("auc", evals, []) == pytest.approx((10 * 0.3 + 10 * 0.6) / 20)
     assert "auc" in F.MEASURES
 
 
@@ -261,7 +261,7 @@ def test_lab_lengths_are_tokens_not_bytes():
 def test_a_finding_not_run_names_its_specs_baseline_and_one_seed_is_no_test():
     (finding,) = F.read_findings(ROOT / "experiments" / "lab-prompt.yaml")[1]
     assert finding.baseline == "r1_zero"
-    (result,) = F.evaluate({}, [finding], {}, {})  # the study has no table: not recorded yet
+    (result,) = verdicts.evaluate({}, [finding], {}, {})  # the study has no table: not recorded yet
     assert result.not_run and result.baseline == "r1_zero" and result.verdict == "not run"
-    one = F.Result(finding, "r1_zero", testable=True, variant_values=[0.5], baseline_values=[0.6, 0.7, 0.65])
-    assert F.verdict(one) == "no test: 1 seed(s) against 3"
+    one = verdicts.Result(finding, "r1_zero", testable=True, variant_values=[0.5], baseline_values=[0.6, 0.7, 0.65])
+    assert verdicts.verdict(one) == "no test: 1 seed(s) against 3"

@@ -487,7 +487,7 @@ def _findings(registry: Registry, refs: list[str], table: CompareTable, path: st
 def family_results(registry: Registry, findings: list, tables: dict | None = None) -> tuple[list, dict]:
     """Every finding of one family (analysis.findings.Finding) measured on the registry,
     Holm over the testable ones; `tables` (study -> CompareTable) are reused and completed."""
-    from grpoctl.analysis.findings import measure_family
+    from grpoctl.analysis.verdicts import measure_family
 
     tables = dict(tables or {})
     for study in dict.fromkeys(f.study for f in findings):

@@ -108,7 +108,9 @@ def compare(
         # Machine formats own stdout; warnings still reach a human, on stderr.
         for warning in table.warnings:
             typer.echo(f"warning: {warning}", err=True)
-        typer.echo(tables.to_json(table) if fmt == "json" else tables.to_csv(table), nl=False)
+        from grpoctl.views import compare_records
+
+        typer.echo(compare_records.to_json(table) if fmt == "json" else compare_records.to_csv(table), nl=False)
     elif fmt == "markdown":
         for warning in table.warnings:
             typer.echo(f"> warning: {warning}\n")

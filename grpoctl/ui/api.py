@@ -31,7 +31,7 @@ from grpoctl.rules import headline_accuracy
 from grpoctl.run_identity import flatten
 from grpoctl.ui import params
 from grpoctl.ui.curves import load_points, variant_curves
-from grpoctl.views import compare_view
+from grpoctl.views import compare_records
 
 CURVE_PARAMS = {"metric", "points", "smoothing", "from", "to", "after_step"}
 
@@ -188,7 +188,7 @@ def study_compare(registry: Registry, request: Request, name: str) -> dict:
             for row in table.rows
             for rd in row.runs
         }
-        _compared[key] = {"compare": json.loads(compare_view.to_json(table)), "flags": flags}
+        _compared[key] = {"compare": json.loads(compare_records.to_json(table)), "flags": flags}
     return _compared[key]
 
 

@@ -1,0 +1,400 @@
+"""Measuring a declared finding and deciding its verdict (the findings themselves, their
+format, families and re-analysis overlays: findings.py).
+
+Each run gets the finding's measure (measure_weights, run_measure: the plateau, the final
+eval, the area under the curve, the steps to a share of the gain, the grad norm); the
+variant's runs are compared with the baseline's by the test the design allows
+(design.choose: paired over matched seeds, with the problems when outcomes were
+recorded); the rules decide whether this setup can show the finding at all
+(decide_testable), and `verdict` reads the result in the page's vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from itertools import pairwise
+from typing import Any
+
+from grpoctl import metrics
+from grpoctl.analysis import design, paired, stats
+from grpoctl.analysis.baseline import LAST_K, eval_curve_of, last_weights, seed_keys
+from grpoctl.analysis.findings import ENDED, NOT_REPRODUCED, PER_STEP, Finding
+from grpoctl.analysis.health import grad_norm_measure
+from grpoctl.analysis.problems import (
+    ProblemMeasure,
+    UnpairedProblems,
+    Weights,
+    check_paired,
+    outcome_kind,
+    weighted,
+    with_outcomes,
+)
+from grpoctl.analysis.testability import RULES, Check, check_all, load_extra
+
+# --------------------------------------------------------------------------- measuring
+
+
+def measure_weights(measure: str, evals: list, after_step: int = 1) -> Weights | None:
+    """The points of a run's curve a measure sums, with their weights (analysis/problems.py):
+    the last 3 evals (1/3 each), the lowest from after_step (1), the best minus the final
+    (+1, -1), the trapezoids' halves over the curve's length (auc); None without the points."""
+    trained = [(s, a) for s, a, _ in evals if s > 0]
+    if measure == "plateau":
+        return last_weights(evals, LAST_K) or None
+    if measure == "collapse":
+        after = [(s, a) for s, a in trained if s >= after_step]
+        return {min(after, key=lambda p: p[1])[0]: 1.0} if after else None
+    if measure == "peak_decline":
+        if not trained:
+            return None
+        weights = {max(trained, key=lambda p: p[1])[0]: 1.0}
+        final = trained[-1][0]
+        weights[final] = weights.get(final, 0.0) - 1.0
+        return weights
+    if measure == "auc":
+        span = evals[-1][0] - evals[0][0] if len(evals) > 1 else 0
+        if not span:
+            return None
+        weights: Weights = {}
+        for (s0, _, _), (s1, _, _) in pairwise(evals):
+            for step in (s0, s1):
+                weights[step] = weights.get(step, 0.0) + (s1 - s0) / 2 / span
+        return weights
+    if measure == "final":
+        return {trained[-1][0]: 1.0} if trained else None
+    raise ValueError(measure)
+
+
+def run_measure(
+    measure: str, evals: list, grad_norm: list, after_step: int = 1, share: float | None = None, window: int = 1
+) -> float | None:
+    """One run's number for `measure` on the curve `evals` ((step, value, n) points) (None
+    when it has no data for it)."""
+    if measure == "grad_norm":
+        return grad_norm_mean(grad_norm)
+    if measure == "steps_to_share":
+        assert share is not None
+        return steps_to_share(evals, share, window)
+    weights = measure_weights(measure, evals, after_step)
+    if weights is None:
+        return None
+    values = {s: a for s, a, _ in evals}
+    return sum(w * values[s] for s, w in weights.items())
+
+
+def grad_norm_mean(series: list) -> float | None:
+    """The one gradient-norm measure, compare's (analysis/health.py); None when not finite."""
+    value = grad_norm_measure(series)
+    return value if value is not None and math.isfinite(value) else None
+
+
+def final_eval(evals: list) -> float | None:
+    trained = [a for s, a, _ in evals if s > 0]
+    return trained[-1] if trained else None
+
+
+def auc(evals: list) -> float | None:
+    """Area under the curve from its first point to its last, over its length in steps:
+    the mean over training (trapezoids between points)."""
+    return run_measure("auc", evals, [])
+
+
+def steps_to_share(curve: list, share: float, window: int = 1) -> float | None:
+    """The first step at which the trailing mean of `window` points has made `share` of the
+    run's gain (from its first full window to its last); None when it gains nothing."""
+    points = [(s, v) for s, v, *_ in curve if v is not None and math.isfinite(v)]
+    if len(points) < window + 1:
+        return None
+    smooth = [
+        (points[i][0], sum(v for _, v in points[i - window + 1 : i + 1]) / window)
+        for i in range(window - 1, len(points))
+    ]
+    start, end = smooth[0][1], smooth[-1][1]
+    if end <= start:
+        return None
+    target = start + share * (end - start)
+    return float(next(step for step, value in smooth if value >= target - 1e-12))
+
+
+def curve_of(rd: Any, curve: str) -> list:
+    """A run's curve for a finding: its evals or a sampled score's (compare's), or a per-step
+    series as (step, value, None) points."""
+    if curve in PER_STEP:
+        return [(s, v, None) for s, v in rd.series.get(curve, []) if math.isfinite(v)]
+    return eval_curve_of(rd, curve) or []
+
+
+@dataclass
+class Arm:
+    """One variant's runs, as the numbers the findings read."""
+
+    label: str
+    runs: list[Any]  # analysis.compare.ComparedRun
+    extra: dict[int, dict] = field(default_factory=dict)  # run id -> measurements needing more data
+
+    def _keyed(self) -> list[tuple[Hashable, Any]]:
+        return list(zip(seed_keys([rd.run for rd in self.runs]), self.runs, strict=True))
+
+    def by_seed(self, f: Finding, measure: str | None = None) -> dict[Hashable, float]:
+        """Each run's number for the finding's measure (or `measure`, on the finding's curve), by seed."""
+        measure = measure or f.measure
+        out = {}
+        for key, rd in self._keyed():
+            value = run_measure(
+                measure,
+                curve_of(rd, f.curve),
+                rd.series.get(metrics.GRAD_NORM, []),
+                f.after_step,
+                f.share,
+                f.window,
+            )
+            if value is not None:
+                out[key] = value
+        return out
+
+    def per_seed(self, measure: str, after_step: int = 1) -> list[float]:
+        return list(self.by_seed(Finding("", "", "", "", measure, "higher", (), after_step=after_step)).values())
+
+    def problems(self, f: Finding, measure: str | None = None) -> dict[Hashable, ProblemMeasure]:
+        """Each run's measure problem by problem, by seed, where its outcomes are loaded and
+        recorded (an eval measure only)."""
+        measure = measure or f.measure
+        if measure in ("grad_norm", "steps_to_share") or f.curve in PER_STEP:
+            return {}
+        kind = outcome_kind(f.curve)
+        out = {}
+        for key, rd in self._keyed():
+            stored = getattr(rd, "outcomes", {}).get(kind)
+            weights = measure_weights(measure, curve_of(rd, f.curve), f.after_step)
+            if stored and weights:
+                problems = weighted(stored, weights, f.curve)
+                if problems is not None:
+                    out[key] = problems
+        return out
+
+
+@dataclass
+class Result:
+    """A finding against the runs."""
+
+    finding: Finding
+    baseline: str
+    not_run: bool = False  # its study, variant or baseline has no ended run
+    checks: list[Check] = field(default_factory=list)  # one per rule
+    deciding: Check | None = None  # the rule the verdict rests on (testability.check_all)
+    testable: bool = False
+    variant_values: list[float] = field(default_factory=list)
+    baseline_values: list[float] = field(default_factory=list)
+    choice: design.Choice | None = None  # the test the design allowed
+    diff: stats.Difference | None = None
+    equivalence: paired.PairedEquivalence | None = None
+    p: float | None = None  # the test's p: its own for a direction, TOST's for "same"
+    p_family: float | None = None  # Holm over the page's testable findings
+    mde: float | None = None
+    mde_family: float | None = None  # at Holm's strictest alpha (alpha / family size)
+    seeds_needed: tuple[int, bool] | None = None  # to resolve the observed difference, under the test applied
+    seeds_for_seed_effect: tuple[int, bool] | None = None
+    robustness: dict[str, design.Choice | None] = field(default_factory=dict)
+    unpaired: str = ""  # why recorded per-problem outcomes were not paired
+    unended: int = 0  # runs of its arms still running (or interrupted, failed): left out
+    note: str = ""
+    verdict: str = ""
+
+    @property
+    def seeds(self) -> tuple[int, int]:
+        return len(self.variant_values), len(self.baseline_values)
+
+    @property
+    def test(self) -> str:
+        """The short name of the test behind the difference ("" when none ran)."""
+        return self.choice.name if self.choice is not None and self.diff is not None else ""
+
+    @property
+    def problem_level(self) -> str | None:
+        """Whether the interval covers the problems; None for a measure no problem has a part in."""
+        f = self.finding
+        if f.measure in ("grad_norm", "steps_to_share") or f.curve in PER_STEP:
+            return None
+        if self.unpaired:
+            return paired.LABELS["problems not paired"]
+        return self.choice.problem_level if self.choice is not None else None
+
+    @property
+    def rule_value(self) -> float | None:
+        """The deciding rule's number (its worst case)."""
+        return None if self.deciding is None else self.deciding.value
+
+    @property
+    def rule_values(self) -> dict[str, float]:
+        return {} if self.deciding is None else self.deciding.per_arm
+
+
+def decide_testable(result: Result, variant: Arm, base: Arm, max_tokens: int | None) -> None:
+    result.checks, result.deciding = check_all(result.finding.testable, variant, base, max_tokens)
+    result.testable = bool(result.checks) and all(c.holds for c in result.checks)
+    if result.deciding is not None and result.deciding.holds is None:
+        result.note = f"not measurable: {RULES[result.deciding.rule.rule]} is missing from the runs"
+
+
+def _arm_runs(values: dict[Hashable, float], problems: dict[Hashable, ProblemMeasure]) -> design.ArmRuns:
+    return design.ArmRuns(values, {k: m.values for k, m in problems.items()})
+
+
+def compared(
+    f: Finding, variant: Arm, base: Arm, measure: str | None = None
+) -> tuple[design.Choice, dict[Hashable, float], dict[Hashable, float], str]:
+    """The finding's measure (or `measure`) in both arms under the test the design allows:
+    (the choice, the variant's and the baseline's values by seed, why recorded outcomes
+    were not paired)."""
+    v, b = variant.by_seed(f, measure), base.by_seed(f, measure)
+    v_problems, b_problems = variant.problems(f, measure), base.problems(f, measure)
+    unpaired = ""
+    try:
+        check_paired({variant.label: v_problems, base.label: b_problems})
+    except UnpairedProblems as exc:
+        v_problems, b_problems, unpaired = {}, {}, str(exc)
+    delta = f.delta if f.expect == "same" and measure is None else None
+    choice = design.choose(_arm_runs(v, v_problems), _arm_runs(b, b_problems), delta=delta, ceiling=f.ceiling)
+    return choice, v, b, unpaired
+
+
+def measure_against(result: Result, variant: Arm, base: Arm) -> None:
+    f = result.finding
+    choice, v, b, result.unpaired = compared(f, variant, base)
+    result.variant_values, result.baseline_values = list(v.values()), list(b.values())
+    if len(v) < 2 or len(b) < 2:
+        result.note = result.note or f"{len(v)} against {len(b)} seeds: a test over seeds needs 2+ in each arm"
+        return
+    if choice.difference is None:
+        result.note = result.note or choice.note
+        return
+    result.choice, result.diff = choice, choice.difference
+    result.mde = choice.mde
+    result.seeds_needed = choice.seeds_needed
+    if f.expect == "same":
+        result.equivalence = choice.equivalence
+        assert result.equivalence is not None
+        # both arms at the ceiling: the TOST p says nothing, and no verdict is given
+        result.p = None if result.equivalence.outcome else result.equivalence.p
+    else:
+        result.p = choice.difference.p
+    if f.seed_effect is not None:
+        result.seeds_for_seed_effect = design.seeds_for(choice, f.seed_effect)
+    if f.measure not in ("grad_norm", "steps_to_share") and f.curve not in PER_STEP:
+        for name, measure in ROBUSTNESS.items():
+            other = compared(f, variant, base, measure)[0]
+            result.robustness[name] = other if other.difference is not None else None
+
+
+# The same comparison under other measures: a verdict that flips between them rests on
+# where the curves happen to be at the end, not on a difference in how runs learn.
+ROBUSTNESS = {"last-3": "plateau", "final": "final", "AUC": "auc"}
+
+
+def short_of(low: float, high: float, effect: float) -> bool:
+    """The interval lies wholly on zero's side of `effect`: it rules the effect out."""
+    return low > effect if effect < 0 else high < effect
+
+
+def verdict(result: Result, alpha: float = stats.ALPHA) -> str:
+    """The verdict's words, from the family-adjusted p and the expected direction."""
+    f = result.finding
+    if result.not_run:
+        return "not run"
+    if not result.testable:
+        return "not testable here"
+    if result.diff is None and result.variant_values and result.baseline_values:
+        values = set(result.variant_values + result.baseline_values)
+        if len(values) == 1 and len(result.variant_values) > 1 and len(result.baseline_values) > 1:
+            return f"not seen: {values.pop():g} in every run of both arms"
+    if result.equivalence is not None and result.equivalence.outcome:
+        return result.equivalence.outcome  # both at the ceiling
+    if result.diff is None or result.p_family is None:
+        few = min(result.seeds) < 2
+        return "no test" + (f": {result.seeds[0]} seed(s) against {result.seeds[1]}" if few else "")
+    d = result.diff
+    if f.expect == "same":
+        if result.p_family < alpha:
+            return f"reproduced: equivalent within ±{100 * f.delta:g} pts"
+        if d.p < alpha and not (-f.delta < d.low and d.high < f.delta):
+            return "contradicted: it differs"
+        return f"inconclusive: neither equivalence within ±{100 * f.delta:g} nor a difference is shown"
+    if result.p_family < alpha:
+        seen = "higher" if d.diff > 0 else "lower"
+        return "reproduced" if seen == f.expect else f"contradicted: {seen}"
+    if f.seed_effect is not None and short_of(d.low, d.high, f.seed_effect):
+        return f"{NOT_REPRODUCED}: the interval excludes the seed's effect"
+    if f.min_effect is not None and short_of(d.low, d.high, f.min_effect):
+        return f"{NOT_REPRODUCED}: the interval excludes the declared minimum"
+    return "inconclusive: not resolved at these seeds"
+
+
+def _ended(runs: list) -> tuple[list, int]:
+    """The runs that ended (finished or diverged), and how many others were left out."""
+    kept = [rd for rd in runs if getattr(rd.run, "status", "finished") in ENDED]
+    return kept, len(runs) - len(kept)
+
+
+def evaluate(tables: dict, findings: list[Finding], extra: dict[int, dict], max_tokens: dict[str, int]) -> list[Result]:
+    """Every finding against its study's table (analysis.compare.CompareTable by study),
+    with one Holm family over the testable ones. `extra`: per run id, the numbers the
+    testability rules need beyond the table (testability.load_extra)."""
+    results = []
+    for f in findings:
+        table = tables.get(f.study)
+        if table is None or table.versus is None:
+            results.append(Result(f, f.baseline, not_run=True, note="not run"))
+            continue
+        rows = {r.label: r for r in table.rows}
+        baseline = table.versus.baseline
+        result = Result(f, baseline)
+        arms = {}
+        for label in (f.variant, baseline):
+            runs, left_out = _ended(rows[label].runs) if label in rows else ([], 0)
+            result.unended += left_out
+            arms[label] = runs
+        missing = [label for label, runs in arms.items() if not runs]
+        if missing:
+            result.not_run = True
+            result.note = "not run: " + " and ".join(f"`{m}`" for m in missing) + " has no ended run yet"
+            results.append(result)
+            continue
+        variant = Arm(f.variant, arms[f.variant], extra)
+        base = Arm(baseline, arms[baseline], extra)
+        decide_testable(result, variant, base, max_tokens.get(f.study))
+        measure_against(result, variant, base)
+        results.append(result)
+    # the family: findings that ran, are testable by every rule, and have a test
+    family = {i: r.p for i, r in enumerate(results) if not r.not_run and r.testable and r.p is not None}
+    adjusted = stats.holm_family(family)
+    m = len(family)
+    for i, r in enumerate(results):
+        r.p_family = adjusted.get(i)
+        if r.choice is not None and m:
+            r.mde_family = design.mde_at(r.choice, stats.ALPHA / m)
+        r.verdict = verdict(r)
+    return results
+
+
+def measure_family(registry, findings: list[Finding], tables: dict) -> list[Result]:
+    """Every finding of one family measured on the registry, Holm over the testable ones.
+
+    tables: study -> its CompareTable, one for each study that has runs (a study missing
+    from it has not been run, and its findings say so); analysis.compare.family_results
+    builds them.
+    """
+    import json
+
+    runs = {rd.run.id: rd.run for t in tables.values() for row in t.rows for rd in row.runs}
+    extra = load_extra(registry, list(runs.values()))
+    max_tokens = {}
+    for study, t in tables.items():
+        members = [rd for row in t.rows for rd in row.runs]
+        if members:
+            max_tokens[study] = json.loads(members[0].run.config).get("rollout", {}).get("max_tokens")
+        # the per-problem outcomes behind each eval curve its findings read (one read per kind)
+        for curve in dict.fromkeys(f.curve for f in findings if f.study == study and f.curve not in PER_STEP):
+            with_outcomes(registry, members, curve, t.eval_set)
+    return evaluate(tables, findings, extra, max_tokens)
