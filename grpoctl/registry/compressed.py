@@ -7,7 +7,8 @@ file's content, and the copy is opened. A command that writes is refused: its wr
 would land in the cache and be lost (`xz -dk FILE.db.xz` gives a registry to write to).
 
 The cache is `$GRPOCTL_CACHE_DIR`, else `$XDG_CACHE_HOME/grpoctl`, else
-`~/.cache/grpoctl`, under `registries/`. Two processes that decompress the same file at
+`~/.cache/grpoctl`, under `registries/`, one copy per compressed file's content and
+schema revision. Two processes that decompress the same file at
 once each write a temporary file and rename it into place, so neither reads a half.
 """
 
@@ -21,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 from grpoctl.errors import UserError
+from grpoctl.registry import schema
 
 SUFFIX = ".xz"
 CHUNK = 1 << 20
@@ -56,7 +58,9 @@ def decompressed(path: str | Path) -> Path:
         raise UserError(f"no registry at {source}")
     name = source.name[: -len(SUFFIX)]
     stem = name[: -len(".db")] if name.endswith(".db") else name
-    target = cache_dir() / f"{stem}-{_digest(source)[:16]}.db"
+    # One copy per schema revision too: opening a copy migrates it to this grpoctl's schema,
+    # and another version sharing the cache must not meet a copy it calls "newer".
+    target = cache_dir() / f"{stem}-{_digest(source)[:16]}-r{schema.HEAD}.db"
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, partial = tempfile.mkstemp(dir=target.parent, prefix=f".{stem}-", suffix=".part")
