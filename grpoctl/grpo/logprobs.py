@@ -8,6 +8,7 @@ over 150k entries loses the small differences policy ratios depend on.
 """
 
 import inspect
+from typing import Any
 
 import torch
 
@@ -42,6 +43,7 @@ def get_response_log_probs(
     return_token_entropy: bool = False,
     attention_mask: torch.Tensor | None = None,
     entropy_with_grad: bool = False,
+    chunk_tokens: int = 0,
 ) -> dict[str, torch.Tensor]:
     """log p(labels[t] | input_ids[: t + 1]) under a HF causal LM.
 
@@ -52,7 +54,17 @@ def get_response_log_probs(
     vocabulary-sized temporaries to one chunk of one row; `entropy_with_grad` (an
     entropy bonus trains on it) keeps its graph, which costs about one more
     logits-sized tensor.
+
+    chunk_tokens > 0 applies the LM head and the log-softmax that many positions at a
+    time (chunked_label_log_probs): the same values, and the full logits never exist.
+    A model whose logits are not a plain Linear head on its decoder's output falls back
+    to the full logits.
     """
+    head = _chunkable_head(model) if chunk_tokens > 0 else None
+    if head is not None:
+        kwargs = {} if attention_mask is None else {"attention_mask": attention_mask}
+        hidden = model.get_decoder()(input_ids, **kwargs).last_hidden_state
+        return chunked_label_log_probs(hidden, head, labels, chunk_tokens, return_token_entropy, entropy_with_grad)
     if attention_mask is None:
         logits = model(input_ids).logits
     else:
@@ -74,6 +86,170 @@ def _entropy_rows(logits: torch.Tensor, with_grad: bool = False) -> torch.Tensor
         return torch.cat(
             [compute_entropy(logits[i : i + ENTROPY_CHUNK]) for i in range(0, logits.shape[0], ENTROPY_CHUNK)]
         )
+
+
+# ------------------------------------------------------------------ chunked LM head
+
+
+class _ChunkedLabelLogProbs(torch.autograd.Function):
+    """The LM head and log-softmax, a chunk of positions at a time, in forward and backward.
+
+    A plain loop over chunks saves nothing under autograd, which keeps every chunk's logits
+    for the backward pass. Here the forward keeps only the hidden states and two numbers per
+    position (logsumexp and entropy), and the backward rebuilds each chunk's logits from
+    them, so no more than one chunk's (chunk, vocab) logits exist at any time.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        labels: torch.Tensor,
+        chunk_tokens: int,
+        compute_dtype: torch.dtype,
+        with_entropy: bool,
+        entropy_with_grad: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """hidden: (positions, hidden) the head's input; weight: (vocab, hidden); bias: (vocab,)
+        or None; labels: (positions,) long. Returns log p(label) and the entropy, (positions,)
+        float32 each (the entropy is empty unless `with_entropy`)."""
+        n = hidden.shape[0]
+        log_probs = torch.empty(n, dtype=torch.float32, device=hidden.device)
+        logsumexp = torch.empty_like(log_probs)
+        entropy = torch.empty_like(log_probs) if with_entropy else log_probs.new_empty(0)
+        head = _head_in(weight, bias, compute_dtype)
+        for start in range(0, n, chunk_tokens):
+            rows = slice(start, start + chunk_tokens)
+            logits = _chunk_logits(hidden[rows], head, compute_dtype)
+            logsumexp[rows] = torch.logsumexp(logits, dim=-1)
+            log_probs[rows] = logits.gather(-1, labels[rows, None]).squeeze(-1) - logsumexp[rows]
+            if with_entropy:
+                entropy[rows] = compute_entropy(logits)
+        ctx.save_for_backward(hidden, weight, bias, labels, logsumexp, entropy)
+        ctx.chunk_tokens, ctx.compute_dtype = chunk_tokens, compute_dtype
+        if not entropy_with_grad:
+            ctx.mark_non_differentiable(entropy)
+        return log_probs, entropy
+
+    @staticmethod
+    def backward(
+        ctx: Any, grad_log_probs: torch.Tensor | None, grad_entropy: torch.Tensor | None
+    ) -> tuple[torch.Tensor | None, ...]:
+        """d/dz of log p(y) = z_y - logsumexp(z) is onehot(y) - p; of the entropy
+        H = logsumexp(z) - sum p z it is -p (z - E_p[z]), where E_p[z] = logsumexp - H."""
+        hidden, weight, bias, labels, logsumexp, entropy = ctx.saved_tensors
+        chunk_tokens, compute_dtype = ctx.chunk_tokens, ctx.compute_dtype
+        head = _head_in(weight, bias, compute_dtype)
+        want_hidden, want_weight, want_bias = ctx.needs_input_grad[:3]
+        grad_hidden = torch.empty_like(hidden) if want_hidden else None
+        # Summed over chunks in float32, rounded to the weight's dtype once at the end.
+        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if want_weight else None
+        grad_bias = torch.zeros(weight.shape[0], dtype=torch.float32, device=weight.device) if want_bias else None
+        for start in range(0, hidden.shape[0], chunk_tokens):
+            rows = slice(start, start + chunk_tokens)
+            logits = _chunk_logits(hidden[rows], head, compute_dtype)
+            probs = torch.exp(logits - logsumexp[rows, None])
+            grad_logits = torch.zeros_like(probs)
+            if grad_log_probs is not None:
+                g = grad_log_probs[rows, None]
+                grad_logits -= probs * g
+                grad_logits.scatter_add_(-1, labels[rows, None], g)
+            if grad_entropy is not None and grad_entropy.numel():
+                mean_logit = (logsumexp[rows] - entropy[rows])[:, None]
+                grad_logits -= probs * (logits - mean_logit) * grad_entropy[rows, None]
+            del logits, probs
+            # The head ran in compute_dtype, so its gradient does too (as autograd would).
+            grad_logits = grad_logits.to(compute_dtype)
+            if grad_hidden is not None:
+                grad_hidden[rows] = (grad_logits @ head[0]).to(hidden.dtype)
+            if grad_weight is not None:
+                grad_weight += (grad_logits.T @ hidden[rows].to(compute_dtype)).float()
+            if grad_bias is not None:
+                grad_bias += grad_logits.float().sum(0)
+        return (
+            grad_hidden,
+            None if grad_weight is None else grad_weight.to(weight.dtype),
+            None if grad_bias is None else grad_bias.to(bias.dtype),
+            None,
+            None,
+            None,
+            None,
+            None,
+        )
+
+
+def _head_in(
+    weight: torch.Tensor, bias: torch.Tensor | None, compute_dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The head's weight (vocab, hidden) and bias in the dtype it computes in (autocast's copy)."""
+    return weight.to(compute_dtype), None if bias is None else bias.to(compute_dtype)
+
+
+def _chunk_logits(
+    hidden: torch.Tensor, head: tuple[torch.Tensor, torch.Tensor | None], compute_dtype: torch.dtype
+) -> torch.Tensor:
+    """(chunk, hidden) -> (chunk, vocab) logits, computed as the plain head would, then float32."""
+    return _as_float32(torch.nn.functional.linear(hidden.to(compute_dtype), *head))
+
+
+def head_compute_dtype(hidden: torch.Tensor, weight: torch.Tensor) -> torch.dtype:
+    """The dtype the LM head computes in: autocast's when it is on, else the operands'."""
+    device_type = hidden.device.type
+    if torch.is_autocast_enabled(device_type):
+        return torch.get_autocast_dtype(device_type)
+    return torch.promote_types(hidden.dtype, weight.dtype)
+
+
+def chunked_label_log_probs(
+    hidden: torch.Tensor,
+    head: torch.nn.Linear,
+    labels: torch.Tensor,
+    chunk_tokens: int,
+    return_token_entropy: bool = False,
+    entropy_with_grad: bool = False,
+) -> dict[str, torch.Tensor]:
+    """log p(labels) (and the entropy) from the head's input, `chunk_tokens` positions at a time.
+
+    hidden: (..., hidden) the last hidden states; labels: (...) long. Returns
+    {"log_probs": (...) float32} and, when asked, {"token_entropy": (...) float32}, equal to
+    the full-logits path's; the full logits never exist, in forward or backward.
+    """
+    compute_dtype = head_compute_dtype(hidden, head.weight)
+    with_grad = return_token_entropy and entropy_with_grad and torch.is_grad_enabled()
+    with torch.autocast(hidden.device.type, enabled=False):
+        log_probs, entropy = _ChunkedLabelLogProbs.apply(
+            hidden.reshape(-1, hidden.shape[-1]),
+            head.weight,
+            head.bias,
+            labels.reshape(-1),
+            chunk_tokens,
+            compute_dtype,
+            return_token_entropy,
+            with_grad,
+        )
+    out = {"log_probs": log_probs.view(labels.shape)}
+    if return_token_entropy:
+        out["token_entropy"] = entropy.view(labels.shape) if with_grad else entropy.detach().view(labels.shape)
+    return out
+
+
+def _chunkable_head(model: torch.nn.Module) -> torch.nn.Linear | None:
+    """The model's LM head when the logits are exactly head(decoder output); None otherwise
+    (no separate decoder, a head that is not a plain Linear, or logits post-processed)."""
+    get_decoder = getattr(model, "get_decoder", None)
+    get_head = getattr(model, "get_output_embeddings", None)
+    if get_decoder is None or get_head is None:
+        return None
+    head = get_head()
+    config = getattr(model, "config", None)
+    post_processed = any(
+        getattr(config, name, None) not in (None, 1, 1.0) for name in ("final_logit_softcapping", "logit_scale")
+    )
+    if type(head) is not torch.nn.Linear or post_processed or get_decoder() is model:
+        return None
+    return head
 
 
 def _checkpointing(model: torch.nn.Module) -> bool:
@@ -119,6 +295,7 @@ def get_response_log_probs_shared_prompts(
     response_mask: torch.Tensor,
     return_token_entropy: bool = False,
     entropy_with_grad: bool = False,
+    chunk_tokens: int = 0,
 ) -> dict[str, torch.Tensor]:
     """`get_response_log_probs` on the response positions, running each distinct prompt once.
 
@@ -134,12 +311,18 @@ def get_response_log_probs_shared_prompts(
     into the one prompt computation, which is the same gradient up to float rounding. The
     vocabulary projection is taken at response positions only. Falls back to the plain
     forward where sharing saves nothing (every prompt distinct) or cannot work (gradient
-    checkpointing drops the cache).
+    checkpointing drops the cache). chunk_tokens > 0: the vocabulary projection is chunked
+    as in get_response_log_probs.
     """
     groups = None if _checkpointing(model) else _prompt_groups(input_ids, response_mask)
     if groups is None or len(groups[3]) == input_ids.shape[0]:
         out = get_response_log_probs(
-            model, input_ids, labels, return_token_entropy, entropy_with_grad=entropy_with_grad
+            model,
+            input_ids,
+            labels,
+            return_token_entropy,
+            entropy_with_grad=entropy_with_grad,
+            chunk_tokens=chunk_tokens,
         )
         zero = torch.zeros((), dtype=out["log_probs"].dtype, device=input_ids.device)
         return {k: torch.where(response_mask.bool(), v, zero) for k, v in out.items()}
@@ -157,8 +340,11 @@ def get_response_log_probs_shared_prompts(
         prompt_ids[i, width - len(p) :] = torch.tensor(p)
         prompt_att[i, width - len(p) :] = 1
     prompt_ids, prompt_att = prompt_ids.to(device), prompt_att.to(device)
-    last_only = {"logits_to_keep": 1} if _forward_takes(model, "logits_to_keep") else {}
-    first = model(
+    # Chunked: both forwards stop at the decoder's hidden states, which the head takes per chunk.
+    head = _chunkable_head(model) if chunk_tokens > 0 else None
+    forward = model if head is None else model.get_decoder()
+    last_only = {"logits_to_keep": 1} if _forward_takes(forward, "logits_to_keep") else {}
+    first = forward(
         prompt_ids,
         attention_mask=prompt_att,
         position_ids=(prompt_att.cumsum(-1) - 1).clamp(min=0),
@@ -174,19 +360,24 @@ def get_response_log_probs_shared_prompts(
     compact = torch.arange(span, device=device) < resp_lens[:, None]  # (batch, span)
     targets = torch.zeros(B, span, dtype=torch.long, device=device)
     targets[compact] = labels[response_mask.bool()]
+
     # The two forwards' logits stay apart (no (batch, span, vocab) concatenation, which
     # would be one more vocabulary-sized copy): first response token, then the rest.
-    parts = [(first.logits[:, -1:][rows], targets[:, :1])]
+    def head_input(output: Any) -> torch.Tensor:
+        """The logits (plain head) or the hidden states (chunked head) of a forward."""
+        return output.logits if head is None else output.last_hidden_state
+
+    parts = [(head_input(first)[:, -1:][rows], targets[:, :1])]
     if span > 1:
         starts = torch.tensor(prompt_lens, device=device)
-        second = model(
+        second = forward(
             targets[:, :-1],
             attention_mask=torch.cat([prompt_att[rows], compact[:, :-1].long()], dim=-1),
             position_ids=starts[:, None] + torch.arange(span - 1, device=device),
             use_cache=False,
-            **{_cache_kwarg(model): DynamicCache(layers)},
+            **{_cache_kwarg(forward): DynamicCache(layers)},
         )
-        parts.append((second.logits, targets[:, 1:]))
+        parts.append((head_input(second), targets[:, 1:]))
 
     def spread(per_position: list[torch.Tensor]) -> torch.Tensor:
         """(batch, span) values, in parts -> (batch, seq) at the response positions, 0 elsewhere."""
@@ -194,8 +385,16 @@ def get_response_log_probs_shared_prompts(
         return torch.zeros(labels.shape, dtype=flat.dtype, device=device).masked_scatter(response_mask.bool(), flat)
 
     log_probs, entropy = [], []
-    for logits, target in parts:
-        logits = _as_float32(logits)  # (batch, n, vocab)
+    for head_in, target in parts:
+        if head is not None:
+            chunked = chunked_label_log_probs(
+                head_in, head, target, chunk_tokens, return_token_entropy, entropy_with_grad
+            )
+            log_probs.append(chunked["log_probs"])
+            if return_token_entropy:
+                entropy.append(chunked["token_entropy"])
+            continue
+        logits = _as_float32(head_in)  # (batch, n, vocab)
         label_logits = logits.gather(dim=-1, index=target.unsqueeze(-1)).squeeze(-1)
         log_probs.append(label_logits - torch.logsumexp(logits, dim=-1))
         if return_token_entropy:
