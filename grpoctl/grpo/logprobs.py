@@ -97,7 +97,9 @@ class _ChunkedLabelLogProbs(torch.autograd.Function):
     A plain loop over chunks saves nothing under autograd, which keeps every chunk's logits
     for the backward pass. Here the forward keeps only the hidden states and two numbers per
     position (logsumexp and entropy), and the backward rebuilds each chunk's logits from
-    them, so no more than one chunk's (chunk, vocab) logits exist at any time.
+    them, so no more than one chunk's (chunk, vocab) logits exist at any time. Within a
+    chunk the work is in place where it can be: at most two float32 (chunk, vocab) tensors
+    are alive (the logits and one more), in forward and in backward.
     """
 
     @staticmethod
@@ -126,17 +128,16 @@ class _ChunkedLabelLogProbs(torch.autograd.Function):
             logsumexp[rows] = torch.logsumexp(logits, dim=-1)
             log_probs[rows] = logits.gather(-1, labels[rows, None]).squeeze(-1) - logsumexp[rows]
             if with_entropy:
-                entropy[rows] = compute_entropy(logits)
+                entropy[rows] = _entropy_in_place(logits, logsumexp[rows])
+            del logits
         ctx.save_for_backward(hidden, weight, bias, labels, logsumexp, entropy)
-        ctx.chunk_tokens, ctx.compute_dtype = chunk_tokens, compute_dtype
+        ctx.chunk_tokens, ctx.compute_dtype, ctx.entropy_with_grad = chunk_tokens, compute_dtype, entropy_with_grad
         if not entropy_with_grad:
             ctx.mark_non_differentiable(entropy)
         return log_probs, entropy
 
     @staticmethod
-    def backward(
-        ctx: Any, grad_log_probs: torch.Tensor | None, grad_entropy: torch.Tensor | None
-    ) -> tuple[torch.Tensor | None, ...]:
+    def backward(ctx: Any, grad_log_probs: torch.Tensor, grad_entropy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         """d/dz of log p(y) = z_y - logsumexp(z) is onehot(y) - p; of the entropy
         H = logsumexp(z) - sum p z it is -p (z - E_p[z]), where E_p[z] = logsumexp - H."""
         hidden, weight, bias, labels, logsumexp, entropy = ctx.saved_tensors
@@ -149,17 +150,17 @@ class _ChunkedLabelLogProbs(torch.autograd.Function):
         grad_bias = torch.zeros(weight.shape[0], dtype=torch.float32, device=weight.device) if want_bias else None
         for start in range(0, hidden.shape[0], chunk_tokens):
             rows = slice(start, start + chunk_tokens)
+            g = grad_log_probs[rows, None]
             logits = _chunk_logits(hidden[rows], head, compute_dtype)
-            probs = torch.exp(logits - logsumexp[rows, None])
-            grad_logits = torch.zeros_like(probs)
-            if grad_log_probs is not None:
-                g = grad_log_probs[rows, None]
-                grad_logits -= probs * g
-                grad_logits.scatter_add_(-1, labels[rows, None], g)
-            if grad_entropy is not None and grad_entropy.numel():
+            probs = logits.sub(logsumexp[rows, None]).exp_()
+            if ctx.entropy_with_grad:
+                # -p * ((z - E_p[z]) * dH + dlogp), built in the logits' own storage
                 mean_logit = (logsumexp[rows] - entropy[rows])[:, None]
-                grad_logits -= probs * (logits - mean_logit) * grad_entropy[rows, None]
-            del logits, probs
+                grad_logits = probs.mul_(logits.sub_(mean_logit).mul_(grad_entropy[rows, None]).add_(g)).neg_()
+            else:
+                grad_logits = probs.mul_(g).neg_()
+            del logits
+            grad_logits.scatter_add_(-1, labels[rows, None], g)
             # The head ran in compute_dtype, so its gradient does too (as autograd would).
             grad_logits = grad_logits.to(compute_dtype)
             if grad_hidden is not None:
@@ -168,6 +169,7 @@ class _ChunkedLabelLogProbs(torch.autograd.Function):
                 grad_weight += (grad_logits.T @ hidden[rows].to(compute_dtype)).float()
             if grad_bias is not None:
                 grad_bias += grad_logits.float().sum(0)
+            del grad_logits
         return (
             grad_hidden,
             None if grad_weight is None else grad_weight.to(weight.dtype),
@@ -178,6 +180,16 @@ class _ChunkedLabelLogProbs(torch.autograd.Function):
             None,
             None,
         )
+
+
+def _entropy_in_place(logits: torch.Tensor, logsumexp: torch.Tensor) -> torch.Tensor:
+    """compute_entropy of float32 (chunk, vocab) logits whose logsumexp is known, with one
+    temporary: it overwrites `logits` with their max-shifted values (see compute_entropy)."""
+    row_max = logits.amax(dim=-1, keepdim=True)
+    shifted = logits.sub_(row_max)
+    shifted_logsumexp = logsumexp - row_max.squeeze(-1)
+    probs = shifted.sub(shifted_logsumexp[:, None]).exp_()
+    return shifted_logsumexp - probs.mul_(shifted).sum(dim=-1)
 
 
 def _head_in(
