@@ -1,9 +1,9 @@
 """Chunked log-probs give the full-logits path's values and gradients, and never keep its logits.
 
 fp32: values and gradients within 1e-6. bf16: the head runs in bf16 on both paths, so
-values agree within 1e-6 too; the head's weight gradient is summed over chunks in fp32
-where the full path rounds one bf16 matmul, so gradients agree within 1e-2 relative
-(a few bf16 ulps).
+values agree within 1e-6 too; the head's weight gradient is summed over chunks in bf16,
+one rounding per chunk where the full path rounds once, so gradients agree within 1e-2
+relative (a few bf16 ulps).
 """
 
 from __future__ import annotations
