@@ -88,6 +88,17 @@ class ModelConfig:
         choices=DTYPES,
     )
     gradient_checkpointing: bool = key(False, "recompute activations in the backward pass (the 24 GB preset)")
+    # Off by default: the addition task and the lab keep their recorded numbers bit for bit.
+    # At Qwen's 151,936-entry vocabulary the full fp32 logits are ~0.6 GB per 1k tokens, in
+    # forward and again as their gradient; the GPU presets chunk them.
+    logprob_chunk_tokens: int = key(
+        0,
+        "apply the LM head and log-softmax this many positions at a time, in forward and backward, so the "
+        "full (tokens x vocabulary) logits never exist; 0 = off",
+        range="[0, inf)",
+        note="0 is off",
+        neutral=True,
+    )
     tiny: TinyModelConfig = section(TinyModelConfig)
     warmstart: WarmStartConfig = section(WarmStartConfig)
 

@@ -27,6 +27,7 @@ def test_the_gpu_presets_use_the_card(preset):
     assert cfg.eval.batch_size >= cfg.eval.subset  # one vLLM call per eval
     assert cfg.rollout.vllm.sleep_level == 2
     assert cfg.reward.grading_workers >= 4
+    assert cfg.model.logprob_chunk_tokens > 0  # the full fp32 logits never exist
 
 
 def r1(answer: str) -> str:

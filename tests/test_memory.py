@@ -63,13 +63,13 @@ def test_rtx4090_preset_components():
     assert e["optimizer states"] == int(P * (2 + 8 / 256))  # uint8 m, v + fp32 absmax per 256
     # checkpointing: 28 layer inputs (2h each) + one layer rebuilt in backward
     assert e["activations (ckpt)"] == SEQ * (28 * 2 * 1536 + LAYER + FINAL)
-    assert e["logits"] == SEQ * 151_936 * 10  # bf16 2 + fp32 upcast 4 + fp32 grad 4
+    assert e["logits"] == 512 * 151_936 * 8  # chunks of 512 positions: fp32 logits + one fp32 temporary
     assert e["vLLM pool"] == int(0.3 * DEVICE_24)
     assert e["vLLM asleep"] == GiB and e["runtime overhead"] == GiB
     rollout = 2 * P + int(P * (2 + 8 / 256)) + int(0.3 * DEVICE_24) + GiB
-    backward = 4 * P + int(P * (2 + 8 / 256)) + SEQ * (28 * 2 * 1536 + LAYER + FINAL) + SEQ * 151_936 * 10 + 2 * GiB
+    backward = 4 * P + int(P * (2 + 8 / 256)) + SEQ * (28 * 2 * 1536 + LAYER + FINAL) + 512 * 151_936 * 8 + 2 * GiB
     assert e.phase_bytes("rollout") == rollout and e.phase_bytes("backward") == backward
-    assert e.total == max(rollout, backward) < DEVICE_24  # ~14.0 GiB: fits the 24 GB card
+    assert e.total == max(rollout, backward) < DEVICE_24  # ~12.6 GiB: fits the 24 GB card
 
 
 def test_h100_preset_components():
@@ -79,11 +79,27 @@ def test_h100_preset_components():
     assert e["optimizer states"] == 2 * 2 * P  # AdamW m, v in bf16
     assert e["optimizer temporaries"] == 2 * P
     assert e["activations"] == 4 * SEQ * (28 * LAYER + FINAL)  # ~15 GiB
-    assert e["logits"] == 4 * SEQ * 151_936 * 10
-    backward = 2 * P + 2 * P + 4 * P + 4 * SEQ * (28 * LAYER + FINAL) + 4 * SEQ * 151_936 * 10 + 2 * GiB
-    assert e.phase_bytes("backward") == backward == e.total  # ~36.5 GiB
+    assert e["logits"] == 1024 * 151_936 * 8  # chunks of 1024 positions
+    backward = 2 * P + 2 * P + 4 * P + 4 * SEQ * (28 * LAYER + FINAL) + 1024 * 151_936 * 8 + 2 * GiB
+    assert e.phase_bytes("backward") == backward  # ~29.8 GiB
+    assert e.total == e.phase_bytes("rollout")  # ~33.6 GiB: vLLM's 0.3 share of 80 GiB, now the largest phase
     assert e.total < 80 * GiB
     assert estimate_peak_memory(QWEN, cfg, device_total_bytes=DEVICE_24, prompt_tokens=368).total > DEVICE_24
+
+
+def test_the_logits_term_follows_logprob_chunk_tokens():
+    full = load_config("experiments/h100.yaml", ["model.logprob_chunk_tokens=0", "loss.entropy_coef=0.01"])
+    e = estimate_peak_memory(QWEN, full, device_total_bytes=80 * GiB, prompt_tokens=368)
+    assert e["logits"] == 4 * SEQ * 151_936 * 10  # bf16 2 + fp32 upcast 4 + fp32 grad 4
+    assert e["entropy bonus graph"] == 4 * SEQ * 151_936 * 8
+    chunked = load_config("experiments/h100.yaml", ["model.logprob_chunk_tokens=256", "loss.entropy_coef=0.01"])
+    c = estimate_peak_memory(QWEN, chunked, device_total_bytes=80 * GiB, prompt_tokens=368)
+    assert c["logits"] == 256 * 151_936 * 8
+    assert "entropy bonus graph" not in {x.name for x in c.components}  # rebuilt per chunk as well
+    assert e.phase_bytes("backward") - c.phase_bytes("backward") == e["logits"] + e["entropy bonus graph"] - c["logits"]
+    # A chunk longer than the microbatch's tokens is the microbatch.
+    whole = load_config("experiments/h100.yaml", ["model.logprob_chunk_tokens=100000"])
+    assert estimate_peak_memory(QWEN, whole, 80 * GiB, prompt_tokens=368)["logits"] == 4 * SEQ * 151_936 * 8
 
 
 def test_without_the_tricks_the_24gb_card_overflows():

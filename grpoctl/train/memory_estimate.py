@@ -62,6 +62,12 @@ def logits_bytes_per_element(b: int) -> int:
     return b + (4 if b < 4 else 0) + 4
 
 
+# Chunked (model.logprob_chunk_tokens, grpo/logprobs.py _ChunkedLabelLogProbs): one chunk of
+# positions at a time, the fp32 logits and one fp32 temporary (logsumexp's exponentials or
+# the probabilities, overwritten into the gradient), in forward and again in backward.
+CHUNKED_LOGITS_BYTES_PER_ELEMENT = 8
+
+
 # An entropy bonus backpropagates through the entropy (grpo/logprobs.py compute_entropy):
 # autograd keeps the max-shifted fp32 logits and their softmax, two more fp32 copies.
 ENTROPY_GRAPH_BYTES_PER_ELEMENT = 8
@@ -208,17 +214,31 @@ def estimate_peak_memory(
         else f"{mb} x {seq} tok x {arch.num_hidden_layers} layers x {per_layer / 1024:.0f} KiB/tok/layer"
     )
     c.append(Component("activations" + (" (ckpt)" if ckpt else ""), act, ("backward",), how))
-    per_el = logits_bytes_per_element(b)
-    copies = "bf16 + fp32 upcast + fp32 grad" if b < 4 else "fp32 + fp32 grad"
-    c.append(
-        Component(
-            "logits",
-            mb * seq * arch.vocab_size * per_el,
-            ("backward",),
-            f"{mb} x {seq} x {arch.vocab_size} vocab x {per_el} B ({copies})",
+    chunk = cfg.model.logprob_chunk_tokens
+    if chunk > 0:
+        rows = min(chunk, mb * seq)
+        per_el = CHUNKED_LOGITS_BYTES_PER_ELEMENT
+        c.append(
+            Component(
+                "logits",
+                rows * arch.vocab_size * per_el,
+                ("backward",),
+                f"chunks of {rows} tok (model.logprob_chunk_tokens) x {arch.vocab_size} vocab x {per_el} B "
+                "(fp32 logits + one fp32 temporary)",
+            )
         )
-    )
-    if cfg.loss.entropy_coef > 0:
+    else:
+        per_el = logits_bytes_per_element(b)
+        copies = "bf16 + fp32 upcast + fp32 grad" if b < 4 else "fp32 + fp32 grad"
+        c.append(
+            Component(
+                "logits",
+                mb * seq * arch.vocab_size * per_el,
+                ("backward",),
+                f"{mb} x {seq} x {arch.vocab_size} vocab x {per_el} B ({copies})",
+            )
+        )
+    if cfg.loss.entropy_coef > 0 and chunk == 0:  # chunked, the bonus's graph is rebuilt per chunk too
         c.append(
             Component(
                 "entropy bonus graph",

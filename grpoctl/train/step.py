@@ -193,11 +193,11 @@ def add_old_and_ref_log_probs(run: RunContext, batch: RolloutBatch) -> None:
     On-policy the old policy *is* the current one: its log-probs are the detached ones of
     the training forward pass, so this extra pass is skipped.
     """
-    sizes = derived_sizes(run.cfg)
+    sizes, chunk = derived_sizes(run.cfg), run.cfg.model.logprob_chunk_tokens
     if sizes.off_policy:
-        batch.old_log_probs = log_probs_in_batches(run.model, batch, sizes.microbatch_size, run.autocast)
+        batch.old_log_probs = log_probs_in_batches(run.model, batch, sizes.microbatch_size, run.autocast, chunk)
     if run.ref_model is not None:
-        batch.ref_log_probs = log_probs_in_batches(run.ref_model, batch, sizes.microbatch_size, run.autocast)
+        batch.ref_log_probs = log_probs_in_batches(run.ref_model, batch, sizes.microbatch_size, run.autocast, chunk)
 
 
 @torch.inference_mode()
@@ -206,10 +206,11 @@ def log_probs_in_batches(
     batch: RolloutBatch,
     microbatch: int,
     autocast: Callable[[], AbstractContextManager] = nullcontext,
+    chunk_tokens: int = 0,
 ) -> torch.Tensor:
     """Log-probs of the rollout tokens under `model`, without building a graph: (batch, seq).
-    Under `autocast`, as the training forward runs (model.dtype=bf16-mixed), so that the
-    ratio to them is 1 where the weights have not moved."""
+    Under `autocast` and with the same `chunk_tokens` (model.logprob_chunk_tokens) as the
+    training forward runs, so that the ratio to them is 1 where the weights have not moved."""
     device = next(model.parameters()).device
     out = []
     for i in range(0, batch.input_ids.shape[0], microbatch):
@@ -220,6 +221,7 @@ def log_probs_in_batches(
                 batch.input_ids[rows].to(device),
                 batch.labels[rows].to(device),
                 batch.response_mask[rows].to(device),
+                chunk_tokens=chunk_tokens,
             )["log_probs"]
         out.append(log_probs.float().cpu())
     return torch.cat(out)
@@ -292,6 +294,7 @@ def train_microbatch(
             mask,
             return_token_entropy=True,
             entropy_with_grad=run.loss.entropy_coef > 0,
+            chunk_tokens=run.cfg.model.logprob_chunk_tokens,
         )
     _, stats = run.loss.microbatch_train_step(
         out["log_probs"],
