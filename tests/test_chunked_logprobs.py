@@ -213,3 +213,28 @@ def test_a_head_that_is_not_a_plain_linear_falls_back_to_the_full_logits(model, 
     assert not calls  # the full forward ran, not the decoder alone
     for name in plain:
         torch.testing.assert_close(out[name], plain[name], atol=0, rtol=0)
+
+
+@pytest.mark.slow
+def test_a_chunked_run_records_the_unchunked_runs_rows(tiny_model_dir, tmp_path):
+    """Through the trainer: the training forward, the old log-probs of an off-policy step and
+    an entropy bonus's gradient all take the chunked path, and every recorded number stays."""
+    import os
+    import sys
+
+    import trainer_zygote
+    from conftest import REPO, fast_overrides
+    from run_rows import assert_same_rows, rows
+
+    def run(name: str, chunk: int):
+        extra = {"loop.n_grpo_steps": 2, "loop.epochs_per_rollout_batch": 2, "loop.train_batch_size": 8}
+        extra |= {"loss.entropy_coef": 0.01, "model.logprob_chunk_tokens": chunk, "eval.at_start": "false"}
+        overrides = fast_overrides(tiny_model_dir, tmp_path / name, **extra)
+        cmd = [sys.executable, str(REPO / "tests" / "digit_reward_train.py"), "train", "addition"]
+        out = trainer_zygote.run(
+            [*cmd, *overrides, f"name={name}"], tmp_path, dict(os.environ, PYTHONPATH=str(REPO)), timeout=300
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+        return rows(tmp_path / "registry.db", name)
+
+    assert_same_rows(run("chunked", 7), run("full", 0))
