@@ -141,6 +141,9 @@ def test_dry_run_fits_or_warns():
     h100 = describe_dry_run(load_config("experiments/h100.yaml"), device_total_bytes=DEVICE_24)
     assert "WARNING: estimated peak" in h100 and "model.gradient_checkpointing=true" in h100
     assert "fits" in describe_dry_run(load_config("experiments/h100.yaml"), device_total_bytes=80 * GiB)
+    unchunked = load_config("experiments/h100.yaml", ["model.logprob_chunk_tokens=0"])
+    assert "model.logprob_chunk_tokens=512" in describe_dry_run(unchunked, device_total_bytes=DEVICE_24)
+    assert "logprob_chunk_tokens" not in h100.split("WARNING")[1]  # already on: not offered
 
 
 def test_prompt_allowance():

@@ -70,6 +70,8 @@ def _verdict(cfg: RunConfig, peak: int, device: str, total: int | None) -> str:
     levers = []
     if not cfg.model.gradient_checkpointing:
         levers.append("model.gradient_checkpointing=true")
+    if cfg.model.logprob_chunk_tokens == 0:
+        levers.append("model.logprob_chunk_tokens=512")
     if cfg.optimizer.name != "adamw8bit":
         levers.append("optimizer.name=adamw8bit")
     if vllm and not cfg.rollout.vllm.sleep_mode:
