@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 
 from grpoctl import metrics  # noqa: E402
 from grpoctl.registry import Registry  # noqa: E402
+from grpoctl.views.report_plots import save_figure  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 GROUP = "lab-pass-at-k"
@@ -249,7 +250,7 @@ def plot(data, labels, seeds, steps, path: Path, k: int) -> None:
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 

@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 from grpoctl.analysis.health import LENGTH_COLLAPSE, WORKING_COLLAPSE  # noqa: E402
 from grpoctl.analysis.token_lengths import token_counter  # noqa: E402
 from grpoctl.rules import compute_dtype, resolve_dtype, weights_dtype  # noqa: E402
+from grpoctl.views.report_plots import save_figure  # noqa: E402
 
 ENDED = ("finished", "diverged")
 
@@ -123,7 +124,7 @@ def lengths_plot(groups: dict[str, list[int]], max_tokens: int, unit: str, path:
     ax.set_ylabel("stored completions")
     ax.set_title("Response lengths of the stored train completions", loc="left", fontsize=11)
     ax.legend(fontsize=8, frameon=False)
-    fig.savefig(path, bbox_inches="tight")
+    save_figure(fig, path, bbox_inches="tight")
     plt.close(fig)
 
 

@@ -58,6 +58,7 @@ from grpoctl.analysis.compare import build_compare_table, family_results  # noqa
 from grpoctl.analysis.testability import PAIR_RULES, PERCENT_RULES, RULES  # noqa: E402
 from grpoctl.errors import UserError  # noqa: E402
 from grpoctl.registry import Registry  # noqa: E402
+from grpoctl.views.report_plots import save_figure  # noqa: E402
 
 PAGE_KEYS = {
     "name",
@@ -462,7 +463,7 @@ def forest(results: list[verdicts.Result], path: Path, task: str) -> None:
     if waiting:
         title += f" ({len(results) - waiting} of {len(results)} findings have run)"
     axes[0].set_title(title, loc="left", fontsize=11, pad=38)
-    fig.savefig(path, bbox_inches="tight")
+    save_figure(fig, path, bbox_inches="tight")
     plt.close(fig)
 
 

@@ -20,6 +20,7 @@ from grpoctl.analysis.breakdown import COUNT
 from grpoctl.analysis.compare import CompareTable, Row
 from grpoctl.registry import Registry
 from grpoctl.rules import EvalPoint, headline_accuracy
+from grpoctl.views.report_plots import save_figure
 
 ACCURACY = "accuracy"  # a group's figure in a greedy eval's breakdown (evals/headline.py)
 MAX_GROUPS = 30  # a group_by field with more values is cut to its largest groups in the table
@@ -217,7 +218,7 @@ def plot_breakdown(
     fig.supxlabel("GRPO step", fontsize=9)
     fig.supylabel("eval accuracy", fontsize=9)
     fig.tight_layout(rect=(0, 0, 1, 0.93))
-    fig.savefig(path, bbox_inches="tight")
+    save_figure(fig, path, bbox_inches="tight")
     plt.close(fig)
     return True
 

@@ -16,10 +16,12 @@ matplotlib is imported here and only here, with the Agg backend (files, no displ
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from pathlib import Path
 from statistics import fmean, stdev
+from typing import Any
 
 from grpoctl import metrics
 from grpoctl.analysis.compare import ComparedRun, Row
@@ -37,6 +39,21 @@ PLOTS = (
 )
 # (metric, y label, file name) against rollouts generated, for a study with dynamic sampling.
 ROLLOUT_PLOTS = ((metrics.EVAL_ACCURACY, "eval accuracy", "eval_accuracy_by_rollouts.png"),)
+
+
+def save_figure(fig, path: Path, **savefig: Any) -> None:
+    """Write `fig` as a PNG of at most 256 colours (a palette, no dithering): a plot's few
+    flat colours keep their look, and the file is about a third of matplotlib's RGBA one,
+    which keeps the results pages light enough to commit."""
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", **savefig)
+    buffer.seek(0)
+    with Image.open(buffer) as image:
+        image.convert("RGB").quantize(256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(
+            path, format="PNG", optimize=True
+        )
 
 
 def run_series(rd: ComparedRun, metric: str) -> list[tuple[int, float]]:
@@ -156,7 +173,7 @@ def plot_metric(
         ax.legend(fontsize=8, frameon=False, loc="best")
     else:  # many variants: a legend inside would cover the curves
         ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.savefig(path, bbox_inches="tight")
+    save_figure(fig, path, bbox_inches="tight")
     plt.close(fig)
     return True
 
@@ -238,6 +255,6 @@ def plot_reward_components(rows: list[Row], series: dict[int, dict[str, list[tup
     ax.set_title(f"reward components{seeds}", fontsize=11, loc="left")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.savefig(path, bbox_inches="tight")
+    save_figure(fig, path, bbox_inches="tight")
     plt.close(fig)
     return True
