@@ -97,12 +97,13 @@ def tokenizer_from_tiktoken(ranks_file: Path, specials: tuple[str, ...] = QWEN25
     """A Hugging Face fast tokenizer from a tiktoken ranks file: byte-level BPE whose merges
     are read off the ranks, Qwen's split pattern, `specials` numbered after the ranks.
     The first special is end-of-text: EOS and padding, as in Qwen2.5."""
+    from tokenizers import AddedToken
     from transformers import PreTrainedTokenizerFast
     from transformers.convert_slow_tokenizer import TikTokenConverter
 
-    core = TikTokenConverter(
-        vocab_file=str(ranks_file), pattern=QWEN_SPLIT_PATTERN, extra_special_tokens=list(specials)
-    ).converted()
+    core = TikTokenConverter(vocab_file=str(ranks_file), pattern=QWEN_SPLIT_PATTERN).converted()
+    # Added here rather than through the converter's keyword, whose name changed across transformers releases.
+    core.add_special_tokens([AddedToken(token, normalized=False, special=True) for token in specials])
     return PreTrainedTokenizerFast(
         tokenizer_object=core,
         eos_token=specials[0],
