@@ -236,11 +236,15 @@ class Meter:
 
 def engine_run(model: Any, cfg: Any) -> SimpleNamespace:
     """What train/step.py's train_microbatch and clip_gradients read of a run: its model,
-    config, loss (built as the trainer builds it) and state."""
+    config, loss and autocast (built as the trainer builds them) and state."""
+    from grpoctl.train.setup import pick_autocast
     from grpoctl.train.state import TrainState
     from grpoctl.train.trainer import policy_loss
 
-    return SimpleNamespace(model=model, cfg=cfg, loss=policy_loss(cfg), state=TrainState())
+    device = next(model.parameters()).device
+    return SimpleNamespace(
+        model=model, cfg=cfg, loss=policy_loss(cfg), autocast=pick_autocast(cfg, device), state=TrainState()
+    )
 
 
 def rollout_batch(
@@ -269,7 +273,8 @@ def microbatch_step(run: SimpleNamespace, batch: Any) -> dict:
     from grpoctl.train.step import train_microbatch
 
     rows = torch.arange(batch.input_ids.shape[0])
-    return train_microbatch(run, batch, rows, int(batch.loss_mask(rows).sum()), [0.0, 0.0], step=1)
+    stats, _, _ = train_microbatch(run, batch, rows, int(batch.loss_mask(rows).sum()), step=1)
+    return stats
 
 
 def regular_vocab(tokenizer: Any) -> int:
@@ -435,14 +440,10 @@ def memory_of_preset(probe: Probe, preset: str, out: dict) -> None:
     """
     import torch
 
+    from grpoctl.arch import arch_from_hf_config
     from grpoctl.config import derived_sizes
     from grpoctl.errors import UserError
-    from grpoctl.train.memory_estimate import (
-        arch_from_hf_config,
-        estimate_peak_memory,
-        estimate_prompt_tokens,
-        visible_device_bytes,
-    )
+    from grpoctl.train.memory_estimate import estimate_peak_memory, estimate_prompt_tokens, visible_device_bytes
     from grpoctl.train.optim import build_optimizer
     from grpoctl.train.step import clip_gradients
 

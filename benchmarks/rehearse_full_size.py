@@ -212,8 +212,9 @@ def grpoctl_capped(argv: list[str], work: Path, cap: int, group: Path | None, en
 
 def estimated_peak(config: list[str]) -> int:
     """The peak `grpoctl train PRESET CONFIG --dry-run` prints, by the same code."""
+    from grpoctl.arch import arch_from_model_path
     from grpoctl.config import load_config
-    from grpoctl.train.memory_estimate import arch_from_model_path, estimate_peak_memory, visible_device_bytes
+    from grpoctl.train.memory_estimate import estimate_peak_memory, visible_device_bytes
 
     cfg = load_config(PRESET, config)
     arch = arch_from_model_path(cfg.model.path, cfg.model.tiny)
