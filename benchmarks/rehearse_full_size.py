@@ -299,7 +299,7 @@ def main() -> int:
     finally:
         if group is not None:
             figures["cgroup_peak_bytes"] = cgroup_peak(group)
-            group.rmdir()
+            remove_cgroup(group)
     figures |= compare_runs(work / "registry.db")
     report(figures, estimate)
     if args.out:
@@ -318,6 +318,17 @@ def build_model_dir(path: Path, small: bool) -> None:
 
 def du(path: Path) -> int:
     return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
+
+
+def remove_cgroup(group: Path) -> None:
+    """Remove it once the last process in it (a grading worker, say) has exited."""
+    for _ in range(50):
+        try:
+            group.rmdir()
+            return
+        except OSError:  # busy: a process is still leaving it
+            time.sleep(0.2)
+    print(f"note: {group} is still busy; remove it with rmdir", file=sys.stderr)
 
 
 def cgroup_peak(group: Path) -> int | None:
