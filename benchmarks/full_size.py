@@ -11,7 +11,8 @@ tokenizer's 151,665 entries, as Qwen's is.
 
 Used by benchmarks/gpu_probe.py, benchmarks/rehearse_full_size.py and
 benchmarks/gpu_check.py; imported by file, so keep its top level free of torch (the
-reward plugin below is imported by grpoctl's grading worker).
+reward plugin below is imported by grpoctl's grading worker), and import it only once
+grpoctl's dependencies import (gpu_probe.py installs them first).
 """
 
 from __future__ import annotations
@@ -20,16 +21,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from grpoctl.arch import KNOWN_CONFIGS
+
 REPO = Path(__file__).resolve().parents[1]
 
-QWEN_MATH_15B = dict(
-    hidden_size=1536,
-    num_hidden_layers=28,
-    num_attention_heads=12,
-    num_key_value_heads=2,
-    intermediate_size=8960,
-    vocab_size=151936,
-    tie_word_embeddings=True,
+# The sizes the memory estimate prices (grpoctl/arch.py), and the rest of the published
+# config.json that building the model takes.
+QWEN_MATH_15B = {k: v for k, v in KNOWN_CONFIGS["Qwen/Qwen2.5-Math-1.5B"].items() if k != "model_type"} | dict(
     max_position_embeddings=4096,
     rope_theta=10000.0,
     rms_norm_eps=1e-6,
