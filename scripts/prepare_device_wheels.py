@@ -8,7 +8,10 @@ where PyPI is reachable, then see that the tree still fits (scripts/device_tree_
 run at the end).
 
     python scripts/prepare_device_wheels.py                 # -> .device-wheels/
-    python scripts/prepare_device_wheels.py --dest DIR --python-version 3.12
+    python scripts/prepare_device_wheels.py --dest DIR
+
+The hashes pin the Python 3.12 builds of the compiled wheels (pydantic-core, SQLAlchemy):
+for another Python, the file's versions and hashes change with it.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ PLATFORMS = (
     "manylinux2014_x86_64",
     "manylinux1_x86_64",
 )
+PYTHON = "3.12"  # the GPU machine's; the requirements' hashes are its builds'
 NEVER = ("vllm", "bitsandbytes")  # too large to travel: the probe reports them as unmeasured
 
 
@@ -50,7 +54,6 @@ def wheel_name(path: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dest", type=Path, default=DEFAULT_DEST)
-    parser.add_argument("--python-version", default="3.12")
     args = parser.parse_args(argv)
     names = pinned_names(REQUIREMENTS)
     refused = [n for n in names if n in NEVER]
@@ -62,11 +65,11 @@ def main(argv: list[str] | None = None) -> int:
     for old in args.dest.glob("*.whl"):
         if wheel_name(old) not in names:
             old.unlink()
-    abi = "cp" + args.python_version.replace(".", "")
     command = [
         sys.executable,
         *("-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--require-hashes"),
-        *("--python-version", args.python_version, "--implementation", "cp", "--abi", abi, "--abi", "none"),
+        *("--python-version", PYTHON, "--implementation", "cp", "--abi", "cp" + PYTHON.replace(".", "")),
+        *("--abi", "none"),
         *(arg for platform in PLATFORMS for arg in ("--platform", platform)),
         *("--platform", "any", "-d", str(args.dest), "-r", str(REQUIREMENTS)),
     ]
