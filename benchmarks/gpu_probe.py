@@ -255,7 +255,7 @@ def rollout_batch(
     import torch
 
     from grpoctl.grpo import collate_prompt_and_output_ids
-    from grpoctl.train.step import RolloutBatch
+    from grpoctl.train.scoring import RolloutBatch
 
     gen = torch.Generator().manual_seed(seed)
     groups = [torch.randint(0, vocab, (prompt_len,), generator=gen).tolist() for _ in range(-(-rows // group_size))]
