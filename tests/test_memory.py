@@ -234,6 +234,7 @@ def test_cpu_tracker_reports_phase_peaks():
 
 
 def test_phases_time_and_measure_together_nested_and_repeated():
+    import mmap
     import time
 
     from grpoctl.train.phases import Phases
@@ -243,8 +244,11 @@ def test_phases_time_and_measure_together_nested_and_repeated():
         with phases("train"):
             for _ in range(2):  # a phase run twice in a step adds its time, keeps its highest memory
                 with phases("backward"):
-                    block = torch.ones(48 * 2**20, dtype=torch.uint8)  # 48 MiB, touched
-                    del block
+                    # 48 MiB of fresh pages, touched: an anonymous map, not torch's allocator,
+                    # which may reuse memory an earlier test left resident (no RSS growth).
+                    block = mmap.mmap(-1, 48 * 2**20)
+                    block.write(b"\1" * len(block))
+                    block.close()
                     time.sleep(0.01)
             with phases("optimizer"):
                 pass
