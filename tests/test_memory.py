@@ -2,6 +2,8 @@
 presets, its activation factor checked against what autograd really saves, gradient
 checkpointing's equivalence on CPU, and the CPU tracker."""
 
+import mmap
+
 import pytest
 import torch
 
@@ -220,8 +222,11 @@ def test_gradient_checkpointing_same_loss_and_gradients():
 def test_cpu_tracker_reports_phase_peaks():
     tracker = MemoryTracker("cpu")
     tracker.start_step()
-    block = torch.ones(64 * 2**20, dtype=torch.uint8)  # 64 MiB, touched
-    del block
+    # 64 MiB of fresh pages, touched (an anonymous map: torch's allocator may reuse memory
+    # an earlier test in this worker left resident, and then the resident set does not grow).
+    block = mmap.mmap(-1, 64 * 2**20)
+    block.write(b"\1" * len(block))
+    block.close()
     first = tracker.boundary("rollout")
     assert set(first) == {"mem/peak_after_rollout", "mem/reserved_after_rollout", "mem/device_free_after_rollout"}
     assert first["mem/peak_after_rollout"] >= first["mem/reserved_after_rollout"] > 0
@@ -234,7 +239,6 @@ def test_cpu_tracker_reports_phase_peaks():
 
 
 def test_phases_time_and_measure_together_nested_and_repeated():
-    import mmap
     import time
 
     from grpoctl.train.phases import Phases
