@@ -23,6 +23,8 @@ def _versus_record(table: CompareTable, label: str) -> dict[str, Any]:
     comparison = table.versus
     v = next((v for v in comparison.rows if v.label == label), None) if comparison else None
     d = v.diff if v else None
+    choice = v.choice if v else None
+    detail = choice.detail if choice else None
     return {
         "acc_last_k": v.measure if v else None,
         "acc_last_k_sd": v.measure_sd if v else None,
@@ -35,12 +37,12 @@ def _versus_record(table: CompareTable, label: str) -> dict[str, Any]:
         "diff_test": d.test if d else None,
         "diff_test_name": (v.test or None) if v else None,
         "problem_level": v.problem_level if v else None,
-        "scope": v.choice.scope if v and v.choice else None,
-        "pairs": v.choice.pairs if v and v.choice and v.choice.pairs else None,
-        "seeds_left_out": list(v.choice.left_out) if v and v.choice and v.choice.left_out else None,
-        "df": v.choice.detail.df if v and v.choice and v.choice.detail else None,
-        "seed_var": v.choice.detail.seed_var if v and v.choice and v.choice.detail else None,
-        "problem_var": v.choice.detail.problem_var if v and v.choice and v.choice.detail else None,
+        "scope": choice.scope if choice else None,
+        "pairs": (choice.pairs or None) if choice else None,
+        "seeds_left_out": list(choice.left_out) if choice and choice.left_out else None,
+        "df": detail.df if detail else None,
+        "seed_var": detail.seed_var if detail else None,
+        "problem_var": detail.problem_var if detail else None,
         "problems_not_paired": (v.unpaired or None) if v else None,
         "diff_bca_low": v.bca[0] if v and v.bca else None,
         "diff_bca_high": v.bca[1] if v and v.bca else None,
