@@ -1,6 +1,6 @@
 """The whole configuration of a run: structured defaults + a yaml diff + dotted overrides.
 
-The tree of keys, with each key's default and help, is config_schema.py. This module
+The tree of keys, with each key's default and help, is config_schema/. This module
 loads a run's config from it: defaults, then a yaml diff, then `key=value` overrides
 (dotted paths or short ALIASES), validated (config_checks.py); and the sizes derived
 from a config.
@@ -20,7 +20,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from grpoctl.config_checks import validate
 
-# The tree (every key's type, default and help) is config_schema.py; re-exported here.
+# The tree (every key's type, default and help) is config_schema/; re-exported here.
 from grpoctl.config_schema import (  # noqa: F401
     KEY_RULES,
     CheckpointConfig,
@@ -54,7 +54,7 @@ ALIASES = {alias: k.path for k in KEY_RULES.values() for alias in k.aliases}
 # --------------------------------------------------------------------------- built-in configs
 
 # Configs a user can name instead of giving a file: `grpoctl train lab`. The schema's
-# defaults (config_schema.py) are the tiny addition task, and every yaml is a diff from
+# defaults (config_schema/) are the tiny addition task, and every yaml is a diff from
 # them; "addition" names them. The lab's file lives in the package so that an installed
 # grpoctl has it (experiments/lab.yaml links to it, for the lab's study specs).
 BUILTIN_CONFIGS: dict[str, Path | None] = {

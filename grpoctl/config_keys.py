@@ -1,7 +1,7 @@
 """How a config key is declared: `key(...)` with its default, help and every rule on its
 value, and `key_rules`, which reads them back from a tree of sections.
 
-The tree itself is config_schema.py; what reads the rules: config_checks.py (ranges,
+The tree itself is config_schema/; what reads the rules: config_checks.py (ranges,
 non-empty texts), rules.py (choices), run_identity.py (hash-neutral defaults) and
 config.py (aliases). The vocabularies of config values live here, with the keys that
 take them.

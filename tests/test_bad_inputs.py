@@ -803,7 +803,7 @@ def test_every_numeric_config_key_has_a_range():
 
     numeric = set(_numeric_fields(Config))
     assert "optimizer.betas" in numeric and "data.train_size" in numeric and "seed" in numeric
-    assert numeric - set(RANGES) == set(), "numeric keys without key(range=...) in config_schema.py"
+    assert numeric - set(RANGES) == set(), "numeric keys without key(range=...) in config_schema/"
     assert set(RANGES) - numeric == set(), "ranges for keys that do not exist"
 
 

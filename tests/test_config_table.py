@@ -1,6 +1,6 @@
 """docs/configuration.md's table of config keys is the one generated from the config tree.
 
-Each key's default and help live once, in grpoctl/config_schema.py; the page's table
+Each key's default and help live once, in grpoctl/config_schema/; the page's table
 is scripts/config_table.py's rendering of them. Like `cog --check`, this fails when
 someone edits one without the other: run `python scripts/config_table.py --write`.
 """

@@ -14,7 +14,7 @@ from grpoctl.rules import config_hash, flatten
 ROOT = Path(__file__).resolve().parents[1]
 
 # The keys hashed when this definition was fixed (migration 0002). A key added to the
-# config later must be declared key(..., neutral=True) in config_schema.py (or be excluded), so that this
+# config later must be declared key(..., neutral=True) in config_schema/ (or be excluded), so that this
 # set, and every stored hash with it, stays what it is.
 HASHED_KEYS = {
     "data.answer_field",
