@@ -64,3 +64,15 @@ def format_bytes(n: float) -> str:
 def format_count(n: int) -> str:
     """A parameter count: 1.54B, 0.432M."""
     return f"{n / 1e9:.3g}B" if n >= 1e9 else f"{n / 1e6:.3g}M"
+
+
+def json_safe(value: Any) -> Any:
+    """`value` with every NaN or infinity inside it (dicts, lists, tuples) replaced by None:
+    JSON has neither, and strict parsers reject them."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value

@@ -8,7 +8,6 @@ plain JSON to stdout and nothing else, so it can be piped into jq.
 from __future__ import annotations
 
 import json
-import math
 import shutil
 from datetime import datetime
 from pathlib import Path
@@ -24,7 +23,7 @@ from rich.text import Text
 from grpoctl import metrics
 from grpoctl.cli.options import DbOption, RunArgument, open_registry
 from grpoctl.errors import UserError
-from grpoctl.formatting import STATUS_STYLES, format_number
+from grpoctl.formatting import STATUS_STYLES, format_number, json_safe
 from grpoctl.registry import Registry, Run, effective_status
 from grpoctl.registry.models import utcnow
 from grpoctl.registry.outcomes import decode as decode_outcomes
@@ -83,20 +82,13 @@ def _accuracy(curve) -> float | None:
     return None if point is None else point[1]
 
 
-def _finite_or_none(value):
-    # JSON has no NaN or Infinity: write null, so strict parsers accept the output.
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
 def _jsonable(row) -> dict:
     out = {}
     for column in row.__table__.columns:  # in the table's order, unlike model_dump()
         key, value = column.key, getattr(row, column.key)
         if isinstance(value, datetime):
             value = value.isoformat()
-        out[key] = _finite_or_none(value)
+        out[key] = json_safe(value)
     return out
 
 
@@ -204,7 +196,7 @@ def _show_json(registry: Registry, run: Run) -> None:
     document = {
         "run": record,
         "metrics": {
-            name: [[step, _finite_or_none(value)] for step, value in points]
+            name: [[step, json_safe(value)] for step, value in points]
             for name, points in registry.metric_series(run.id).items()
         },
         "evals": evals,

@@ -16,15 +16,14 @@ read alike.
 
 from __future__ import annotations
 
-import atexit
 import math
-import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from grpoctl.reward_specs import Component, PluginError, absolute_spec, is_plugin, load_function
 from grpoctl.rewards import get_reward_fn, stats
 from grpoctl.rewards.pool import Grader
+from grpoctl.rewards.shared import Shared
 
 # A plugin waiting without computing (a lock, a network call) is stopped after this many
 # times reward.timeout_s of wall time; a computing one at reward.timeout_s of CPU time.
@@ -89,7 +88,6 @@ class RewardScorer:
 
     def __init__(self, components: Sequence[Component], timeout_s: float, grader_reward: str):
         self.components = list(components)
-        self.key = (tuple(self.components), timeout_s, grader_reward)
         self._pools: dict[str, Grader] = {}
         for c in self.components:
             if is_plugin(c.spec) and c.spec not in self._pools:
@@ -157,31 +155,18 @@ class RewardScorer:
         self._pools = {}
 
 
-_lock = threading.Lock()
-_scorer: RewardScorer | None = None
+_scorer: Shared[RewardScorer] = Shared(RewardScorer)
 
 
 def reward_scorer(components: Sequence[Component], timeout_s: float, grader_reward: str) -> RewardScorer:
     """The process's scorer for these components (its plugin workers are started once, and
     stopped when another set of components is asked for, or at exit)."""
-    global _scorer
-    key = (tuple(components), timeout_s, grader_reward)
-    with _lock:
-        if _scorer is None or _scorer.key != key:
-            if _scorer is not None:
-                _scorer.close()
-            _scorer = RewardScorer(components, timeout_s, grader_reward)
-        return _scorer
+    return _scorer.get((tuple(components), timeout_s, grader_reward))
 
 
-@atexit.register
 def close_reward_scorer() -> None:
     """Stop the plugin workers, if any."""
-    global _scorer
-    with _lock:
-        if _scorer is not None:
-            _scorer.close()
-            _scorer = None
+    _scorer.close()
 
 
 def example_record(example: Any) -> dict:

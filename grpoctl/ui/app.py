@@ -13,7 +13,6 @@ traceback page; the registry's password appears in neither answers nor logs.
 from __future__ import annotations
 
 import logging
-import math
 from pathlib import Path
 
 from starlette.applications import Starlette
@@ -23,6 +22,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from grpoctl.errors import UserError
+from grpoctl.formatting import json_safe
 from grpoctl.registry import Registry, schema
 from grpoctl.registry.open import as_user_error, printable_location
 from grpoctl.ui import api, params
@@ -31,17 +31,6 @@ from grpoctl.ui.guard import Guard, is_loopback
 STATIC = Path(__file__).parent / "static"
 DEFAULT_POLL_S = 2.0
 log = logging.getLogger("grpoctl.ui")
-
-
-def _clean(value):
-    """JSON has no NaN or infinity: null instead."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    return value
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -92,7 +81,7 @@ def create_app(
             try:  # curves come without NaN already: walking 30,000 numbers again costs
                 return JSONResponse(body, headers={"cache-control": "no-store"})
             except ValueError:
-                return JSONResponse(_clean(body), headers={"cache-control": "no-store"})
+                return JSONResponse(json_safe(body), headers={"cache-control": "no-store"})
 
         return answer
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 from typing import Any
 
 from grpoctl.analysis import paired, stats
 from grpoctl.analysis.compare import CompareTable
+from grpoctl.formatting import json_safe
 from grpoctl.views.compare_view import measure_name
 
 
@@ -164,17 +164,6 @@ def records(table: CompareTable) -> list[dict]:
     return out
 
 
-def _finite(value: Any) -> Any:
-    """`value` with every NaN or infinity inside it replaced by None (JSON has neither)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
-
-
 def to_json(table: CompareTable) -> str:
     payload = {
         "title": table.title,
@@ -185,7 +174,7 @@ def to_json(table: CompareTable) -> str:
         "baseline_note": table.baseline_note or None,
         "rows": records(table),
     }
-    return json.dumps(_finite(payload), indent=2, default=str, allow_nan=False) + "\n"
+    return json.dumps(json_safe(payload), indent=2, default=str, allow_nan=False) + "\n"
 
 
 def to_csv(table: CompareTable) -> str:
