@@ -13,6 +13,7 @@ import json
 import random
 from dataclasses import asdict
 
+import pytest
 import torch
 
 from grpoctl.config import load_config
@@ -79,3 +80,27 @@ def test_another_recipe_is_built_and_cached(tmp_path):
     assert (path.parent / "step-6" / "model.safetensors").is_file()
     again = ws.resolve_tiny_model(load_config(None, overrides + ["seed=5"]), log=lambda *_: None)
     assert again == path  # seeds share one warm-start
+
+
+def test_rebuilding_a_shipped_model_replaces_old_builds_and_never_leaves_half_of_one(tmp_path, monkeypatch):
+    from grpoctl.warmstart import shipping
+
+    monkeypatch.setattr(shipping, "SHIPPED", tmp_path)
+    (tmp_path / "base-old").mkdir()
+    (tmp_path / "other-keep").mkdir()
+
+    def build(folder):
+        folder.mkdir()
+        (folder / "weights").write_text("w")
+
+    root = shipping.rebuild_shipped("base", "new", build)
+    assert root == tmp_path / "base-new" and (root / "weights").read_text() == "w"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["base-new", "other-keep"]
+
+    def broken(folder):
+        folder.mkdir()
+        raise RuntimeError("stopped half-way")
+
+    with pytest.raises(RuntimeError):
+        shipping.rebuild_shipped("base", "newer", broken)
+    assert not (tmp_path / "base-newer").exists()

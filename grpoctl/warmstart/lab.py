@@ -36,6 +36,7 @@ from grpoctl.tiny.lab_recipe import (
     sft_steps_of,
 )
 from grpoctl.tiny.model import SHIPPED, build_lab_tokenizer, build_model, save_model_dir
+from grpoctl.warmstart.shipping import rebuild_shipped, ship_command
 
 LAB_SEED = 0
 
@@ -155,21 +156,8 @@ def train_phase(model, tokenizer, phase: Phase, previous: str | None, log=print,
 
 def ship(log=print) -> Path:
     """Rebuild the shipped base from the recipe, replacing what is there."""
-    root = SHIPPED / f"{LAB_BASE}-{recipe_key(LAB_BASE)}"
-    for old in SHIPPED.glob(f"{LAB_BASE}-*"):
-        shutil.rmtree(old)
-    tmp = root.with_name(root.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    build_base(tmp, log)
-    tmp.rename(root)
-    return root
+    return rebuild_shipped(LAB_BASE, recipe_key(LAB_BASE), lambda folder: build_base(folder, log))
 
 
 if __name__ == "__main__":
-    import argparse
-
-    parser = argparse.ArgumentParser(description="Rebuild the lab's base model shipped with the package.")
-    parser.add_argument("--ship", action="store_true", required=True)
-    parser.parse_args()
-    torch.set_num_threads(1)
-    print(ship())
+    ship_command("Rebuild the lab's base model shipped with the package.", ship)

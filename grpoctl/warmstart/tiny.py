@@ -39,6 +39,7 @@ from grpoctl.errors import UserError
 from grpoctl.grpo import collate_prompt_and_output_ids, get_response_log_probs, sft_microbatch_train_step
 from grpoctl.prompts import format_prompt, load_template
 from grpoctl.tiny.model import SHIPPED, build_model, build_tokenizer, save_model_dir
+from grpoctl.warmstart.shipping import rebuild_shipped, ship_command
 
 WARMSTART_VERSION = 6  # bump when the recipe changes, so caches are rebuilt (and re-ship)
 WARMSTART_SEED = 0
@@ -200,18 +201,8 @@ def ship(log=print) -> Path:
     from grpoctl.config import load_config
 
     spec = WarmStartSpec.from_config(load_config(None, []))
-    root = SHIPPED / f"tiny-warmstart-{spec.key()}"
-    for old in SHIPPED.glob("tiny-warmstart-*"):
-        shutil.rmtree(old)
-    _build(spec, root, log)
-    return root
+    return rebuild_shipped("tiny-warmstart", spec.key(), lambda folder: _build(spec, folder, log))
 
 
 if __name__ == "__main__":
-    import argparse
-
-    parser = argparse.ArgumentParser(description="Rebuild the tiny default's warm-start shipped with the package.")
-    parser.add_argument("--ship", action="store_true", required=True)
-    parser.parse_args()
-    torch.set_num_threads(1)
-    print(ship())
+    ship_command("Rebuild the tiny default's warm-start shipped with the package.", ship)
