@@ -62,31 +62,27 @@ def build_lab_tokenizer():
     return tokenizer
 
 
-def build_model(
-    tokenizer,
-    hidden_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    num_key_value_heads=1,
-    intermediate_size=512,
-    seed=0,
-):
-    """A randomly initialised Qwen2ForCausalLM sized by the arguments (head_dim = hidden / heads)."""
+# The tiny addition model's default shape (the config's model.tiny section overrides it).
+TINY_SIZES = dict(
+    hidden_size=128, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, intermediate_size=512
+)
+
+
+def build_model(tokenizer, seed: int = 0, **sizes):
+    """A randomly initialised Qwen2ForCausalLM with `sizes` (Qwen2Config's hidden_size,
+    num_hidden_layers, num_attention_heads, num_key_value_heads, intermediate_size; each
+    TINY_SIZES's when not given; head_dim = hidden / heads) and `tokenizer`'s vocabulary."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
+    special = {"pad_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.eos_token_id}
     config = Qwen2Config(
+        **(TINY_SIZES | sizes),
+        **special,
+        bos_token_id=tokenizer.eos_token_id,
         vocab_size=len(tokenizer),
-        hidden_size=hidden_size,
-        num_hidden_layers=num_hidden_layers,
-        num_attention_heads=num_attention_heads,
-        num_key_value_heads=num_key_value_heads,
-        intermediate_size=intermediate_size,
         max_position_embeddings=TINY_MAX_POSITIONS,
         tie_word_embeddings=True,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=tokenizer.eos_token_id,
         torch_dtype="float32",
     )
     torch.manual_seed(seed)
