@@ -31,23 +31,11 @@ def _without_pydantic_plugins():
 with _without_pydantic_plugins():
     from grpoctl.registry.claims import ClaimLost, RegistryUnreachable
     from grpoctl.registry.engine import default_db_url
-    from grpoctl.registry.models import (
-        RUN_STATUSES,
-        Checkpoint,
-        EvalResult,
-        Metric,
-        Run,
-        RunLog,
-        Sample,
-        Sweep,
-        SweepMember,
-        Tag,
-    )
+    from grpoctl.registry.models import Checkpoint, EvalResult, Metric, Run, Sample, Sweep, SweepMember, Tag
     from grpoctl.registry.open import NoRegistry
     from grpoctl.registry.store import STALE_AFTER_S, Registry, effective_status
 
 __all__ = [
-    "RUN_STATUSES",
     "STALE_AFTER_S",
     "Checkpoint",
     "ClaimLost",
@@ -57,7 +45,6 @@ __all__ = [
     "Registry",
     "RegistryUnreachable",
     "Run",
-    "RunLog",
     "Sample",
     "Sweep",
     "SweepMember",
