@@ -137,3 +137,57 @@ def test_a_route_that_refuses_is_not_mistaken_for_a_missing_privilege(said, expe
     from grpoctl.registry.open import describe_error
 
     assert describe_error(Exception(said), make_url("postgresql+psycopg://grpo@192.0.2.10/g")).startswith(expected)
+
+
+@pytest.mark.parametrize(
+    "url, said, expected",
+    [
+        (
+            "postgresql+psycopg://grpo@192.0.2.10/g",
+            "Connection refused",
+            "cannot connect to PostgreSQL at 192.0.2.10:5432: connection refused (is the server running?)",
+        ),
+        (
+            "postgresql+psycopg://grpo:s3cret@192.0.2.10/g",
+            'password authentication failed for user "grpo" s3cret',
+            "PostgreSQL at 192.0.2.10:5432 refused user 'grpo': password authentication failed",
+        ),
+        (
+            "postgresql+psycopg://grpo@192.0.2.10/g",
+            "fe_sendauth: no password supplied",
+            "PostgreSQL at 192.0.2.10:5432 wants a password for user 'grpo'",
+        ),
+        (
+            "postgresql+psycopg://grpo@192.0.2.10/g",
+            'database "g" does not exist',
+            "PostgreSQL at 192.0.2.10:5432 has no database 'g' (create it, e.g. `createdb g`)",
+        ),
+        (
+            "postgresql+psycopg://grpo@192.0.2.10/g",
+            'role "grpo" does not exist',
+            "PostgreSQL at 192.0.2.10:5432 has no user 'grpo'",
+        ),
+        (
+            "postgresql+psycopg://grpo@192.0.2.10/g",
+            "timeout expired",
+            "cannot connect to PostgreSQL at 192.0.2.10:5432: timed out",
+        ),
+        (
+            "postgresql+psycopg://grpo@192.0.2.10/g",
+            "server closed the connection {0}",
+            "PostgreSQL at 192.0.2.10:5432, database 'g': server closed the connection {0}",
+        ),
+        ("sqlite:////tmp/r.db", "file is not a database", "registry /tmp/r.db is corrupt or not a SQLite database"),
+        ("sqlite:////tmp/r.db", "attempt to write a readonly database", "registry /tmp/r.db is read-only"),
+        ("sqlite:////tmp/r.db", "unable to open database file", "cannot open registry /tmp/r.db"),
+        ("sqlite:////tmp/r.db", "database is locked", "registry /tmp/r.db stayed locked by another process"),
+        ("sqlite:////tmp/r.db", "disk I/O error", "registry /tmp/r.db: disk I/O error"),
+    ],
+)
+def test_each_driver_message_becomes_its_line_and_never_shows_the_password(url, said, expected):
+    from sqlalchemy.engine import make_url
+
+    from grpoctl.registry.open import describe_error
+
+    line = describe_error(Exception(said), make_url(url))
+    assert line.startswith(expected) and "s3cret" not in line

@@ -99,6 +99,41 @@ def check_sqlite_location(path: Path, write: bool, must_exist: bool) -> None:
 # --------------------------------------------------------------------------- errors
 
 
+# What a driver's message becomes: (words, any of which in the message, lowercased; the
+# line, formatted with where/server/user/database/message). The first match wins.
+_SQLITE_LINES = (
+    (("file is not a database", "malformed"), "{where} is corrupt or not a SQLite database ({message})"),
+    (("readonly", "read-only"), "{where} is read-only, and this command writes to it (commands that only read work)"),
+    (("unable to open",), "cannot open {where} ({message})"),
+    (("locked",), "{where} stayed locked by another process for 30 s ({message})"),
+)
+_ROUTE = "cannot connect to PostgreSQL at {server}: no route to it from this machine ({message})"
+_POSTGRES_LINES = (
+    (("connection refused",), "cannot connect to PostgreSQL at {server}: connection refused (is the server running?)"),
+    (("no route to host", "network is unreachable"), _ROUTE),
+    (
+        ("password authentication failed",),
+        "PostgreSQL at {server} refused user '{user}': password authentication failed "
+        "(check the password in the URL, $PGPASSWORD or ~/.pgpass)",
+    ),
+    (
+        ("no password supplied", "password is required"),
+        "PostgreSQL at {server} wants a password for user '{user}' (put it in the URL, $PGPASSWORD or ~/.pgpass)",
+    ),
+)
+_POSTGRES_LATE_LINES = (
+    (("timeout", "timed out"), "cannot connect to PostgreSQL at {server}: timed out"),
+    (("permission denied",), "user '{user}' may not do this in database '{database}' at {server} ({message})"),
+)
+
+
+def _first_line(lower: str, lines: tuple, **fields: str) -> str | None:
+    for words, line in lines:
+        if any(w in lower for w in words):
+            return line.format(**fields)
+    return None
+
+
 def describe_error(exc: BaseException, url: URL) -> str:
     """One line for a database error, with what the user should check; never the password."""
     original = getattr(exc, "orig", None) or exc
@@ -110,46 +145,25 @@ def describe_error(exc: BaseException, url: URL) -> str:
     lower = message.lower()
     if url.get_backend_name() == "sqlite":
         where = f"registry {sqlite_path(url) or public_url(url)}"
-        if "file is not a database" in lower or "malformed" in lower:
-            return f"{where} is corrupt or not a SQLite database ({message})"
-        if "readonly" in lower or "read-only" in lower:
-            return f"{where} is read-only, and this command writes to it (commands that only read work)"
-        if "unable to open" in lower:
-            return f"cannot open {where} ({message})"
-        if "locked" in lower:
-            return f"{where} stayed locked by another process for 30 s ({message})"
-        return f"{where}: {message}"
-    server = f"{url.host or 'localhost'}:{url.port or 5432}"
-    user = url.username or os.environ.get("PGUSER") or "(default user)"
-    database = url.database or "(default database)"
-    if "connection refused" in lower:
-        return f"cannot connect to PostgreSQL at {server}: connection refused (is the server running?)"
-    if (
-        "no route to host" in lower
-        or "network is unreachable" in lower
-        or (
-            "connection to server" in lower and "failed: permission denied" in lower  # a route that prohibits
-        )
-    ):
-        return f"cannot connect to PostgreSQL at {server}: no route to it from this machine ({message})"
-    if "password authentication failed" in lower:
-        return (
-            f"PostgreSQL at {server} refused user '{user}': password authentication failed "
-            "(check the password in the URL, $PGPASSWORD or ~/.pgpass)"
-        )
-    if "no password supplied" in lower or "password is required" in lower:
-        return (
-            f"PostgreSQL at {server} wants a password for user '{user}' (put it in the URL, $PGPASSWORD or ~/.pgpass)"
-        )
+        return _first_line(lower, _SQLITE_LINES, where=where, message=message) or f"{where}: {message}"
+    fields = dict(
+        server=f"{url.host or 'localhost'}:{url.port or 5432}",
+        user=url.username or os.environ.get("PGUSER") or "(default user)",
+        database=url.database or "(default database)",
+        message=message,
+    )
+    if line := _first_line(lower, _POSTGRES_LINES, **fields):
+        return line
+    if "connection to server" in lower and "failed: permission denied" in lower:  # a route that prohibits
+        return _ROUTE.format(**fields)
     if "does not exist" in lower and "database" in lower:
-        return f"PostgreSQL at {server} has no database '{database}' (create it, e.g. `createdb {database}`)"
+        return "PostgreSQL at {server} has no database '{database}' (create it, e.g. `createdb {database}`)".format(
+            **fields
+        )
     if "role" in lower and "does not exist" in lower:
-        return f"PostgreSQL at {server} has no user '{user}'"
-    if "timeout" in lower or "timed out" in lower:
-        return f"cannot connect to PostgreSQL at {server}: timed out"
-    if "permission denied" in lower:
-        return f"user '{user}' may not do this in database '{database}' at {server} ({message})"
-    return f"PostgreSQL at {server}, database '{database}': {message}"
+        return "PostgreSQL at {server} has no user '{user}'".format(**fields)
+    late = _first_line(lower, _POSTGRES_LATE_LINES, **fields)
+    return late or "PostgreSQL at {server}, database '{database}': {message}".format(**fields)
 
 
 # The registries this process opened, newest last: a failure met later (a corrupt page
