@@ -28,12 +28,20 @@ def check_known(query: QueryParams, allowed: set[str]) -> None:
             raise BadRequest(f"query parameter '{key}' given more than once")
 
 
-def integer(query: QueryParams, key: str, default: int | None, low: int, high: int) -> int | None:
+def _given(query: QueryParams, key: str, pattern: str, what: str) -> str | None:
+    """The parameter's text if given (None if absent or empty), once it matches `pattern`."""
     raw = query.get(key)
     if raw is None or raw == "":
+        return None
+    if not re.fullmatch(pattern, raw):
+        raise BadRequest(f"'{key}' must be {what}, not '{raw[:40]}'")
+    return raw
+
+
+def integer(query: QueryParams, key: str, default: int | None, low: int, high: int) -> int | None:
+    raw = _given(query, key, r"-?\d{1,10}", "an integer")
+    if raw is None:
         return default
-    if not re.fullmatch(r"-?\d{1,10}", raw):
-        raise BadRequest(f"'{key}' must be an integer, not '{raw[:40]}'")
     value = int(raw)
     if not low <= value <= high:
         raise BadRequest(f"'{key}' must be between {low} and {high}, not {value}")
@@ -41,11 +49,9 @@ def integer(query: QueryParams, key: str, default: int | None, low: int, high: i
 
 
 def fraction(query: QueryParams, key: str, default: float) -> float:
-    raw = query.get(key)
-    if raw is None or raw == "":
+    raw = _given(query, key, r"0(\.\d{1,6})?|1(\.0{1,6})?|\.\d{1,6}", "a number from 0 to 1")
+    if raw is None:
         return default
-    if not re.fullmatch(r"0(\.\d{1,6})?|1(\.0{1,6})?|\.\d{1,6}", raw):
-        raise BadRequest(f"'{key}' must be a number from 0 to 1, not '{raw[:40]}'")
     value = float(raw)
     if value >= 1:
         raise BadRequest(f"'{key}' must be below 1")
