@@ -131,13 +131,7 @@ def load_compared_runs(
             effective_status(run),
             variant_items(config),
             variant_hash(config),
-            series=summary.series,
-            evals=summary.evals,
-            eval_meta=summary.eval_meta,
-            s_per_step=summary.s_per_step,
-            peak_mem=summary.peak_mem,
-            throughput=summary.throughput,
-            scores=summary.scores,
+            **vars(summary),  # its figures, under RunSummary's names
         )
         if eval_set and extra_metric in rd.series:  # the set's series, read under the name asked for
             rd.series[metrics.split_eval_set(extra_metric)[1]] = rd.series[extra_metric]

@@ -93,16 +93,8 @@ def compare(
     from grpoctl.views import compare_view as tables
 
     with Registry(db, must_exist=True, readonly=True) as registry:
-        table = build_compare_table(
-            registry,
-            refs,
-            metric=metric,
-            at_step=at_step,
-            baseline=baseline,
-            last_k=last_k,
-            findings=findings,
-            headline=headline,
-        )
+        options = dict(baseline=baseline, last_k=last_k, findings=findings, headline=headline)
+        table = build_compare_table(registry, refs, metric=metric, at_step=at_step, **options)
 
     if fmt in ("json", "csv"):
         # Machine formats own stdout; warnings still reach a human, on stderr.

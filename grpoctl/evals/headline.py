@@ -36,13 +36,8 @@ class EvalOutcome:
 
     def row_fields(self) -> dict:
         """This eval's own fields of its EvalResult row (evals/on_set.py adds the rest)."""
-        return dict(
-            n=self.n,
-            accuracy=self.accuracy,
-            format_rate=self.format_rate,
-            mean_response_length=self.mean_response_length,
-            grading_timeouts=self.timeouts,
-        )
+        shared = ("n", "accuracy", "format_rate", "mean_response_length")
+        return {name: getattr(self, name) for name in shared} | {"grading_timeouts": self.timeouts}
 
     def metrics(self) -> dict[str, float]:
         return {

@@ -171,14 +171,7 @@ def close_reward_scorer() -> None:
 
 def example_record(example: Any) -> dict:
     """What a plugin gets as `example`: the problem's record as a plain dict."""
-    record = {
-        "id": example.id,
-        "question": example.question,
-        "answer": example.answer,
-        "solution": example.solution,
-        "level": example.level,
-        "subject": example.subject,
-    }
+    record = {name: getattr(example, name) for name in ("id", "question", "answer", "solution", "level", "subject")}
     for key, value in example.fields:
         record.setdefault(key, value)
     return record

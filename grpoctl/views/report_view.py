@@ -12,10 +12,11 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from grpoctl import metrics
 from grpoctl.analysis import paired, stats
-from grpoctl.analysis.baseline import LAST_K, BaselineComparison, Versus
+from grpoctl.analysis.baseline import BaselineComparison, Versus
 from grpoctl.analysis.compare import CompareTable, Row, build_compare_table
 from grpoctl.errors import UserError
 from grpoctl.formatting import format_config_value
@@ -28,21 +29,12 @@ def default_folder(name: str) -> Path:
     return Path("reports") / "".join(c if c.isalnum() or c in "._=-" else "_" for c in name)
 
 
-def write_report(
-    registry: Registry,
-    name: str,
-    folder: Path | None = None,
-    baseline: str | None = None,
-    last_k: int = LAST_K,
-    findings: str | None = None,
-    headline: str | None = None,
-) -> Path:
+def write_report(registry: Registry, name: str, folder: Path | None = None, **table_options: Any) -> Path:
     """Write `report.md` and its plots into `folder` (default reports/NAME/); return its path.
-    `findings`: the family its declared findings are tested in (compare's --findings);
-    `headline`: the eval set read as each run's headline (compare's --headline)."""
-    table = build_compare_table(
-        registry, [name], baseline=baseline, last_k=last_k, findings=findings, headline=headline
-    )
+    `table_options`: build_compare_table's baseline, last_k, findings (the family its
+    declared findings are tested in) and headline (the eval set read as each run's headline),
+    as compare's flags give them."""
+    table = build_compare_table(registry, [name], **table_options)
     folder = Path(folder) if folder is not None else default_folder(name)
     try:
         folder.mkdir(parents=True, exist_ok=True)
