@@ -30,7 +30,7 @@ from grpoctl.registry.models import utcnow
 from grpoctl.rules import headline_accuracy
 from grpoctl.run_identity import flatten
 from grpoctl.ui import params
-from grpoctl.ui.curves import load_points, variant_curves
+from grpoctl.ui.curves import CurveQuery, load_points, variant_curves
 from grpoctl.views import compare_records
 
 CURVE_PARAMS = {"metric", "points", "smoothing", "from", "to", "after_step"}
@@ -192,21 +192,21 @@ def study_compare(registry: Registry, request: Request, name: str) -> dict:
     return _compared[key]
 
 
-def _curve_options(request: Request) -> dict:
+def _curve_query(request: Request) -> CurveQuery:
     query = request.query_params
     params.check_known(query, CURVE_PARAMS)
     lo = params.integer(query, "from", None, 0, params.MAX_STEP)
     hi = params.integer(query, "to", None, 0, params.MAX_STEP)
     if lo is not None and hi is not None and hi < lo:
         raise params.BadRequest("'to' must not be below 'from'")
-    return {
-        "metric": params.metric(query),
-        "buckets": params.integer(query, "points", 200, 10, 2000),
-        "smoothing": params.fraction(query, "smoothing", 0.6),
-        "lo": lo,
-        "hi": hi,
-        "after_step": params.integer(query, "after_step", None, -1, params.MAX_STEP),
-    }
+    return CurveQuery(
+        params.metric(query),
+        buckets=params.integer(query, "points", 200, 10, 2000),
+        smoothing=params.fraction(query, "smoothing", 0.6),
+        lo=lo,
+        hi=hi,
+        after_step=params.integer(query, "after_step", None, -1, params.MAX_STEP),
+    )
 
 
 # A study's variants by its runs' ids and labels: a run's config never changes, and
@@ -227,10 +227,9 @@ def _folded(found: list[Run], labels: dict[int, str]) -> list[tuple[str, list[Ru
 
 
 def study_curves(registry: Registry, request: Request, name: str) -> dict:
-    options = _curve_options(request)
+    query = _curve_query(request)
     found, labels = _study_runs(registry, name)
-    points = load_points(registry, found, options["metric"], options["after_step"])
-    return variant_curves(_folded(found, labels), points, **options)
+    return variant_curves(_folded(found, labels), load_points(registry, found, query), query)
 
 
 def _run(registry: Registry, run_id: int) -> Run:
@@ -276,10 +275,9 @@ def run(registry: Registry, request: Request, run_id: int) -> dict:
 
 
 def run_curves(registry: Registry, request: Request, run_id: int) -> dict:
-    options = _curve_options(request)
+    query = _curve_query(request)
     found = _run(registry, run_id)
-    points = load_points(registry, [found], options["metric"], options["after_step"])
-    return variant_curves([(found.name, [found])], points, **options)
+    return variant_curves([(found.name, [found])], load_points(registry, [found], query), query)
 
 
 def samples(registry: Registry, request: Request, run_id: int) -> dict:

@@ -13,6 +13,7 @@ come back, raw.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from grpoctl import metrics
 from grpoctl.analysis.downsample import Points, bucket_edges, downsample, ema
@@ -20,15 +21,29 @@ from grpoctl.registry import Registry, Run
 from grpoctl.views.report_plots import THIN_LINES_MAX, spread_band, step_means
 
 
+@dataclass(frozen=True)
+class CurveQuery:
+    """What a curves request asks for: one metric, drawn in about `buckets` points with EMA
+    `smoothing`, over the steps from `lo` to `hi` (None: no bound), or, for a live poll,
+    only the raw points after `after_step`."""
+
+    metric: str
+    buckets: int = 200
+    smoothing: float = 0.6
+    lo: int | None = None
+    hi: int | None = None
+    after_step: int | None = None
+
+
 def _columns(points: Points) -> list[list]:
     """[[steps], [values]] with NaN as null: compact, and what uPlot takes."""
     return [[s for s, _ in points], [v if math.isfinite(v) else None for _, v in points]]
 
 
-def load_points(registry: Registry, runs: list[Run], metric: str, after_step: int | None) -> dict[int, Points]:
+def load_points(registry: Registry, runs: list[Run], query: CurveQuery) -> dict[int, Points]:
     """{run_id: raw points}; eval accuracy from the runs' eval curves (rules.eval_curve),
     as compare and report read it."""
-    ids = [run.id for run in runs]
+    ids, metric, after_step = [run.id for run in runs], query.metric, query.after_step
     if metric == metrics.EVAL_ACCURACY:
         curves = registry.eval_curves(ids)
         return {
@@ -39,20 +54,12 @@ def load_points(registry: Registry, runs: list[Run], metric: str, after_step: in
     return registry.metric_of_runs(ids, metric)
 
 
-def variant_curves(
-    groups: list[tuple[str, list[Run]]],
-    points: dict[int, Points],
-    metric: str,
-    buckets: int,
-    smoothing: float,
-    lo: int | None = None,
-    hi: int | None = None,
-    after_step: int | None = None,
-) -> dict:
+def variant_curves(groups: list[tuple[str, list[Run]]], points: dict[int, Points], query: CurveQuery) -> dict:
     """The curves of `groups` ([(variant label, runs)]) for the API's JSON."""
+    metric, smoothing, lo, hi, after_step = query.metric, query.smoothing, query.lo, query.hi, query.after_step
     finite = {run_id: [(s, v) for s, v in p if math.isfinite(v)] for run_id, p in points.items()}
     sparse = metrics.is_eval(metric)
-    edges = None if sparse or after_step is not None else bucket_edges(finite.values(), buckets, lo, hi)
+    edges = None if sparse or after_step is not None else bucket_edges(finite.values(), query.buckets, lo, hi)
 
     dropped = False
 
@@ -101,7 +108,7 @@ def variant_curves(
         "description": info.description if info else "",
         "unit": info.unit if info else "",
         "downsampled": dropped,  # some bucket held more than its 4 points
-        "buckets": buckets,
+        "buckets": query.buckets,
         "edges": edges,
         "smoothing": smoothing,
         "last_step": last_step,
