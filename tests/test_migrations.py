@@ -323,6 +323,7 @@ def test_a_wheel_carries_the_migrations_and_its_install_runs_them(tmp_path):
         "0007_data_fingerprint",
         "0008_eval_sets",
         "0009_problem_outcomes",
+        "0010_sweep_design",
     ):
         assert f"grpoctl/registry/migrations/versions/{revision}.py" in names
     assert "grpoctl/registry/migrations/env.py" in names

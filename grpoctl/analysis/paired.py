@@ -421,7 +421,7 @@ def paired_tost(
 # --------------------------------------------------------------------------- planning
 
 
-def _paired_power(effect: float, sd: float, pairs: Any, alpha: float, problem_var: float = 0.0) -> Any:
+def paired_power(effect: float, sd: float, pairs: Any, alpha: float, problem_var: float = 0.0) -> Any:
     """Power of a two-sided paired t with `pairs` seeds to detect `effect` when per-seed
     differences spread by `sd` and the problems add `problem_var` to the mean's variance:
     P(|T| > t_crit), T noncentral t with pairs - 1 df and noncentrality
@@ -454,7 +454,7 @@ def paired_seeds_needed(
     import numpy as np
 
     n = np.arange(2, cap + 1)
-    enough = np.nonzero(_paired_power(diff, max(sd, 0.0), n, alpha, problem_var) >= power)[0]
+    enough = np.nonzero(paired_power(diff, max(sd, 0.0), n, alpha, problem_var) >= power)[0]
     return (int(n[enough[0]]), False) if enough.size else (cap, True)
 
 
@@ -470,7 +470,7 @@ def paired_mde(
     from scipy.optimize import brentq
 
     def short(effect: float) -> float:
-        return float(_paired_power(effect, sd, pairs, alpha, problem_var)) - power
+        return float(paired_power(effect, sd, pairs, alpha, problem_var)) - power
 
     scale = math.sqrt(spread)
     high = scale

@@ -58,7 +58,21 @@ def sweep(
         typer.Option("--name", help="Sweep name, also the runs' group (default: PARAM-sweep, or the spec's name)."),
     ] = None,
     seeds: Annotated[
-        str | None, typer.Option("--seeds", help="Repeat every variant with each seed, e.g. 0,1,2.")
+        str | None,
+        typer.Option(
+            "--seeds",
+            help="Repeat every variant with each seed, e.g. 0,1,2; or auto: an internal pilot sizes the sweep "
+            "for its spec's declared effects.",
+        ),
+    ] = None,
+    pilot_seeds: Annotated[
+        int | None, typer.Option("--pilot-seeds", help="With --seeds auto: seeds per arm in the pilot (default 3).")
+    ] = None,
+    max_seeds: Annotated[
+        int | None, typer.Option("--max-seeds", help="With --seeds auto: the most seeds per arm (default 12).")
+    ] = None,
+    first_seed: Annotated[
+        int | None, typer.Option("--first-seed", help="With --seeds auto: the first seed (default 0).")
     ] = None,
     retry_failed: Annotated[
         bool,
@@ -102,6 +116,10 @@ def sweep(
             raise UserError(f"unexpected argument '{item}': overrides are key=value")
     _check_executor(executor, parallel, ray_address, max_retries, cpus_per_run)
     check_claim_timings()  # its members' trainers read them too: refused here, before any plan or row
+    auto = _auto_seeds(target, values, seeds, pilot_seeds, max_seeds, first_seed)
+    if auto is not None:
+        _sweep_auto(target, overrides, name, config, auto, parallel, retry_failed, dry_run, executor, db)
+        return
     plan = _plan(target, values, overrides, seeds, name, config)
 
     from rich.console import Console
@@ -129,6 +147,75 @@ def sweep(
     finally:
         if cluster is not None:
             cluster.close()
+    _say_how_it_ended(plan, result, db, registry.public_url, console)
+
+
+def _auto_seeds(target: str, values, seeds, pilot_seeds, max_seeds, first_seed):
+    """What `--seeds auto` asks for (None without it), checked; its options need it."""
+    from grpoctl.sweep import auto_seeds
+
+    if seeds != auto_seeds.AUTO:
+        for flag, given in (("--pilot-seeds", pilot_seeds), ("--max-seeds", max_seeds), ("--first-seed", first_seed)):
+            if given is not None:
+                raise UserError(f"{flag} goes with --seeds auto")
+        return None
+    default = auto_seeds.AutoSeeds()
+    auto = auto_seeds.AutoSeeds(
+        default.pilot if pilot_seeds is None else pilot_seeds,
+        default.maximum if max_seeds is None else max_seeds,
+        default.first if first_seed is None else first_seed,
+    )
+    auto_seeds.check_auto(target, values, auto)
+    return auto
+
+
+def _sweep_auto(target, overrides, name, config, auto, parallel, retry_failed, dry_run, executor, db) -> None:
+    """`--seeds auto`: the pilot, the blinded re-estimate, the remaining seeds (sweep/auto_seeds.py)."""
+    from rich.console import Console
+
+    from grpoctl.analysis import internal_pilot
+    from grpoctl.cli.sweep_view import SweepView, summary_table
+    from grpoctl.registry import NoRegistry, Registry
+    from grpoctl.sweep import auto_seeds, launcher
+
+    if executor != "local":
+        raise UserError("--seeds auto runs with the local executor")
+    auto_seeds.sized_findings(target)
+    pilot = auto_seeds.plan_for(target, overrides, name, config, auto, auto.pilot)
+    console = Console()
+    try:
+        reader = Registry(db, must_exist=True, readonly=True)
+    except NoRegistry:
+        reader = None
+    try:
+        design = auto_seeds.recorded_design(reader, pilot, auto)
+    finally:
+        if reader is not None:
+            reader.close()
+    if dry_run:
+        for line in internal_pilot.describe(design) or [f"pilot: {auto.pilot} seeds per arm, then the re-estimate"]:
+            console.print(line, highlight=False, soft_wrap=True)
+        shown = (
+            pilot
+            if "final" not in design
+            else auto_seeds.plan_for(target, overrides, name, config, auto, design["final"])
+        )
+        _show_plan(shown, db, executor, console)
+        return
+
+    def say(text: str) -> None:
+        console.print(text, highlight=False, soft_wrap=True)
+
+    with Registry(db) as registry:
+
+        def run_stage(plan):
+            result = launcher.run_sweep(
+                plan, registry, parallel=parallel, retry_failed=retry_failed, watcher=SweepView(plan, registry, console)
+            )
+            console.print(summary_table(plan, result, registry), crop=False)
+            return result
+
+        plan, result = auto_seeds.run_auto(target, overrides, name, config, auto, registry, run_stage, say)
     _say_how_it_ended(plan, result, db, registry.public_url, console)
 
 

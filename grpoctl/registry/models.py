@@ -170,6 +170,8 @@ class Sweep(SQLModel, table=True):
     kind: str  # "sweep" (one parameter) or "ablation" (named variants)
     spec: str  # JSON: what was asked for
     created_at: datetime = Field(default_factory=utcnow)
+    # JSON: a `--seeds auto` sweep's stage, pilot, re-estimate and final seeds; {} for fixed seeds. Migration 0010.
+    design: str = Field(default="{}", sa_column_kwargs={"server_default": "{}"})
 
 
 class SweepMember(SQLModel, table=True):

@@ -31,8 +31,8 @@ from urllib.parse import quote
 
 from sqlalchemy import Connection, Engine, inspect, text
 
-HEAD = "0009"
-REVISIONS = ("0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009")  # oldest first
+HEAD = "0010"
+REVISIONS = ("0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010")  # oldest first
 # The tables of revision 0001, and the columns of its `run` table: what an unstamped
 # registry must have to be taken for one.
 BASE_TABLES = {"run", "metric", "checkpoint", "evalresult", "sample", "tag", "sweep", "sweepmember"}

@@ -48,6 +48,13 @@ class SweepRecords:
             )
         return SweepMember(**row)
 
+    def set_sweep_design(self, sweep_id: int, design: dict) -> None:
+        """Record a self-sizing sweep's design and the stage it reached (one UPDATE, so a
+        sweep stopped at any moment has either the stage before or the one after)."""
+        table = Sweep.__table__
+        with self._writer.begin() as conn:
+            conn.execute(table.update().where(table.c.id == sweep_id).values(design=json.dumps(design, default=str)))
+
     def get_sweep(self, name: str) -> Sweep:
         with self._read() as session:
             sweep = session.exec(select(Sweep).where(Sweep.name == name)).first()

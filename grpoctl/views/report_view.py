@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from grpoctl import metrics
-from grpoctl.analysis import paired, stats
+from grpoctl.analysis import internal_pilot, paired, stats
 from grpoctl.analysis.baseline import BaselineComparison, Versus
 from grpoctl.analysis.compare import CompareTable, Row, build_compare_table
 from grpoctl.errors import UserError
@@ -70,7 +70,7 @@ def _sections(
     registry: Registry, name: str, table: CompareTable, plots: list[tuple[str, str]], evals: list[str] | None = None
 ):
     runs = [rd for row in table.rows for rd in row.runs]
-    kind, spec = _sweep(registry, name)
+    kind, spec, design = _sweep(registry, name)
     yield f"# {name}"
     yield ""
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -98,6 +98,17 @@ def _sections(
     if len(seeds) > 1:
         yield f"- seeds: {', '.join(map(str, seeds))} (folded into mean ± sd per variant)"
     yield ""
+    if design:
+        yield "## Seeds chosen by an internal pilot (`--seeds auto`)"
+        yield ""
+        yield (
+            "The pilot's runs are study runs; the variance was re-estimated blinded (without the arms' labels) "
+            "once, and every finding is tested once, over every seed, at the fixed alpha (docs/commands.md)."
+        )
+        yield ""
+        for line in internal_pilot.describe(design):
+            yield f"- {line}"
+        yield ""
     yield "## What was shared"
     yield ""
     yield from _shared(table) or ["- the defaults, unchanged"]
@@ -165,16 +176,17 @@ def _sections(
         yield ""
 
 
-def _sweep(registry: Registry, name: str) -> tuple[str, str]:
-    """("ablation", "what was asked for") for a recorded sweep; ("group", "") otherwise."""
+def _sweep(registry: Registry, name: str) -> tuple[str, str, dict]:
+    """("ablation", "what was asked for", its design) for a recorded sweep (the design {}
+    unless `--seeds auto` sized it); ("group", "", {}) otherwise."""
     try:
         sweep = registry.get_sweep(name)
     except UserError:
-        return "group", ""
-    spec = json.loads(sweep.spec or "{}")
+        return "group", "", {}
+    spec, design = json.loads(sweep.spec or "{}"), json.loads(sweep.design or "{}")
     if sweep.kind == "sweep":
-        return "sweep", f"`{spec.get('param')}` over `{spec.get('values')}`"
-    return sweep.kind, f"`{spec['file']}`" if spec.get("file") else ""
+        return "sweep", f"`{spec.get('param')}` over `{spec.get('values')}`", design
+    return sweep.kind, f"`{spec['file']}`" if spec.get("file") else "", design
 
 
 def _shared(table: CompareTable) -> list[str]:
