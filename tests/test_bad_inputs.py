@@ -398,6 +398,16 @@ case("sweep", "spec-not-a-mapping", ["sweep", "{A}/yaml/list.yaml", "--dry-run"]
 case("sweep", "spec-without-variants", ["sweep", "{A}/yaml/wrongtype.yaml", "--dry-run"], "variants")
 case("sweep", "spec-variant-unknown-key", ["sweep", "{A}/yaml/spec_unknown.yaml", "--dry-run"], "unknown config key")
 case("sweep", "spec-variant-nan", ["sweep", "{A}/yaml/spec_nan.yaml", "--dry-run"], "optimizer.lr")
+# --seeds auto sizes a spec for its findings' declared effects (sweep/auto_seeds.py)
+AUTO = ["--seeds", "auto", "--dry-run"]
+case("sweep", "auto-without-finding", ["sweep", "{A}/yaml/spec_plain.yaml", *AUTO], "declares no finding", new=True)
+case("sweep", "auto-no-effect", ["sweep", "{A}/yaml/spec_no_effect.yaml", *AUTO], "declares no finding", new=True)
+case("sweep", "auto-param-sweep", ["sweep", "lr", "--values", "1e-5,1e-4", *AUTO], "SPEC.yaml", new=True)
+case("sweep", "auto-max-below-pilot", ["sweep", "{A}/yaml/spec_plain.yaml", *AUTO, "--max-seeds", "2"], "--max-seeds")
+case("sweep", "auto-pilot-1", ["sweep", "{A}/yaml/spec_plain.yaml", *AUTO, "--pilot-seeds", "1"], "--pilot-seeds")
+case(
+    "sweep", "auto-option-alone", ["sweep", "{A}/yaml/spec_plain.yaml", "--max-seeds", "5", "--dry-run"], "--seeds auto"
+)
 
 # --------------------------------------------------------------------------- yaml config files
 
@@ -580,6 +590,9 @@ def _build_assets(root: Path, model: Path) -> list[Callable[[], None]]:
         "null": "~\n",
         "spec_unknown": "variants:\n  a: {nope: 1}\n",
         "spec_nan": "variants:\n  a: {lr: .nan}\n",
+        "spec_plain": "baseline: a\nvariants:\n  a: {lr: 1.0e-4}\n  b: {lr: 3.0e-4}\n",
+        "spec_no_effect": "baseline: a\nvariants:\n  a: {lr: 1.0e-4}\n  b: {lr: 3.0e-4}\nfindings:\n"
+        "  - {id: f, claim: c, variant: b, measure: plateau, expect: lower, testable: {rule: mixed_groups_at_start, in: every_arm, at_least: 0.2}}\n",
     }
     for name, text in texts.items():
         (y / f"{name}.yaml").write_text(text)
