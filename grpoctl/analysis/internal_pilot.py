@@ -28,13 +28,13 @@ mean(d_s^2) - effect^2 (0 at least): unbiased when the true difference is the de
 one. grpoctl uses the unadjusted estimate (`ADJUSTED = False`), for what `simulate`
 measured at a 3-seed pilot: with the per-seed sd equal to the declared effect (10 pairs
 needed when the sd is known) the adjusted estimate is so noisy that the design reached
-power 0.60 against the planned 0.80; the unadjusted one reached 0.83, on 17 seeds per arm
-on average. The price of the unadjusted estimate is seeds: a true difference as large
-as the declared one inflates it, so a large effect is sized at 8-10 seeds per arm where
-3-4 would do. Neither touches alpha much: which n is chosen depends on the pilot's |d_s|
-only, and under no difference the signs of d_s are independent of them; over 200,000
-simulated sweeps the final paired t rejected a true null 5.0-5.2% of the time at alpha
-0.05: a small excess, at a pilot this small.
+power 0.60 against the planned 0.80; the unadjusted one reached 0.83, on 17 seeds per
+arm on average. The price of the unadjusted estimate is seeds: a true difference as
+large as the declared one inflates it: with the per-seed sd half the effect, 10.3 seeds
+per arm on average (at most 12) where 4 would do. Neither touches alpha much: which n is
+chosen depends on the pilot's |d_s| only, and under no difference the signs of d_s are
+independent of them; over 200,000 simulated sweeps the final paired t rejected a true
+null 4.9-5.2% of the time at alpha 0.05: a small excess, at a pilot this small.
 
 Planning is by the same noncentral t as every other "seeds needed" in grpoctl
 (paired.paired_power). `simulate` runs the whole design on synthetic per-seed outcomes,
