@@ -31,7 +31,7 @@ needed when the sd is known) the adjusted estimate is so noisy that the design r
 power 0.60 against the planned 0.80; the unadjusted one reached 0.83, on 17 seeds per
 arm on average. The price of the unadjusted estimate is seeds: a true difference as
 large as the declared one inflates it: with the per-seed sd half the effect, 10.3 seeds
-per arm on average (at most 12) where 4 would do. Neither touches alpha much: which n is
+per arm on average (at most 12) where 5 would do. Neither touches alpha much: which n is
 chosen depends on the pilot's |d_s| only, and under no difference the signs of d_s are
 independent of them; over 200,000 simulated sweeps the final paired t rejected a true
 null 4.9-5.2% of the time at alpha 0.05: a small excess, at a pilot this small.
