@@ -15,7 +15,8 @@ and its simulation: analysis/internal_pilot.py), in stages recorded in the regis
   pilot's seeds are study seeds).
 
 What is asked (n0, the maximum, the first seed) is recorded with the pilot; re-running
-the sweep with other values is refused in one line before anything is written.
+the sweep with other values is refused in one line before anything is written. The
+spec's own `seeds:` are not used: the seeds are first, first+1, ... as the stages need.
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grpoctl.analysis import internal_pilot, stats
-from grpoctl.analysis.findings import Finding, read_findings
+from grpoctl.analysis.findings import ENDED, Finding, read_findings
 from grpoctl.errors import UserError
-from grpoctl.registry import Registry
+from grpoctl.registry import Registry, effective_status
 from grpoctl.sweep import spec as sweep_spec
 from grpoctl.sweep.planning import SweepResult
 from grpoctl.sweep.spec import SweepPlan
@@ -126,8 +127,9 @@ def pilot_plans(registry: Registry, pilot: SweepPlan, findings: list[Finding], f
     from grpoctl.analysis.verdicts import Arm
 
     found = registry.runs_by_config_hash([v.config_hash for v in pilot.variants], group=pilot.name)
+    ended = [run for run in found.values() if effective_status(run) in ENDED]  # a failed run's curve is no measure
     labelled: dict[str, list] = {}
-    loaded = load_compared_runs(registry, list(found.values()))
+    loaded = load_compared_runs(registry, ended)
     by_hash = {rd.run.config_hash: rd for rd in loaded}
     for variant in pilot.variants:
         if variant.config_hash in by_hash:
