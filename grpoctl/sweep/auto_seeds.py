@@ -179,12 +179,12 @@ def run_auto(
             return pilot, result
         plans = pilot_plans(registry, pilot, findings, family, auto)
         n, reason = internal_pilot.final_seeds(plans, auto.pilot, auto.maximum)
-        design = {**design, "stage": "final", "estimates": [p.as_record() for p in plans], "final": n, "reason": reason}
+        stage = "done" if n == auto.pilot else "final"  # done: the pilot is the study, nothing is left to run
+        design = {**design, "stage": stage, "estimates": [p.as_record() for p in plans], "final": n, "reason": reason}
         registry.set_sweep_design(sweep.id, design)
         for line in internal_pilot.describe(design):
             say(line)
-        if design["final"] == auto.pilot:  # the pilot is the study: nothing left to run
-            registry.set_sweep_design(sweep.id, {**design, "stage": "done"})
+        if stage == "done":
             return pilot, result
     else:
         for line in internal_pilot.describe(design):
