@@ -1,7 +1,4 @@
 """${message}
-
-Revision ID: ${up_revision}
-Revises: ${down_revision | comma,n}
 """
 
 from alembic import op
@@ -10,8 +7,6 @@ ${imports if imports else ""}
 
 revision = ${repr(up_revision)}
 down_revision = ${repr(down_revision)}
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
@@ -19,4 +14,4 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    raise NotImplementedError("grpoctl migrations go forward only (see README: Registry)")
+    raise NotImplementedError("grpoctl migrations go forward only (see docs/registry.md)")

@@ -3,9 +3,6 @@
 Frozen here, not built from models.py: later revisions change the models, and this one
 must keep creating exactly the schema that registries written by that code have, so
 that an unstamped registry with these tables is recognised as this revision.
-
-Revision ID: 0001
-Revises: (none)
 """
 
 import sqlalchemy as sa
@@ -13,8 +10,6 @@ from alembic import op
 
 revision = "0001"
 down_revision = None
-branch_labels = None
-depends_on = None
 
 
 def _dt(name: str, nullable: bool = False) -> sa.Column:

@@ -10,9 +10,6 @@ again, under the new hash, and runs it.
 
 The hash is frozen here, as grpoctl.config.config_hash defined it at this revision: a
 migration must compute the same thing forever, whatever the live code becomes.
-
-Revision ID: 0002
-Revises: 0001
 """
 
 import hashlib
@@ -23,8 +20,6 @@ from alembic import op
 
 revision = "0002"
 down_revision = "0001"
-branch_labels = None
-depends_on = None
 
 EXCLUDED = ("name", "group", "variant", "runtime.threads", "runtime.cache_dir", "eval.batch_size")
 EXCLUDED_SECTIONS = ("checkpoint.", "logging.")

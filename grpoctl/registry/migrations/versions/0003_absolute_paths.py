@@ -8,9 +8,6 @@ directory `grpoctl db upgrade` runs in). A run's relative paths are joined to th
 only when it is demonstrably theirs: its output_dir or one of its checkpoints exists
 there. Then all of that run's paths are rewritten, deleted checkpoints' included.
 Paths of other runs stay as they were (and `runs show` shows them as stored).
-
-Revision ID: 0003
-Revises: 0002
 """
 
 import os
@@ -20,8 +17,6 @@ from alembic import context, op
 
 revision = "0003"
 down_revision = "0002"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

@@ -9,9 +9,6 @@ distinct in a plain unique index (SQLite and PostgreSQL alike), hence COALESCE.
 Registries written before could hold duplicated keys (two resumers racing, which this
 revision makes impossible); the first row written of each key is kept, the later
 copies are deleted, so that the index can be built.
-
-Revision ID: 0004
-Revises: 0003
 """
 
 import sqlalchemy as sa
@@ -19,8 +16,6 @@ from alembic import op
 
 revision = "0004"
 down_revision = "0003"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

@@ -7,9 +7,6 @@ the registry, whichever executor started it; a new claim on the run clears it.
 `runlog` holds what a sweep member's trainer printed, in chunks, keyed by run name (the
 first lines come before the trainer has created its run, and a trainer that fails its
 checks never creates one), so `grpoctl runs logs RUN` reads it wherever it ran.
-
-Revision ID: 0005
-Revises: 0004
 """
 
 import sqlalchemy as sa
@@ -17,8 +14,6 @@ from alembic import op
 
 revision = "0005"
 down_revision = "0004"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

@@ -6,9 +6,6 @@ decoding; the name is the one old rows get) and `sampled` for a pass@k / maj@k e
 its seed and how maj@k chose its subsets; `scores` its pass@k and maj@k by metric name;
 `breakdown` (either kind) the accuracy by level, subject and eval.group_by's fields. The
 three are JSON text, `{}` on old rows, so no old row changes meaning.
-
-Revision ID: 0006
-Revises: 0005
 """
 
 import sqlalchemy as sa
@@ -16,8 +13,6 @@ from alembic import op
 
 revision = "0006"
 down_revision = "0005"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

@@ -6,9 +6,6 @@ dropped because their prompt left the model no room to answer (data/prompt_lengt
 for the eval data its source, hash, subset size and overlong drops. `{}` on old rows: they
 were written before the count existed (their drops, if any, are in the step metrics
 train/overlong_prompts_dropped and eval/overlong_problems_dropped).
-
-Revision ID: 0007
-Revises: 0006
 """
 
 import sqlalchemy as sa
@@ -16,8 +13,6 @@ from alembic import op
 
 revision = "0007"
 down_revision = "0006"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

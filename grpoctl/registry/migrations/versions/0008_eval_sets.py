@@ -4,9 +4,6 @@
 unnamed set, which every run before this revision had. `evalresult.headline` is true for
 the rows of the run's headline set (the first of eval.sets), whose greedy rows make the
 run's accuracy curve; every old row is its run's headline, so no old row changes meaning.
-
-Revision ID: 0008
-Revises: 0007
 """
 
 import sqlalchemy as sa
@@ -14,8 +11,6 @@ from alembic import op
 
 revision = "0008"
 down_revision = "0007"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

@@ -4,9 +4,6 @@
 ids (the list its `subset_hash` hashes), how many of its samples were right, with each
 problem's level (registry/outcomes.py has the format). It is NULL on every older row:
 "not recorded". No stored number changes.
-
-Revision ID: 0009
-Revises: 0008
 """
 
 import sqlalchemy as sa
@@ -14,8 +11,6 @@ from alembic import op
 
 revision = "0009"
 down_revision = "0008"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

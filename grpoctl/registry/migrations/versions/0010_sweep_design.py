@@ -5,9 +5,6 @@ A `--seeds auto` sweep records there its internal pilot (seeds per arm, the maxi
 first seed), then, once the pilot ended, the blinded re-estimate and the final seeds per
 arm with their reason, and the stage reached, so that a sweep stopped between stages
 resumes from it (analysis/internal_pilot.py has the design). No stored number changes.
-
-Revision ID: 0010
-Revises: 0009
 """
 
 import sqlalchemy as sa
@@ -15,8 +12,6 @@ from alembic import op
 
 revision = "0010"
 down_revision = "0009"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
