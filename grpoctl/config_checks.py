@@ -33,6 +33,7 @@ from grpoctl.rules import (
     CHOICES,
     GENERATED_DATA_SOURCES,
     NULL_MEANS,
+    PLUGIN_KEYS,
     RATIO_FREE_LOSSES,
     REWARDS,
     is_off_policy,
@@ -144,9 +145,13 @@ def validate(cfg: DictConfig) -> None:
         value = OmegaConf.select(cfg, key)
         if value is None and key in NULL_MEANS:
             continue
+        if key in PLUGIN_KEYS and isinstance(value, str) and is_plugin(value):
+            _check_plugin(key, value)
+            continue
         if value not in choices:
             null = f" (or null: {NULL_MEANS[key]})" if key in NULL_MEANS else ""
-            raise UserError(f"{key}={value!r} is not one of: {', '.join(choices)}{null}")
+            plugin = " (or a plugin: package.module:function or path/to/file.py:function)" if key in PLUGIN_KEYS else ""
+            raise UserError(f"{key}={value!r} is not one of: {', '.join(choices)}{null}{plugin}")
     check_ranges(cfg)
     for key in ("name", "group", "variant"):  # a run's labels
         _check_label(key, cfg[key])
@@ -179,13 +184,14 @@ def validate(cfg: DictConfig) -> None:
     if off_policy and loss.loss_type in RATIO_FREE_LOSSES:
         raise UserError(
             f"loss.loss_type={loss.loss_type} is on-policy only; with off-policy reuse "
-            "(epochs_per_rollout_batch > 1 or train_batch_size < rollout_batch_size) use grpo_clip or grpo_no_clip"
+            "(epochs_per_rollout_batch > 1 or train_batch_size < rollout_batch_size) use grpo_clip, grpo_no_clip or cispo"
         )
     if loss.importance_level == "sequence" and loss.loss_type in RATIO_FREE_LOSSES:
         raise UserError(
             f"loss.importance_level=sequence (GSPO) weighs an importance ratio that loss.loss_type={loss.loss_type} "
-            "does not have: use grpo_clip or grpo_no_clip, or importance_level=token"
+            "does not have: use grpo_clip, grpo_no_clip or cispo, or importance_level=token"
         )
+    _check_advantages(cfg)
     check_rewards(cfg)
     expected_reward = reward_for_template(cfg.prompt.template)
     if expected_reward and not is_plugin(cfg.prompt.reward) and cfg.prompt.reward != expected_reward:
@@ -245,10 +251,31 @@ def _check_reward_spec(key: str, spec: str, plugin_words: str) -> None:
         if spec not in REWARDS:
             raise UserError(f"{key}={spec!r} is not one of: {', '.join(REWARDS)} ({plugin_words})")
         return
+    _check_plugin(key, spec)
+
+
+def _check_plugin(key: str, spec: str) -> None:
+    """The plugin `spec` imports and names a function (imported here, before anything runs)."""
     try:
         load_function(spec)
     except PluginError as exc:
         raise UserError(f"{key}={spec}: {exc}") from None
+
+
+def _check_advantages(cfg: DictConfig) -> None:
+    """The built-in estimators' needs: rloo's baseline is the other answers of a group, and
+    batch_std is the std that use_std_normalization divides by."""
+    loss = cfg.loss
+    if loss.advantage_estimator == "rloo" and cfg.rollout.group_size < 2:
+        raise UserError("loss.advantage_estimator=rloo needs rollout.group_size >= 2 (a baseline of the others)")
+    if loss.advantage_estimator == "batch_std" and not loss.use_std_normalization:
+        raise UserError(
+            "loss.advantage_estimator=batch_std divides by the rollout batch's std, which "
+            "loss.use_std_normalization=false turns off: use advantage_estimator=group_mean for no std"
+        )
+    low, high = loss.cispo_ratio_min, loss.cispo_ratio_max
+    if low is not None and low >= high:
+        raise UserError(f"loss.cispo_ratio_min ({low}) must be below loss.cispo_ratio_max ({high})")
 
 
 def _check_sampled_eval(ev: DictConfig) -> None:

@@ -17,7 +17,11 @@ from typing import Any, get_type_hints
 SEED_LIMIT = 2**32 - 1
 
 # The words a config key may be set to (key(choices=...)), each vocabulary once.
-LOSS_TYPES = ("no_baseline", "reinforce_with_baseline", "grpo_clip", "grpo_no_clip")
+# The built-in policy-gradient losses and advantage estimators: their functions are the
+# tables grpo/losses.py (LOSS_FUNCTIONS) and grpo/advantages.py (ADVANTAGE_FUNCTIONS) hold
+# under these names, in this order (tests/test_recipe_tables.py holds the two together).
+LOSS_TYPES = ("no_baseline", "reinforce_with_baseline", "grpo_clip", "grpo_no_clip", "cispo")
+ADVANTAGE_ESTIMATORS = ("group_mean", "rloo", "batch_std")
 # How a sequence's token losses become the number the gradient is taken of (grpo/train_step.py).
 LENGTH_NORMALIZATIONS = ("mean", "constant", "microbatch", "token")
 IMPORTANCE_LEVELS = ("token", "sequence")
@@ -47,6 +51,7 @@ def key(
     non_empty: bool = False,
     neutral: bool = False,
     aliases: tuple[str, ...] = (),
+    plugin: bool = False,
 ) -> Any:
     """A config key: its default, its one-line help (its row in docs/configuration.md's
     table), and every rule on its value, said here once (the checks, the run identity and
@@ -61,11 +66,13 @@ def key(
     - neutral: its default is hash-neutral: a run that leaves the key at its default keeps
       the identity it had before the key existed (run_identity.NEUTRAL_DEFAULTS). Every
       key added after the first runs were recorded has it;
-    - aliases: short names for it on the command line and in `sweep` (`lr=1e-5`).
+    - aliases: short names for it on the command line and in `sweep` (`lr=1e-5`);
+    - plugin: besides its choices, it may name a plugin, `package.module:function` or
+      `path/to/file.py:function` (reward_specs.py; rules.PLUGIN_KEYS).
     """
     rules = dict(
         help=help, range=range, note=note, nullable=nullable, length=length, choices=choices,
-        null_means=null_means, non_empty=non_empty, neutral=neutral, aliases=aliases,
+        null_means=null_means, non_empty=non_empty, neutral=neutral, aliases=aliases, plugin=plugin,
     )  # fmt: skip
     if isinstance(default, list | dict):
         return field(default_factory=lambda: copy.deepcopy(default), metadata=rules)
@@ -88,6 +95,7 @@ class KeyRules:
     non_empty: bool
     neutral: bool
     aliases: tuple[str, ...]
+    plugin: bool
 
 
 def key_rules(cls: type, prefix: str = "") -> list[KeyRules]:

@@ -12,6 +12,14 @@ class UserError(Exception):
     exit_code = 2
 
 
+class PluginFailed(UserError):
+    """A loss or advantage plugin that raised, or returned the wrong shape or a non-finite
+    loss, in the middle of a run: one line naming the plugin, exit 1. Unlike other
+    UserErrors the run exists; it is recorded failed, with nothing of the failed step."""
+
+    exit_code = 1
+
+
 # The exit code of a trainer that stopped because the registry could not be reached: a
 # temporary failure (sysexits' EX_TEMPFAIL), which a sweep member retries by resuming.
 TEMPFAIL_EXIT = 75

@@ -149,7 +149,7 @@ def _load_function(spec: str) -> Callable[..., Any]:
         except PluginError:
             raise
         except BaseException as exc:  # SystemExit, a syntax error: the module's problem, in one line
-            raise PluginError(f"{target} fails to import: {_one_line(exc)}") from None
+            raise PluginError(f"{target} fails to import: {one_line(exc)}") from None
     else:
         if not all(part.isidentifier() for part in target.split(".")):
             raise PluginError(f"{spec!r} is neither package.module:function nor path/to/file.py:function")
@@ -157,7 +157,7 @@ def _load_function(spec: str) -> Callable[..., Any]:
         try:
             module = importlib.import_module(target)
         except BaseException as exc:
-            raise PluginError(f"module {target} cannot be imported: {_one_line(exc)}") from None
+            raise PluginError(f"module {target} cannot be imported: {one_line(exc)}") from None
     fn = getattr(module, function, None)
     if fn is None:
         raise PluginError(f"{what} has no function {function!r}")
@@ -166,7 +166,8 @@ def _load_function(spec: str) -> Callable[..., Any]:
     return fn
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
+    """An exception as `Type: its first line`, for a one-line error."""
     text = (str(exc).strip().splitlines() or [""])[0]
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 

@@ -18,6 +18,7 @@ import os
 
 # The vocabularies of config values live with the keys' declaration (config_keys.py): re-exported.
 from grpoctl.config_keys import (  # noqa: F401
+    ADVANTAGE_ESTIMATORS,
     BACKENDS,
     DATA_SOURCES,
     DEVICES,
@@ -63,6 +64,9 @@ GENERATED_DATA_SOURCES = ("synthetic", "lab")  # made in-process: no data files
 # prompt.reward is one of REWARDS or a reward plugin (config_checks.check_rewards).
 CHOICES: dict[str, tuple[str, ...]] = {k.path: k.choices for k in KEY_RULES.values() if k.choices}
 NULL_MEANS = {k.path: k.null_means for k in KEY_RULES.values() if k.null_means}
+# The keys that may also name a plugin (key(plugin=True)): the loss and the advantage
+# estimator (grpo/plugins.py). prompt.reward's plugins are reward_specs.py's.
+PLUGIN_KEYS = tuple(k.path for k in KEY_RULES.values() if k.plugin)
 
 # What the registry stores as a run's status; "stale" is shown, never stored: a running
 # run whose heartbeat stopped (registry.store.effective_status).

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from grpoctl.config_schema import KEY_RULES
-from grpoctl.reward_specs import components_of, plugin_identity
+from grpoctl.reward_specs import components_of, is_plugin, plugin_digest, plugin_identity
 from grpoctl.tiny.lab_recipe import is_lab_path, recipe_key
 
 
@@ -53,6 +53,8 @@ HASH_EXCLUDED = (
 # their members; at any other value it is part of the hash. Adding a key to the config
 # means adding it here (tests/test_run_identity.py checks that every key is accounted for).
 NEUTRAL_DEFAULTS: dict[str, Any] = {k.path: k.default for k in KEY_RULES.values() if k.neutral}
+# The keys that may name a loss or advantage plugin (key(plugin=True)).
+_PLUGIN_KEYS = tuple(k.path for k in KEY_RULES.values() if k.plugin)
 
 
 def _plain(config: Any) -> dict:
@@ -106,9 +108,10 @@ def config_hash(config: Any) -> str:
 
 
 def identity_items(config: Any) -> dict[str, Any]:
-    """hashed_items, and, when the config names reward plugins, the sha256 of each plugin's
-    file (its spec string is hashed already, as prompt.reward or reward.components), read
-    now: editing a plugin makes a new run, which a sweep then runs rather than reuses.
+    """hashed_items, and, when the config names reward, loss or advantage plugins, the sha256
+    of each plugin's file (its spec string is hashed already, as prompt.reward,
+    reward.components, loss.loss_type or loss.advantage_estimator), read now: editing a
+    plugin makes a new run, which a sweep then runs rather than reuses.
 
     Left out without plugins, so no run without one changes hash. Only a run's creation
     (the trainer, the sweep planner) reads the files; compare's folding of seeds
@@ -119,6 +122,10 @@ def identity_items(config: Any) -> dict[str, Any]:
     plugins = plugin_identity(plain)
     if plugins:
         items["reward.plugin_sha256"] = plugins
+    flat = flatten(plain)
+    specs = [flat[key] for key in _PLUGIN_KEYS if isinstance(flat.get(key), str) and is_plugin(flat[key])]
+    if specs:
+        items["loss.plugin_sha256"] = {spec: plugin_digest(spec) for spec in specs}
     return items
 
 

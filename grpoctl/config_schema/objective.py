@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from grpoctl.config_keys import (
     ADAMW_LR_NOTE,
+    ADVANTAGE_ESTIMATORS,
     IMPORTANCE_LEVELS,
     LENGTH_NORMALIZATIONS,
     LOSS_TYPES,
@@ -22,9 +23,11 @@ class LossConfig:
 
     loss_type: str = key(
         "grpo_clip",
-        "grpo_clip | grpo_no_clip | reinforce_with_baseline | no_baseline",
+        "grpo_clip | grpo_no_clip | reinforce_with_baseline | no_baseline | cispo, or a loss plugin: "
+        "package.module:function or path/to/file.py:function (docs/loss-plugins.md)",
         choices=LOSS_TYPES,
         aliases=("loss", "loss_type"),
+        plugin=True,
     )
     length_normalization: str = key(
         "mean",
@@ -33,7 +36,18 @@ class LossConfig:
         aliases=("length_normalization",),
     )
     use_std_normalization: bool = key(
-        True, "divide group advantages by the group's std", aliases=("use_std_normalization", "std")
+        True,
+        "divide the advantages by a std: the group's (batch_std: the rollout batch's)",
+        aliases=("use_std_normalization", "std"),
+    )
+    advantage_estimator: str = key(
+        "group_mean",
+        "each reward's baseline: group_mean | rloo (the mean of the other answers of its group) | batch_std "
+        "(group mean, divided by the rollout batch's std), or an advantage plugin (docs/loss-plugins.md)",
+        choices=ADVANTAGE_ESTIMATORS,
+        aliases=("advantage_estimator", "estimator"),
+        neutral=True,
+        plugin=True,
     )
     advantage_eps: float = key(1e-6, "added to the std before dividing", range="[0, inf)", aliases=("advantage_eps",))
     cliprange: float = key(
@@ -47,6 +61,23 @@ class LossConfig:
         nullable=True,
     )
     importance_level: str = key("token", "token | sequence (GSPO)", choices=IMPORTANCE_LEVELS)
+    # MiniMax-M1's CISPO caps pi / pi_old and stops its gradient; as TRL (epsilon_high under
+    # loss_type=cispo) and ScaleRL (epsilon_max) write it, the cap is on the ratio itself.
+    cispo_ratio_max: float = key(
+        5.0,
+        "cispo: the importance ratio's cap (TRL's epsilon_high for cispo, ScaleRL's epsilon_max)",
+        range="(0, inf)",
+        neutral=True,
+    )
+    # MiniMax-M1 set no lower bound (a large epsilon_low), and TRL has none.
+    cispo_ratio_min: float | None = key(
+        None,
+        "cispo: the importance ratio's floor; null: none",
+        range="[0, inf)",
+        note="null for no floor",
+        nullable=True,
+        neutral=True,
+    )
     # No reference model is kept at 0.
     kl_beta: float = key(0.0, "k3 KL penalty to the initial policy; 0: off", range="[0, inf)", aliases=("kl_beta",))
     # They stay in their group's mean and std: TRL's mask_truncated_completions.

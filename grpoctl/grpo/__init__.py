@@ -4,15 +4,25 @@ Start with reference.py: the default step in one function of plain torch. Then, 
 the engine's version with every ablation, read in this order: tokenization (sequences
 -> shifted ids and a response mask), logprobs (model -> per-token log p and entropy), advantages (rewards -> group-relative
 advantages), masked (reductions over the response only), losses (per-token
-policy-gradient losses), train_step (per-token loss -> scalar -> backward).
+policy-gradient losses), plugins (a loss or estimator named by the config, built-in or
+a user's), train_step (per-token loss -> scalar -> backward).
 """
 
-from .advantages import compute_group_normalized_rewards, normalize_group_rewards, summarize_group_rewards
+from .advantages import (
+    ADVANTAGE_FUNCTIONS,
+    AdvantageInputs,
+    compute_group_normalized_rewards,
+    normalize_group_rewards,
+    summarize_group_rewards,
+)
 from .logprobs import compute_entropy, get_response_log_probs, get_response_log_probs_shared_prompts
 from .losses import (
     IMPORTANCE_LEVELS,
+    LOSS_FUNCTIONS,
     LOSS_TYPES,
+    LossInputs,
     add_kl_penalty,
+    compute_cispo_loss,
     compute_grpo_clip_loss,
     compute_grpo_no_clip_loss,
     compute_importance_ratio,
@@ -31,12 +41,17 @@ from .train_step import (
 )
 
 __all__ = [
+    "ADVANTAGE_FUNCTIONS",
     "IMPORTANCE_LEVELS",
     "LENGTH_NORMALIZATIONS",
+    "LOSS_FUNCTIONS",
     "LOSS_TYPES",
+    "AdvantageInputs",
+    "LossInputs",
     "PolicyGradientLoss",
     "add_kl_penalty",
     "collate_prompt_and_output_ids",
+    "compute_cispo_loss",
     "compute_entropy",
     "compute_group_normalized_rewards",
     "compute_grpo_clip_loss",

@@ -5,11 +5,24 @@ Subtracting the group mean is the baseline (no critic needed); dividing by the
 group std is GRPO's scaling, which Dr. GRPO argues against and the seed ablates.
 A group whose rewards are all equal (every answer right, or every answer wrong)
 carries no signal: its advantages are exactly zero, never nan from 0 / 0.
+
+An advantage estimator is a function of one `AdvantageInputs`; ADVANTAGE_FUNCTIONS is the
+table of the built-in ones by name (their names, ADVANTAGE_ESTIMATORS, are declared with
+the config key), and an advantage plugin (grpo/plugins.py) is called the same way:
+  group_mean  r - mean(group), / std(group) with use_std_normalization (GRPO; Dr. GRPO without);
+  rloo        r - mean(the group's other answers) = G/(G-1) x (r - mean(group)) (RLOO);
+  batch_std   r - mean(group), / std(rollout batch) (REINFORCE++-baseline, LitePPO, TRL's
+              scale_rewards="batch").
+rloo and batch_std differ from group_mean by one positive scalar per group or per batch,
+which the clipped loss, Adam and gradient clipping nearly undo (tests/test_recipe_identities.py).
 """
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
+
+from grpoctl.rules import ADVANTAGE_ESTIMATORS
 
 
 def _grouped(raw_rewards: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -109,3 +122,69 @@ def compute_group_normalized_rewards(
     metadata["advantage_mean"] = float(advantages.mean())
     metadata["advantage_std"] = float(advantages.std()) if advantages.numel() > 1 else 0.0
     return advantages, raw_rewards, metadata
+
+
+@dataclass(frozen=True)
+class AdvantageInputs:
+    """What every advantage estimator is given: one rollout batch's rewards and the run's
+    settings. rewards: (rollout_batch_size,) float32, groups of group_size contiguous;
+    advantage_eps and use_std_normalization: the config's loss.* keys."""
+
+    rewards: torch.Tensor
+    group_size: int
+    advantage_eps: float = 1e-6
+    use_std_normalization: bool = True
+
+
+# An estimator: AdvantageInputs -> advantages, (rollout_batch_size,) float.
+AdvantageFunction = Callable[[AdvantageInputs], torch.Tensor]
+
+
+def group_mean_advantages(x: AdvantageInputs) -> torch.Tensor:
+    """r - mean(group), divided by (std(group) + eps) with use_std_normalization (normalize_group_rewards)."""
+    return normalize_group_rewards(x.rewards, x.group_size, x.advantage_eps, x.use_std_normalization)
+
+
+def rloo_advantages(x: AdvantageInputs) -> torch.Tensor:
+    """Leave-one-out: r_i - (sum of the group's other rewards) / (group_size - 1), divided
+    by (std(group) + eps) with use_std_normalization. (rollout_batch_size,) -> same.
+
+    Equal to group_size / (group_size - 1) x (r - mean(group)); computed as TRL's
+    RLOOTrainer does (trl/trainer/rloo_trainer.py), from the group's sum.
+    """
+    grouped = _grouped(x.rewards.float(), x.group_size)
+    if x.group_size < 2:
+        raise ValueError("rloo needs groups of at least 2 (a baseline of the others)")
+    others_mean = (grouped.sum(dim=1, keepdim=True) - grouped) / (x.group_size - 1)
+    advantages = grouped - others_mean
+    if x.use_std_normalization:
+        advantages = advantages / (grouped.std(dim=1, keepdim=True) + x.advantage_eps)
+    return torch.where(_flat_groups(grouped), torch.zeros_like(advantages), advantages).reshape(-1)
+
+
+def batch_std_advantages(x: AdvantageInputs) -> torch.Tensor:
+    """r - mean(group), divided by (std(rollout batch) + eps): one scale for the whole
+    batch (torch's unbiased std, as TRL's scale_rewards="batch"). Needs use_std_normalization
+    (config_checks refuses batch_std without it). (rollout_batch_size,) -> same."""
+    rewards = x.rewards.float()
+    centered = normalize_group_rewards(rewards, x.group_size, x.advantage_eps, normalize_by_std=False)
+    scale = (rewards.std() if rewards.numel() > 1 else torch.zeros(())) + x.advantage_eps
+    # Every reward equal with eps 0: every advantage is 0 already, not 0 / 0.
+    return torch.where(scale > 0, centered / scale, centered)
+
+
+# The built-in estimators by name, in ADVANTAGE_ESTIMATORS' order (tests/test_recipe_tables.py).
+ADVANTAGE_FUNCTIONS: dict[str, AdvantageFunction] = {
+    "group_mean": group_mean_advantages,
+    "rloo": rloo_advantages,
+    "batch_std": batch_std_advantages,
+}
+
+
+def builtin_advantages(name: str) -> AdvantageFunction:
+    """The built-in estimator `name`; ValueError naming the valid ones otherwise."""
+    if name not in ADVANTAGE_ESTIMATORS:
+        raise ValueError(f"unknown advantage estimator {name!r}; valid: {', '.join(ADVANTAGE_ESTIMATORS)}")
+    if name not in ADVANTAGE_FUNCTIONS:
+        raise ValueError(f"advantage estimator {name!r} is in ADVANTAGE_ESTIMATORS but has no function")
+    return ADVANTAGE_FUNCTIONS[name]

@@ -1,5 +1,9 @@
 """Per-token policy-gradient losses: the four variants the seed ablates, plus extras.
 
+Every loss is a function of one `LossInputs` returning (per-token loss, metadata), and
+LOSS_FUNCTIONS is the table of the built-in ones by name (their names, LOSS_TYPES, are
+declared with the config key). A loss plugin (grpo/plugins.py) is called the same way.
+
 Every loss here is per token, shape (batch, seq); how tokens are summed into one
 number (length normalization) is the train step's job. Advantages and rewards
 are one number per sequence, (batch, 1) or (batch,), broadcast over its tokens.
@@ -10,11 +14,16 @@ Extras beyond CS336, each off by default:
   - sequence-level importance ratio (GSPO): one ratio per sequence, the geometric
     mean of its token ratios, so a single noisy token cannot swing its clipping;
   - a KL penalty to a reference policy with the k3 estimator (always >= 0, unbiased);
+  - CISPO (MiniMax-M1): the importance ratio, capped and with its gradient stopped,
+    weighs -A * log p, so no token's gradient is ever clipped away;
   - truncated importance sampling (TIS) for the sampler/trainer mismatch: the rollouts
     were drawn by the sampler (vLLM, or the lean decoder), whose log-probs differ a
     little from the trainer's; each token's policy-gradient loss is weighed by
     min(pi_old / pi_sampler, cap), detached.
 """
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -162,10 +171,130 @@ def compute_grpo_no_clip_loss(
     return -ratio * adv, {"clipped": torch.zeros_like(ratio, dtype=torch.bool), "ratio": ratio.detach()}
 
 
-def _require(loss_type: str, **inputs: object) -> None:
-    missing = [name for name, value in inputs.items() if value is None]
-    if missing:
-        raise ValueError(f"loss_type {loss_type!r} needs {', '.join(inputs)}; missing: {', '.join(missing)}")
+def compute_cispo_loss(
+    advantages: torch.Tensor,
+    policy_log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    ratio_max: float,
+    ratio_min: float | None = None,
+    importance_level: str = "token",
+    response_mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """CISPO (MiniMax-M1): -sg(clip(ratio, ratio_min, ratio_max)) * A * log p per token.
+
+    advantages: (batch, 1); the rest (batch, seq). The ratio only weighs each token's
+    REINFORCE term: unlike the clipped surrogate, no token's gradient is zeroed. The bounds
+    are on the ratio itself, as TRL's epsilon_high under loss_type="cispo"; ratio_min None
+    is no floor (MiniMax-M1 and TRL set none). Returns (loss (batch, seq), {"clipped":
+    (batch, seq) bool, True where the ratio was outside the bounds, "ratio": detached}).
+    """
+    adv = _per_sequence(advantages).to(policy_log_probs.dtype)
+    ratio = compute_importance_ratio(policy_log_probs, old_log_probs, importance_level, response_mask).detach()
+    weight = torch.clamp(ratio, min=ratio_min, max=ratio_max)
+    return -weight * adv * policy_log_probs, {"clipped": weight != ratio, "ratio": ratio}
+
+
+@dataclass(frozen=True)
+class LossInputs:
+    """What every policy-gradient loss is given: one microbatch and the run's loss settings.
+
+    policy_log_probs: (batch, seq), with the graph to the policy's weights;
+    old_log_probs: (batch, seq), the log-probs of the policy that sampled the rollouts
+    (detached; on-policy, policy_log_probs' own values); response_mask: (batch, seq) bool;
+    advantages, raw_rewards: (batch, 1). Positions outside the response hold zeros.
+    The settings are the config's loss.* keys of the same names.
+    """
+
+    policy_log_probs: torch.Tensor
+    response_mask: torch.Tensor
+    advantages: torch.Tensor | None = None
+    raw_rewards: torch.Tensor | None = None
+    old_log_probs: torch.Tensor | None = None
+    cliprange: float | None = None
+    cliprange_high: float | None = None
+    importance_level: str = "token"
+    cispo_ratio_max: float = 5.0
+    cispo_ratio_min: float | None = None
+
+    def importance_ratio(self) -> torch.Tensor:
+        """pi / pi_old at importance_level, (batch, seq) (compute_importance_ratio)."""
+        return compute_importance_ratio(
+            self.policy_log_probs, self._needs("old_log_probs"), self.importance_level, self.response_mask
+        )
+
+    def _needs(self, name: str) -> torch.Tensor:
+        value = getattr(self, name)
+        if value is None:
+            raise ValueError(f"this loss needs {name}, and {name} is missing")
+        return value
+
+
+# A loss: LossInputs -> (per-token loss (batch, seq), metadata of (batch, seq) tensors; the
+# train step reads "clipped" (bool) and "ratio" when they are there).
+LossFunction = Callable[[LossInputs], tuple[torch.Tensor, dict[str, torch.Tensor]]]
+
+
+def _no_baseline(x: LossInputs) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    return compute_naive_policy_gradient_loss(x._needs("raw_rewards"), x.policy_log_probs), {}
+
+
+def _reinforce_with_baseline(x: LossInputs) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    return compute_naive_policy_gradient_loss(x._needs("advantages"), x.policy_log_probs), {}
+
+
+def _grpo_clip(x: LossInputs) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    if x.cliprange is None:
+        raise ValueError("grpo_clip needs cliprange, and cliprange is missing")
+    return compute_grpo_clip_loss(
+        x._needs("advantages"),
+        x.policy_log_probs,
+        x._needs("old_log_probs"),
+        x.cliprange,
+        cliprange_high=x.cliprange_high,
+        importance_level=x.importance_level,
+        response_mask=x.response_mask,
+    )
+
+
+def _grpo_no_clip(x: LossInputs) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    return compute_grpo_no_clip_loss(
+        x._needs("advantages"),
+        x.policy_log_probs,
+        x._needs("old_log_probs"),
+        importance_level=x.importance_level,
+        response_mask=x.response_mask,
+    )
+
+
+def _cispo(x: LossInputs) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    return compute_cispo_loss(
+        x._needs("advantages"),
+        x.policy_log_probs,
+        x._needs("old_log_probs"),
+        x.cispo_ratio_max,
+        x.cispo_ratio_min,
+        importance_level=x.importance_level,
+        response_mask=x.response_mask,
+    )
+
+
+# The built-in losses by name, in LOSS_TYPES' order (tests/test_recipe_tables.py).
+LOSS_FUNCTIONS: dict[str, LossFunction] = {
+    "no_baseline": _no_baseline,
+    "reinforce_with_baseline": _reinforce_with_baseline,
+    "grpo_clip": _grpo_clip,
+    "grpo_no_clip": _grpo_no_clip,
+    "cispo": _cispo,
+}
+
+
+def builtin_loss(loss_type: str) -> LossFunction:
+    """The built-in loss named `loss_type`; ValueError naming the valid ones otherwise."""
+    if loss_type not in LOSS_TYPES:
+        raise ValueError(f"unknown loss_type {loss_type!r}; valid types: {', '.join(LOSS_TYPES)}")
+    if loss_type not in LOSS_FUNCTIONS:  # a name declared without its function must not train as another loss
+        raise ValueError(f"loss_type {loss_type!r} is in LOSS_TYPES but LOSS_FUNCTIONS has no function for it")
+    return LOSS_FUNCTIONS[loss_type]
 
 
 def compute_policy_gradient_loss(
@@ -181,59 +310,58 @@ def compute_policy_gradient_loss(
     ref_log_probs: torch.Tensor | None = None,
     kl_beta: float = 0.0,
     token_weights: torch.Tensor | None = None,
+    cispo_ratio_max: float = 5.0,
+    cispo_ratio_min: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Dispatch to one of LOSS_TYPES and optionally add a KL penalty (the one place one is added).
+    """The built-in loss `loss_type` (LOSS_FUNCTIONS), with an optional KL penalty.
 
     policy_log_probs, old_log_probs, ref_log_probs, response_mask: (batch, seq);
     raw_rewards, advantages: (batch, 1).
       no_baseline: -raw_reward * log p        reinforce_with_baseline: -A * log p
       grpo_clip: clipped surrogate            grpo_no_clip: -ratio * A
-    ref_log_probs / kl_beta: see add_kl_penalty (applies to every loss type).
-    token_weights: (batch, seq), detached, multiply the policy-gradient term (not the KL
-    penalty): TIS's weights (compute_tis_weights).
+      cispo: -sg(capped ratio) * A * log p
+    ref_log_probs / kl_beta, token_weights: see policy_gradient_loss.
     Returns (loss (batch, seq), metadata of (batch, seq) tensors).
     """
-    if loss_type not in LOSS_TYPES:
-        raise ValueError(f"unknown loss_type {loss_type!r}; valid types: {', '.join(LOSS_TYPES)}")
-    if importance_level not in IMPORTANCE_LEVELS:
-        raise ValueError(f"unknown importance_level {importance_level!r}; valid levels: {', '.join(IMPORTANCE_LEVELS)}")
+    loss_fn = builtin_loss(loss_type)
     if importance_level == "sequence" and loss_type in RATIO_FREE_LOSSES:
-        raise ValueError(f"importance_level='sequence' needs a ratio: use grpo_clip or grpo_no_clip, not {loss_type!r}")
-
-    metadata: dict[str, torch.Tensor]
-    if loss_type == "no_baseline":
-        _require(loss_type, raw_rewards=raw_rewards)
-        loss, metadata = compute_naive_policy_gradient_loss(raw_rewards, policy_log_probs), {}
-    elif loss_type == "reinforce_with_baseline":
-        _require(loss_type, advantages=advantages)
-        loss, metadata = compute_naive_policy_gradient_loss(advantages, policy_log_probs), {}
-    elif loss_type == "grpo_clip":
-        _require(loss_type, advantages=advantages, old_log_probs=old_log_probs, cliprange=cliprange)
-        assert cliprange is not None  # for the type checker: _require refused None
-        loss, metadata = compute_grpo_clip_loss(
-            advantages,
-            policy_log_probs,
-            old_log_probs,
-            cliprange,
-            cliprange_high=cliprange_high,
-            importance_level=importance_level,
-            response_mask=response_mask,
-        )
-    elif loss_type == "grpo_no_clip":
-        _require(loss_type, advantages=advantages, old_log_probs=old_log_probs)
-        loss, metadata = compute_grpo_no_clip_loss(
-            advantages,
-            policy_log_probs,
-            old_log_probs,
-            importance_level=importance_level,
-            response_mask=response_mask,
-        )
-    else:
-        # A name in LOSS_TYPES that no branch above computes must not train as another loss.
         raise ValueError(
-            f"loss_type {loss_type!r} is in LOSS_TYPES but compute_policy_gradient_loss has no branch for it"
+            f"importance_level='sequence' needs a ratio: use grpo_clip, grpo_no_clip or cispo, not {loss_type!r}"
         )
+    inputs = LossInputs(
+        policy_log_probs,
+        torch.ones_like(policy_log_probs, dtype=torch.bool) if response_mask is None else response_mask.bool(),
+        advantages=advantages,
+        raw_rewards=raw_rewards,
+        old_log_probs=old_log_probs,
+        cliprange=cliprange,
+        cliprange_high=cliprange_high,
+        importance_level=importance_level,
+        cispo_ratio_max=cispo_ratio_max,
+        cispo_ratio_min=cispo_ratio_min,
+    )
+    return policy_gradient_loss(loss_fn, inputs, ref_log_probs, kl_beta, token_weights)
 
+
+def policy_gradient_loss(
+    loss_fn: LossFunction,
+    inputs: LossInputs,
+    ref_log_probs: torch.Tensor | None = None,
+    kl_beta: float = 0.0,
+    token_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """loss_fn(inputs), weighed and penalized alike for every loss, built-in or plugin.
+
+    token_weights: (batch, seq), detached, multiply the policy-gradient term (not the KL
+    penalty): TIS's weights (compute_tis_weights). ref_log_probs (batch, seq) / kl_beta:
+    add_kl_penalty, the one place a KL penalty is added. Returns (loss (batch, seq),
+    metadata of (batch, seq) tensors).
+    """
+    if inputs.importance_level not in IMPORTANCE_LEVELS:
+        raise ValueError(
+            f"unknown importance_level {inputs.importance_level!r}; valid levels: {', '.join(IMPORTANCE_LEVELS)}"
+        )
+    loss, metadata = loss_fn(inputs)
     if token_weights is not None:
         loss = loss * token_weights.to(loss.dtype)
-    return add_kl_penalty(loss, metadata, policy_log_probs, ref_log_probs, kl_beta)
+    return add_kl_penalty(loss, metadata, inputs.policy_log_probs, ref_log_probs, kl_beta)

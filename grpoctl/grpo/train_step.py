@@ -21,13 +21,15 @@ config; `grpo_microbatch_train_step` is CS336's function over the same code.
 """
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
-from grpoctl.rules import LENGTH_NORMALIZATIONS
+from grpoctl.rules import LENGTH_NORMALIZATIONS, RATIO_FREE_LOSSES
 
-from .losses import compute_policy_gradient_loss, compute_tis_weights
+from .losses import LossFunction, LossInputs, compute_tis_weights, policy_gradient_loss
 from .masked import masked_mean_or_zero, masked_min_max, masked_normalize
+from .plugins import loss_function
 
 
 def _only_response(values: torch.Tensor | None, mask: torch.Tensor) -> torch.Tensor | None:
@@ -109,8 +111,9 @@ def _log_stats(
 class PolicyGradientLoss:
     """A run's policy-gradient loss: the loss settings, built once (from cfg.loss).
 
-    See compute_policy_gradient_loss for loss_type, cliprange, cliprange_high,
-    importance_level and kl_beta, and this module's docstring for length_normalization
+    See compute_policy_gradient_loss for loss_type (a built-in's name, or a loss plugin's
+    spec: grpo/plugins.py), cliprange, cliprange_high, importance_level, kl_beta and the
+    cispo bounds, and this module's docstring for length_normalization
     (normalize_constant is `constant`'s divisor: the max generation length).
     entropy_coef > 0 subtracts entropy_coef x token entropy, reduced with the same
     length normalization as the policy-gradient term (an entropy bonus; 0 is off).
@@ -127,6 +130,17 @@ class PolicyGradientLoss:
     normalize_constant: float | None = None
     entropy_coef: float = 0.0
     tis_cap: float | None = None
+    cispo_ratio_max: float = 5.0
+    cispo_ratio_min: float | None = None
+
+    @cached_property
+    def loss_fn(self) -> LossFunction:
+        """loss_type's function: the built-in's, or the plugin's (imported once)."""
+        if self.importance_level == "sequence" and self.loss_type in RATIO_FREE_LOSSES:
+            raise ValueError(
+                f"importance_level='sequence' needs a ratio: use grpo_clip, grpo_no_clip or cispo, not {self.loss_type!r}"
+            )
+        return loss_function(self.loss_type)
 
     def microbatch_train_step(
         self,
@@ -156,19 +170,20 @@ class PolicyGradientLoss:
             weights, tis = compute_tis_weights(
                 _only_response(old_log_probs, mask), _only_response(sampled_log_probs, mask), self.tis_cap, mask
             )
-        per_token, loss_metadata = compute_policy_gradient_loss(
+        inputs = LossInputs(
             _only_response(policy_log_probs, mask),
-            self.loss_type,
-            raw_rewards=raw_rewards,
+            mask,
             advantages=advantages,
+            raw_rewards=raw_rewards,
             old_log_probs=_only_response(old_log_probs, mask),
             cliprange=self.cliprange,
             cliprange_high=self.cliprange_high,
             importance_level=self.importance_level,
-            response_mask=mask,
-            ref_log_probs=_only_response(ref_log_probs, mask),
-            kl_beta=self.kl_beta,
-            token_weights=weights,
+            cispo_ratio_max=self.cispo_ratio_max,
+            cispo_ratio_min=self.cispo_ratio_min,
+        )
+        per_token, loss_metadata = policy_gradient_loss(
+            self.loss_fn, inputs, _only_response(ref_log_probs, mask), self.kl_beta, weights
         )
         loss, microbatch_loss = self._reduce(per_token, mask, gradient_accumulation_steps, batch_response_tokens)
         bonus = None

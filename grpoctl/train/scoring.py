@@ -15,11 +15,8 @@ import torch
 from grpoctl import metrics
 from grpoctl.config import Config
 from grpoctl.data import Example
-from grpoctl.grpo import (
-    collate_prompt_and_output_ids,
-    normalize_group_rewards,
-    summarize_group_rewards,
-)
+from grpoctl.grpo import AdvantageInputs, collate_prompt_and_output_ids, summarize_group_rewards
+from grpoctl.grpo.plugins import advantage_function
 from grpoctl.grpo.shaping import loss_rows, overlong_penalty, permute_rewards
 from grpoctl.reward_specs import components_of, is_plugin
 from grpoctl.rewards import WRITES_WORKING, get_reward_fn, grading_stats, score_many
@@ -126,7 +123,7 @@ def reward_component_metrics(scores: list[dict]) -> dict[str, float]:
 
 
 def rollout_batch(run: RunContext, graded: Graded) -> RolloutBatch:
-    """Graded rollouts -> training tensors, group-normalised advantages and their summary.
+    """Graded rollouts -> training tensors, advantages (loss.advantage_estimator's) and their summary.
 
     Masking (loss.mask_truncated, grpo/shaping.py) and a short batch's filler groups
     decide which rows the loss sees; every row stays in its group's mean and std.
@@ -144,8 +141,9 @@ def rollout_batch(run: RunContext, graded: Graded) -> RolloutBatch:
     # The shuffled-reward control learns from another completion's reward; all the figures
     # (train/reward, the group summary) stay the true ones.
     learned = permute_rewards(raw, cfg.seed * 100_003 + run.state.data_position) if cfg.reward.shuffled_control else raw
-    advantages = normalize_group_rewards(
-        learned, cfg.rollout.group_size, cfg.loss.advantage_eps, cfg.loss.use_std_normalization
+    estimate = advantage_function(cfg.loss.advantage_estimator)
+    advantages = estimate(
+        AdvantageInputs(learned, cfg.rollout.group_size, cfg.loss.advantage_eps, cfg.loss.use_std_normalization)
     )
     summary = summarize_group_rewards(
         raw,

@@ -196,6 +196,8 @@ def policy_loss(cfg: Config) -> PolicyGradientLoss:
         normalize_constant=float(cfg.rollout.max_tokens),  # length_normalization=constant: Dr. GRPO's divisor
         entropy_coef=loss.entropy_coef,
         tis_cap=loss.tis_cap,
+        cispo_ratio_max=loss.cispo_ratio_max,
+        cispo_ratio_min=loss.cispo_ratio_min,
     )
 
 
