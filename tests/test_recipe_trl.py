@@ -23,48 +23,38 @@ import trl_reference as ref  # noqa: E402  - the inputs TRL was given: one copy
 TRL_EPS = 1e-4  # TRL divides by (std + 1e-4); grpoctl's advantage_eps is set to match
 
 
-def _advantages(estimator: str, use_std: bool) -> list[float]:
-    inputs = AdvantageInputs(torch.tensor(ref.REWARDS), ref.GROUP, advantage_eps=TRL_EPS, use_std_normalization=use_std)
-    return ADVANTAGE_FUNCTIONS[estimator](inputs).tolist()
-
-
-def test_rloo_is_trls_leave_one_out_baseline():
-    """RLOOTrainer(normalize_advantages=False)._generate_and_score_completions, TRL 1.16.0:
-
-    .venv-trl/bin/python benchmarks/trl_reference.py advantages    # its "rloo" list
-    """
-    trl = [
+# TRL 1.16.0's advantages for ref.REWARDS, by estimator: RLOOTrainer(normalize_advantages=False),
+# GRPOTrainer(scale_rewards="batch"), and, as a control of the harness, GRPOTrainer(scale_rewards="group").
+TRL_ADVANTAGES = {
+    ("rloo", False): [
         0.6666666269302368, -0.6666666865348816, -0.6666666865348816, 0.6666666269302368,
         0.0, 0.0, 0.0, 0.0,
         0.1666666567325592, -0.5, 0.8333333134651184, -0.5,
-    ]  # fmt: skip
-    assert _advantages("rloo", use_std=False) == pytest.approx(trl, abs=1e-7)
-
-
-def test_batch_std_is_trls_scale_rewards_batch():
-    """GRPOTrainer(scale_rewards="batch")._generate_and_score_completions, TRL 1.16.0:
-
-    .venv-trl/bin/python benchmarks/trl_reference.py advantages    # "grpo_scale_rewards_batch"
-    """
-    trl = [
+    ],
+    ("batch_std", True): [
         1.0357248783111572, -1.0357248783111572, -1.0357248783111572, 1.0357248783111572,
         0.0, 0.0, 0.0, 0.0,
         0.2589312195777893, -0.7767937183380127, 1.2946561574935913, -0.7767937183380127,
-    ]  # fmt: skip
-    assert _advantages("batch_std", use_std=True) == pytest.approx(trl, abs=1e-6)
-
-
-def test_group_mean_is_trls_scale_rewards_group():
-    """The existing estimator, as a control of the harness: GRPOTrainer(scale_rewards="group"), TRL 1.16.0:
-
-    .venv-trl/bin/python benchmarks/trl_reference.py advantages    # "grpo_scale_rewards_group"
-    """
-    trl = [
+    ],
+    ("group_mean", True): [
         0.8658754229545593, -0.8658754229545593, -0.8658754229545593, 0.8658754229545593,
         0.0, 0.0, 0.0, 0.0,
         0.2610619366168976, -0.7831858396530151, 1.305309772491455, -0.7831858396530151,
-    ]  # fmt: skip
-    assert _advantages("group_mean", use_std=True) == pytest.approx(trl, abs=1e-6)
+    ],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("estimator", "use_std"), list(TRL_ADVANTAGES))
+def test_the_estimators_are_trls(estimator, use_std):
+    """Each trainer's own _generate_and_score_completions, TRL 1.16.0:
+
+    .venv-trl/bin/python benchmarks/trl_reference.py advantages
+
+    prints "rloo", "grpo_scale_rewards_batch" and "grpo_scale_rewards_group".
+    """
+    inputs = AdvantageInputs(torch.tensor(ref.REWARDS), ref.GROUP, advantage_eps=TRL_EPS, use_std_normalization=use_std)
+    got = ADVANTAGE_FUNCTIONS[estimator](inputs).tolist()
+    assert got == pytest.approx(TRL_ADVANTAGES[estimator, use_std], abs=1e-6)
 
 
 def test_cispo_loss_and_gradient_are_trls():
