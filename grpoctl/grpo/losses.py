@@ -297,6 +297,14 @@ def builtin_loss(loss_type: str) -> LossFunction:
     return LOSS_FUNCTIONS[loss_type]
 
 
+def check_importance_level(loss_type: str, importance_level: str) -> None:
+    """ValueError for a sequence-level ratio (GSPO) asked of a loss that has no ratio."""
+    if importance_level == "sequence" and loss_type in RATIO_FREE_LOSSES:
+        raise ValueError(
+            f"importance_level='sequence' needs a ratio: use grpo_clip, grpo_no_clip or cispo, not {loss_type!r}"
+        )
+
+
 def compute_policy_gradient_loss(
     policy_log_probs: torch.Tensor,
     loss_type: str,
@@ -324,10 +332,7 @@ def compute_policy_gradient_loss(
     Returns (loss (batch, seq), metadata of (batch, seq) tensors).
     """
     loss_fn = builtin_loss(loss_type)
-    if importance_level == "sequence" and loss_type in RATIO_FREE_LOSSES:
-        raise ValueError(
-            f"importance_level='sequence' needs a ratio: use grpo_clip, grpo_no_clip or cispo, not {loss_type!r}"
-        )
+    check_importance_level(loss_type, importance_level)
     inputs = LossInputs(
         policy_log_probs,
         torch.ones_like(policy_log_probs, dtype=torch.bool) if response_mask is None else response_mask.bool(),

@@ -25,9 +25,9 @@ from functools import cached_property
 
 import torch
 
-from grpoctl.rules import LENGTH_NORMALIZATIONS, RATIO_FREE_LOSSES
+from grpoctl.rules import LENGTH_NORMALIZATIONS
 
-from .losses import LossFunction, LossInputs, compute_tis_weights, policy_gradient_loss
+from .losses import LossFunction, LossInputs, check_importance_level, compute_tis_weights, policy_gradient_loss
 from .masked import masked_mean_or_zero, masked_min_max, masked_normalize
 from .plugins import loss_function
 
@@ -136,10 +136,7 @@ class PolicyGradientLoss:
     @cached_property
     def loss_fn(self) -> LossFunction:
         """loss_type's function: the built-in's, or the plugin's (imported once)."""
-        if self.importance_level == "sequence" and self.loss_type in RATIO_FREE_LOSSES:
-            raise ValueError(
-                f"importance_level='sequence' needs a ratio: use grpo_clip, grpo_no_clip or cispo, not {self.loss_type!r}"
-            )
+        check_importance_level(self.loss_type, self.importance_level)
         return loss_function(self.loss_type)
 
     def microbatch_train_step(
