@@ -199,3 +199,13 @@ def test_a_plugins_source_is_part_of_the_identity_only_when_one_is_set(plugins):
         assert config_hash(cfg) != before  # an edited plugin is another run
         plugins.write_text(PLUGINS)
         assert config_hash(cfg) == before
+
+
+def test_a_sweep_makes_a_loss_or_advantage_plugin_path_absolute(plugins, monkeypatch):
+    from grpoctl.sweep.spec import absolute_paths
+
+    monkeypatch.chdir(plugins.parent)
+    cfg = load_config(None, ["loss.loss_type=plugins.py:reinforce", "loss.advantage_estimator=rloo"])
+    absolute_paths(cfg)
+    assert cfg.loss.loss_type == f"{plugins}:reinforce"
+    assert cfg.loss.advantage_estimator == "rloo"  # a built-in's name stays a name

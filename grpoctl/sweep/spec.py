@@ -32,6 +32,7 @@ from grpoctl.config import BUILTIN_CONFIGS, DEFAULT_CONFIG, load_config, parse_v
 from grpoctl.errors import UserError
 from grpoctl.formatting import format_config_value
 from grpoctl.reward_specs import absolute_spec
+from grpoctl.rules import PLUGIN_KEYS
 from grpoctl.run_identity import config_hash, flatten
 from grpoctl.spec_file import read_spec
 
@@ -193,8 +194,9 @@ def absolute_paths(cfg) -> None:
         if key in PATH_KEYS_READ and not os.path.exists(value):
             continue
         OmegaConf.update(cfg, key, os.path.abspath(value))
-    # A reward plugin's file, like the files a run reads (a module stays a module name).
-    OmegaConf.update(cfg, "prompt.reward", absolute_spec(cfg.prompt.reward))
+    # A reward, loss or advantage plugin's file, like the files a run reads (a module stays a module name).
+    for key in ("prompt.reward", *PLUGIN_KEYS):
+        OmegaConf.update(cfg, key, absolute_spec(OmegaConf.select(cfg, key)))
     for component in cfg.reward.components:
         component.spec = absolute_spec(component.spec)
     for entry in OmegaConf.select(cfg, "eval.sets") or []:  # each eval set's file, read alike
