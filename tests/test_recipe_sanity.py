@@ -1,16 +1,18 @@
 """A sanity check that a toy cannot pass (issue 40): each built-in loss, and the example
-plugin, drives train accuracy above 95% within STEPS steps, on lab problems the base
-model solves 20-80% of the time.
+plugin, drives train accuracy above 95% within its step budget (LOSSES: 100 steps), on
+lab problems the base model solves 20-80% of the time.
 
 The problems: the first 200 distinct lab training problems, each sampled SAMPLES times
 from the shipped base at the training temperature and graded by the r1_zero reward;
-those of level LEVEL right 25-75% of the time are the training set (the estimate's
-margin inside 20-80%). "Train accuracy" is train/answer_reward, the share of a step's
-64 rollouts (8 prompts x 8, temperature 1) that are right, and "reached" means its mean
-over 3 consecutive steps. A loss that does not learn from the reward (or learns from
-its sign wrongly) stays near the base's 40%.
+the first PROBLEMS of level LEVEL right 25-75% of the time (the estimate's margin inside
+20-80%; 40% on average) are the training set. "Train accuracy" is train/answer_reward,
+the share of a step's 64 rollouts (8 prompts x 8, temperature 1) that are right, and
+"reached" means its mean over 3 consecutive steps. A loss that does not learn from the
+reward, or learns its sign wrongly, stays near the base's 33% of the first steps.
 
-The end-to-end tier: 6 runs of up to STEPS lab steps, about 10 CPU-minutes on one core.
+Measured (one core, CPU-deterministic): grpo_clip and the plugin reach it at step 40
+(the same run, float for float), cispo and grpo_no_clip at 41, reinforce_with_baseline at
+51; no_baseline never does (below). The end-to-end tier: about 3 CPU-minutes in all.
 """
 
 from __future__ import annotations
@@ -29,16 +31,20 @@ from grpoctl import metrics
 
 pytestmark = pytest.mark.slow
 
-LEVEL, SAMPLES, PROBLEMS, STEPS, LR = 2, 16, 16, 100, 2e-4
+LEVEL, SAMPLES, PROBLEMS, LR = 2, 16, 16, 2e-4
 TARGET = 0.95
-LOSSES = [
-    "grpo_clip",
-    "grpo_no_clip",
-    "cispo",
-    "reinforce_with_baseline",
-    "no_baseline",
-    f"{REPO / 'examples' / 'losses' / 'clipped.py'}:clipped",
-]
+# Each loss with the reuse it runs under and its step budget. On-policy every loss with a
+# ratio has the gradient -A grad log p, so those run 2 epochs per rollout batch, where the
+# ratio moves and their clips act; the losses without one are on-policy only.
+OFF_POLICY = {"loop.epochs_per_rollout_batch": 2}
+LOSSES = {
+    "grpo_clip": (OFF_POLICY, 100),
+    "grpo_no_clip": (OFF_POLICY, 100),
+    "cispo": (OFF_POLICY, 100),
+    f"{REPO / 'examples' / 'losses' / 'clipped.py'}:clipped": (OFF_POLICY, 100),
+    "reinforce_with_baseline": ({}, 100),
+    "no_baseline": ({}, 200),
+}
 
 
 def base_pass_rates(tmp_path: Path) -> list[tuple[object, float]]:
@@ -93,8 +99,21 @@ def _reached(series: list[float]) -> int | None:
     return None
 
 
-@pytest.mark.parametrize("loss_type", LOSSES, ids=lambda s: s.rsplit("/", 1)[-1])
+# Without a baseline a wrong answer weighs nothing, so a problem the policy has come to
+# answer wrongly with certainty gives no signal again: measured, 1 or 2 of each step's 8
+# prompts stay all wrong, and train accuracy stays at 0.75-0.88 from step 100 to 200.
+NO_BASELINE_STUCK = "no_baseline plateaus at 0.88: problems answered wrongly with certainty teach it nothing"
+CASES = [
+    pytest.param(loss, marks=pytest.mark.xfail(strict=True, reason=NO_BASELINE_STUCK))
+    if loss == "no_baseline"
+    else loss
+    for loss in LOSSES
+]
+
+
+@pytest.mark.parametrize("loss_type", CASES, ids=lambda s: s.rsplit("/", 1)[-1])
 def test_the_loss_learns_problems_the_base_half_solves(problems, loss_type):
+    reuse, steps = LOSSES[loss_type]
     db = problems / f"{loss_type.rsplit('/', 1)[-1].replace(':', '-')}.db"
     out = invoke(
         "train",
@@ -103,7 +122,8 @@ def test_the_loss_learns_problems_the_base_half_solves(problems, loss_type):
         f"data.train_path={problems / 'train.jsonl'}",
         f"data.eval_path={problems / 'eval.jsonl'}",
         f"loss.loss_type={loss_type}",
-        f"loop.n_grpo_steps={STEPS}",
+        f"loop.n_grpo_steps={steps}",
+        *[f"{key}={value}" for key, value in reuse.items()],
         f"optimizer.lr={LR}",
         "eval.every=0",
         "eval.at_start=false",
