@@ -46,6 +46,15 @@ class TinyPolicy(torch.nn.Module):
 def _train(estimator: str, use_std: bool, max_grad_norm: float, kl_beta: float = 0.0, entropy_coef: float = 0.0):
     """STEPS GRPO steps of EPOCHS epochs each (off-policy after the first: the ratio and its
     clip act) with AdamW and gradient clipping; the weights at the end."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tensors this small only wait on a second thread
+    try:
+        return _train_steps(estimator, use_std, max_grad_norm, kl_beta, entropy_coef)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train_steps(estimator: str, use_std: bool, max_grad_norm: float, kl_beta: float, entropy_coef: float):
     torch.manual_seed(0)
     policy, reference = TinyPolicy(), TinyPolicy()
     reference.load_state_dict(policy.state_dict())
