@@ -245,6 +245,39 @@ def is_reward_component(name: str) -> bool:
     return name.startswith(REWARD_COMPONENT_PREFIX)
 
 
+# The level curriculum (data.curriculum.*, data/curriculum.py): one series per level of the
+# training problems, recorded only by runs that draw by level (`train/level/3/accuracy`).
+LEVEL_PREFIX = "train/level/"
+
+
+def level_accuracy(level: int) -> str:
+    """The step's sampled accuracy on one level: the mean answer grade of its rollouts."""
+    return _metric(
+        f"{LEVEL_PREFIX}{level}/accuracy",
+        f"mean answer grade of the step's rollouts of level {level} (recorded when the step drew that level)",
+        "fraction",
+        True,
+    )
+
+
+def level_weight(level: int) -> str:
+    """The curriculum's weight of one level when the step's problems were drawn."""
+    return _metric(
+        f"{LEVEL_PREFIX}{level}/weight",
+        f"the curriculum's chance of drawing level {level} for each of the step's problems",
+        "fraction",
+        None,
+    )
+
+
+def level_prompts(level: int) -> str:
+    """The step's problems of one level."""
+    return _metric(f"{LEVEL_PREFIX}{level}/prompts", f"problems of level {level} the step drew", "count", None)
+
+
+LEVEL_SERIES = {"accuracy": level_accuracy, "weight": level_weight, "prompts": level_prompts}
+
+
 # --------------------------------------------------------------------------- time/ and mem/
 
 STEP_TIME = _metric("time/step", "seconds of one whole GRPO step", "s", False)
@@ -325,8 +358,8 @@ def is_cost(name: str) -> bool:
 
 def _entry(name: str) -> MetricInfo | None:
     """The table's entry; a pass@k or maj@k of any k, a reward component of any name, and
-    either inside an eval set, is made on first sight (a reader may see a name its own
-    process never wrote)."""
+    either inside an eval set, and a curriculum level's series, is made on first sight (a
+    reader may see a name its own process never wrote)."""
     if name in TABLE:
         return TABLE[name]
     eval_set, base = split_eval_set(name)
@@ -338,6 +371,9 @@ def _entry(name: str) -> MetricInfo | None:
         in_eval_set(eval_set, base)  # a set's figure reads as its unprefixed one
     if name not in TABLE and is_reward_component(name) and NAME_RE.match(name):
         reward_component(name.removeprefix(REWARD_COMPONENT_PREFIX))
+    level, _, what = name.removeprefix(LEVEL_PREFIX).partition("/")
+    if name not in TABLE and name.startswith(LEVEL_PREFIX) and level.isdigit() and what in LEVEL_SERIES:
+        LEVEL_SERIES[what](int(level))
     return TABLE.get(name)
 
 

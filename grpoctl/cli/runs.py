@@ -218,7 +218,8 @@ def _data_line(run: Run) -> str | None:
 
     parts = []
     if train.get("hash"):
-        parts.append(f"train {train['hash']} ({train.get('problems', 0)} problems{dropped(train)})")
+        drawn = ", drawn by a level curriculum" if train.get("curriculum") else ""
+        parts.append(f"train {train['hash']} ({train.get('problems', 0)} problems{dropped(train)}{drawn})")
     parts.append(f"eval {held_out.get('hash', '?')} (subset {held_out.get('subset', 0)}{dropped(held_out)})")
     return "  ".join(parts)
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from grpoctl.config_keys import SEED_LIMIT, key, key_rules, section
-from grpoctl.config_schema.data import DataConfig, PromptConfig, SyntheticConfig
+from grpoctl.config_schema.data import CurriculumConfig, DataConfig, PromptConfig, SyntheticConfig
 from grpoctl.config_schema.loop import (
     CheckpointConfig,
     EvalConfig,
@@ -39,6 +39,7 @@ __all__ = [
     "WarmStartConfig",
     "ModelConfig",
     "SyntheticConfig",
+    "CurriculumConfig",
     "DataConfig",
     "PromptConfig",
     "VLLMConfig",

@@ -25,6 +25,30 @@ class SyntheticConfig:
 
 
 @dataclass
+class CurriculumConfig:
+    """The curriculum by level (data/curriculum.py)."""
+
+    enabled: bool = key(
+        False,
+        "draw training problems level by level (the lab's levels, MATH's level field), weighted towards "
+        "levels whose groups are mixed by a running pass rate per level",
+        neutral=True,
+    )
+    decay: float = key(
+        0.8,
+        "weight of a level's old pass rate at each step that draws it (the running mean's decay)",
+        range="[0, 1)",
+        neutral=True,
+    )
+    uniform_share: float = key(
+        0.2,
+        "share of the weight spread evenly over the levels, so a solved level is still drawn now and then",
+        range="[0, 1]",
+        neutral=True,
+    )
+
+
+@dataclass
 class DataConfig:
     """Training and eval problems."""
 
@@ -61,6 +85,7 @@ class DataConfig:
         None, "the eval data's answer key; null: answer_field", non_empty=True, neutral=True
     )
     synthetic: SyntheticConfig = section(SyntheticConfig)
+    curriculum: CurriculumConfig = section(CurriculumConfig)
 
 
 @dataclass

@@ -11,6 +11,7 @@ alike (data/prompt_length.py), before the eval subset is drawn.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -69,6 +70,9 @@ class RunData:
     train_hash: str = ""  # of the training data, as data_hash is of the eval data
     # Every eval set, the headline (the first; the fields above) included (eval.sets).
     sets: list[EvalSet] = field(default_factory=list)
+    # How training problems are drawn when not by one shuffle of them all: the curriculum's
+    # settings and the problems of each level (data.curriculum.*); None for the shuffle.
+    curriculum: dict | None = None
 
     def __post_init__(self) -> None:
         if not self.sets:  # one unnamed set: the eval subset above (a RunData made by hand, say)
@@ -77,7 +81,8 @@ class RunData:
     def fingerprint(self) -> dict:
         """What the run trained and evaluated on, stored with its row (Run.data_fingerprint):
         each side's source and hash, the problems kept, and those dropped for their length;
-        with several eval sets (eval.sets), each set's under "sets"."""
+        with a curriculum, how the training problems were drawn; with several eval sets
+        (eval.sets), each set's under "sets"."""
         record: dict = {
             "train": {
                 "hash": self.train_hash,
@@ -91,6 +96,8 @@ class RunData:
                 "overlong_dropped": self.overlong_eval_dropped,
             },
         }
+        if self.curriculum is not None:
+            record["train"]["curriculum"] = self.curriculum
         if any(s.name for s in self.sets):
             record["sets"] = [
                 {
@@ -177,6 +184,7 @@ def load_run_data(
     train = [ex for ex in train if ex.question.strip() not in held_out]
     if need_train and not train:
         raise UserError("no training examples left after removing the eval problems")
+    curriculum = _curriculum_record(cfg, train) if need_train and cfg.data.curriculum.enabled else None
     headline = sets[0]
     return RunData(
         train=train,
@@ -189,7 +197,22 @@ def load_run_data(
         overlong_eval_dropped=headline.overlong_dropped,
         sets=sets,
         train_hash=_train_hash(cfg) if need_train else "",
+        curriculum=curriculum,
     )
+
+
+def _curriculum_record(cfg: RunConfig, train: list[Example]) -> dict:
+    """The curriculum's settings and the training problems of each level, for the data
+    fingerprint; a problem without a level is refused in one line."""
+    unlevelled = [ex for ex in train if ex.level is None]
+    if unlevelled:
+        raise UserError(
+            f"data.curriculum.enabled needs a level on every training problem (the lab's, or a record's "
+            f"'level' field): {len(unlevelled)} of {len(train)} have none, e.g. {unlevelled[0].id}"
+        )
+    c = cfg.data.curriculum
+    per_level = {str(level): n for level, n in sorted(Counter(ex.level for ex in train).items())}
+    return {"by": "level", "decay": c.decay, "uniform_share": c.uniform_share, "problems_per_level": per_level}
 
 
 def _fitting(

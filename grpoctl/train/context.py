@@ -11,6 +11,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from grpoctl.data.curriculum import LevelCurriculum
 from grpoctl.train.state import TrainState
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ class RunContext:
     loss: PolicyGradientLoss  # cfg.loss, built once
     backend: RolloutBackend  # samples from the policy (hf or vLLM)
     data: RunData  # train problems, the eval subset, the template
-    stream: PromptStream  # the training prompts, in a resumable order
+    stream: PromptStream | LevelCurriculum  # the training prompts, in a resumable order
     memory: MemoryTracker
     progress: Progress
     # What the policy's (and the KL reference's) forward passes run under: bf16 autocast for
@@ -49,6 +50,20 @@ class RunContext:
     state: TrainState = field(default_factory=TrainState)
     run: Run | None = None  # the registry's row, once created (start) or claimed (resume)
     stop: StopRequest | None = None  # the signal handling of the outer loop, while it runs
+
+    @property
+    def curriculum(self) -> LevelCurriculum | None:
+        """The level curriculum the prompts are drawn by (data.curriculum.enabled), else None."""
+        return self.stream if isinstance(self.stream, LevelCurriculum) else None
+
+    def rewind_stream(self) -> None:
+        """The prompts back where the last recorded step left them (`state`), the
+        curriculum's pass rates with them: on resume, and when a step is abandoned."""
+        stream = self.stream
+        if isinstance(stream, LevelCurriculum):
+            stream.restore(self.state.curriculum)
+        else:
+            stream.seek(self.state.data_position)
 
     @property
     def row(self) -> Run:

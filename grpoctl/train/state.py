@@ -20,6 +20,9 @@ class TrainState:
     last_accuracy: float | None = None  # the latest eval accuracy
     last_eval_step: int | None = None  # the step of the latest eval
     last_checkpoint_step: int | None = None  # the step of the latest checkpoint written
+    # The level curriculum's draws and pass rates after the last recorded step
+    # (data/curriculum.py: LevelCurriculum.state); None without a curriculum, or before its first step.
+    curriculum: dict | None = None
 
     def record_eval(self, step: int, accuracy: float) -> None:
         self.last_accuracy, self.last_eval_step = accuracy, step

@@ -1,6 +1,8 @@
 """One GRPO step, top to bottom: `grpo_step`, then its helpers in the order it calls them.
 
-    prompts     <- the next rollout_batch_size / group_size training problems
+    prompts     <- the next rollout_batch_size / group_size training problems (drawn by
+                   level with data.curriculum, which notes each level's grades and
+                   updates its weights when the step is recorded: data/curriculum.py)
     rollouts    <- group_size completions per prompt (hf or vLLM backend)
     rewards     <- the reward function on each completion (and any overlong penalty), or the
                    weighted sum of reward.components, plugins included (rewards/plugins.py);
@@ -84,6 +86,7 @@ def grpo_step(run: RunContext, step: int) -> None:
         with phases("weight_sync"):
             run.backend.sync_weights(run.model)
         figures = {**batch.stats, **step_metrics(per_opt_step, token_entropy), **dropped_metrics(run.data)}
+        figures |= curriculum_metrics(run)
         samples = sample_rows(prompts, rollouts, truths, batch.scores, cfg.logging.samples_per_step)
         eval_rows: list[dict] = []
         if eval_due(cfg, step) or sampled_eval_due(cfg, step):
@@ -128,6 +131,7 @@ def sample_and_score(run: RunContext, step: int, phases: Phases) -> tuple[list[s
     # Rewards, and advantages: each reward against the others of its group.
     with phases("reward"):
         batch = score_rollouts(run, rollouts, truths, examples)
+    observe_levels(run, examples, batch.scores)
     return prompts, rollouts, truths, batch
 
 
@@ -174,7 +178,28 @@ def draw_round(run: RunContext, step: int, round: int, phases: Phases) -> tuple[
         rollouts = generate_rollouts(run, prompts, step, round=round)
         phases.count_tokens("rollout", response_tokens(rollouts))
     with phases("reward"):
-        return prompts, grade_rollouts(run, rollouts, truths, examples)
+        graded = grade_rollouts(run, rollouts, truths, examples)
+    observe_levels(run, examples, graded.scores)
+    return prompts, graded
+
+
+def observe_levels(run: RunContext, examples: list[Example], scores: list[dict]) -> None:
+    """The curriculum notes how each level's rollouts did (their answer grades); no-op without one."""
+    if run.curriculum is not None:
+        run.curriculum.observe(examples, [min(max(float(s["answer_reward"]), 0.0), 1.0) for s in scores])
+
+
+def curriculum_metrics(run: RunContext) -> dict:
+    """The step's figures per level of the curriculum: each level's weight when the step drew,
+    and the problems drawn and sampled accuracy of each level it drew; none without one."""
+    curriculum = run.curriculum
+    if curriculum is None:
+        return {}
+    out = {metrics.level_weight(level): weight for level, weight in curriculum.weights().items()}
+    for level, (accuracy, prompts) in curriculum.step_outcomes().items():
+        out[metrics.level_accuracy(level)] = accuracy
+        out[metrics.level_prompts(level)] = prompts
+    return out
 
 
 def rollout_sampling(cfg: Config) -> SamplingSettings:
@@ -368,3 +393,6 @@ def record_step(run: RunContext, step: int, figures: dict, **rows: list) -> None
     fault_point("step-record", step)
     run.registry.log_step(run.run_id, step, figures, **rows)
     run.state.step, run.state.data_position = step, run.stream.position
+    if run.curriculum is not None:  # the step's outcomes move the weights from the next step on
+        run.curriculum.commit()
+        run.state.curriculum = run.curriculum.state()

@@ -25,6 +25,7 @@ import torch
 
 from grpoctl.config import Config, config_diff, derived_sizes, to_dict, typed_config
 from grpoctl.data import PromptStream
+from grpoctl.data.curriculum import LevelCurriculum
 from grpoctl.data.prompt_length import prompt_budget
 from grpoctl.data.run_data import load_run_data
 from grpoctl.formatting import Say
@@ -125,7 +126,7 @@ def resume(
     run.optimizer.load_state_dict(saved.optimizer)
     run.scheduler.load_state_dict(saved.scheduler)
     restore_rng(saved.rng)
-    run.stream.seek(run.state.data_position)
+    run.rewind_stream()
     # Only now that everything is restored: forget what the run wrote after the checkpoint.
     for path in registry.truncate_after(run_id, run.state.step):
         shutil.rmtree(path, ignore_errors=True)
@@ -176,11 +177,19 @@ def prepare(
         loss=policy_loss(cfg),
         backend=backend,
         data=data,
-        stream=PromptStream(data.train, seed=cfg.seed),
+        stream=prompt_stream(cfg, data),
         memory=MemoryTracker(device, memory_pool=backend.memory_pool_bytes),
         autocast=pick_autocast(cfg, device),
         progress=Progress(cfg, live=cfg.logging.live),
     )
+
+
+def prompt_stream(cfg: Config, data: RunData) -> PromptStream | LevelCurriculum:
+    """The training prompts in a resumable order: one shuffle of them all, or the level curriculum."""
+    c = cfg.data.curriculum
+    if not c.enabled:
+        return PromptStream(data.train, seed=cfg.seed)
+    return LevelCurriculum(data.train, cfg.seed, cfg.rollout.group_size, c.decay, c.uniform_share)
 
 
 def policy_loss(cfg: Config) -> PolicyGradientLoss:
@@ -220,7 +229,7 @@ def outer_loop(run: RunContext, fresh: bool) -> str:
                         # Nothing of the step touched the weights or the optimizer: rewind the
                         # data and the RNGs, and the state is that of the last step (exactly so
                         # on CPU; on a GPU up to its non-deterministic kernels).
-                        run.stream.seek(state.data_position)
+                        run.rewind_stream()
                         restore_rng(rng)
                         log.warning(f"{stop.requested}: abandoned step {state.step + 1} before it updated the weights")
                 if stop.requested and state.step < cfg.loop.n_grpo_steps:
