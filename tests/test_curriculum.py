@@ -119,7 +119,15 @@ def _level_series(db: Path, name: str) -> dict[str, dict[int, float]]:
 def test_a_resumed_curriculum_run_on_the_lab_equals_an_uninterrupted_one(tmp_path):
     """Two steps on the lab; the stopped run abandons step 2 after its rollouts were graded
     (so the sampler had noted them), checkpoints step 1, and resumes from it."""
-    extra = {"runtime.threads": 1, "data.curriculum.enabled": "true", "eval.at_start": "false", "eval.subset": 4}
+    extra = {
+        "runtime.threads": 1,
+        "data.curriculum.enabled": "true",
+        "data.train_size": 100,  # the lab draws 4,000 problems by default: a third of a run's time here
+        "rollout.rollout_batch_size": 8,  # 2 problems a step
+        "loop.train_batch_size": 8,
+        "eval.at_start": "false",
+        "eval.subset": 4,
+    }
     db = tmp_path / "registry.db"
     args = [*lab_overrides("lab", tmp_path, **extra), f"--db={db}"]
     straight = invoke("train", "lab", *args, "name=straight", cwd=tmp_path)
@@ -136,7 +144,7 @@ def test_a_resumed_curriculum_run_on_the_lab_equals_an_uninterrupted_one(tmp_pat
     assert stopped.returncode == 1, stopped.stderr[-2000:]
     saved = torch.load(tmp_path / "ckpt" / "stopped" / "step-1" / STATE_FILE, weights_only=False)
     assert saved["step"] == 1 and saved["curriculum"]["batches"] == 1
-    assert sum(saved["curriculum"]["positions"].values()) == saved["data_position"] == 4
+    assert sum(saved["curriculum"]["positions"].values()) == saved["data_position"] == 2
     resumed = invoke("train", "--resume", "stopped", f"--db={db}", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
 
@@ -145,5 +153,7 @@ def test_a_resumed_curriculum_run_on_the_lab_equals_an_uninterrupted_one(tmp_pat
     weights = {level: series[metrics.level_weight(level)] for level in (1, 2, 3, 4, 5)}
     assert all(w[1] == pytest.approx(0.2) for w in weights.values())  # nothing seen yet: even
     assert len({round(w[2], 9) for w in weights.values()}) > 1  # step 1's outcomes moved step 2's weights
-    assert sum(v for name, s in series.items() if name.endswith("/prompts") for v in s.values()) == 8
+    assert sum(v for name, s in series.items() if name.endswith("/prompts") for v in s.values()) == 4
     assert any(name.endswith("/accuracy") for name in series)
+    shown = invoke("runs", "show", "straight", f"--db={db}", cwd=tmp_path)
+    assert "drawn by a level curriculum" in shown.stdout, shown.stdout[-2000:]
