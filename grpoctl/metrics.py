@@ -250,32 +250,24 @@ def is_reward_component(name: str) -> bool:
 LEVEL_PREFIX = "train/level/"
 
 
-def level_accuracy(level: int) -> str:
-    """The step's sampled accuracy on one level: the mean answer grade of its rollouts."""
-    return _metric(
-        f"{LEVEL_PREFIX}{level}/accuracy",
-        f"mean answer grade of the step's rollouts of level {level} (recorded when the step drew that level)",
+# Each level's series: its description, unit and direction, as MetricInfo has them.
+LEVEL_SERIES = {
+    "accuracy": (
+        "mean answer grade of the step's rollouts of level {level} (recorded when the step drew that level)",
         "fraction",
         True,
-    )
+    ),
+    "weight": ("the curriculum's chance of drawing level {level} for each of the step's problems", "fraction", None),
+    "prompts": ("problems of level {level} the step drew", "count", None),
+}
 
 
-def level_weight(level: int) -> str:
-    """The curriculum's weight of one level when the step's problems were drawn."""
-    return _metric(
-        f"{LEVEL_PREFIX}{level}/weight",
-        f"the curriculum's chance of drawing level {level} for each of the step's problems",
-        "fraction",
-        None,
-    )
-
-
-def level_prompts(level: int) -> str:
-    """The step's problems of one level."""
-    return _metric(f"{LEVEL_PREFIX}{level}/prompts", f"problems of level {level} the step drew", "count", None)
-
-
-LEVEL_SERIES = {"accuracy": level_accuracy, "weight": level_weight, "prompts": level_prompts}
+def level_series(level: int, what: str) -> str:
+    """One level's series (`train/level/3/accuracy`): `what` is accuracy (the step's sampled
+    accuracy on the level), weight (the curriculum's weight of the level when the step drew)
+    or prompts (the step's problems of the level)."""
+    description, unit, higher_is_better = LEVEL_SERIES[what]
+    return _metric(f"{LEVEL_PREFIX}{level}/{what}", description.format(level=level), unit, higher_is_better)
 
 
 # --------------------------------------------------------------------------- time/ and mem/
@@ -373,7 +365,7 @@ def _entry(name: str) -> MetricInfo | None:
         reward_component(name.removeprefix(REWARD_COMPONENT_PREFIX))
     level, _, what = name.removeprefix(LEVEL_PREFIX).partition("/")
     if name not in TABLE and name.startswith(LEVEL_PREFIX) and level.isdigit() and what in LEVEL_SERIES:
-        LEVEL_SERIES[what](int(level))
+        level_series(int(level), what)
     return TABLE.get(name)
 
 

@@ -104,6 +104,13 @@ def test_the_curriculum_is_in_the_fingerprint_and_off_is_hash_neutral():
     assert set(record["problems_per_level"]) == {"1", "2", "3", "4", "5"}
 
 
+def test_a_level_series_is_in_the_table_on_first_sight():
+    """A reader (compare, the dashboard) may meet a level no writer in its process named."""
+    info = metrics.describe(metrics.LEVEL_PREFIX + "7/accuracy")
+    assert info is not None and info.higher_is_better and "level 7" in info.description
+    assert metrics.describe(metrics.LEVEL_PREFIX + "7/mood") is None
+
+
 def _level_series(db: Path, name: str) -> dict[str, dict[int, float]]:
     out: dict[str, dict[int, float]] = {}
     with sqlite3.connect(db) as conn:
@@ -150,7 +157,7 @@ def test_a_resumed_curriculum_run_on_the_lab_equals_an_uninterrupted_one(tmp_pat
 
     assert_same_rows(rows(db, "stopped"), rows(db, "straight"))
     series = _level_series(db, "straight")
-    weights = {level: series[metrics.level_weight(level)] for level in (1, 2, 3, 4, 5)}
+    weights = {level: series[metrics.level_series(level, "weight")] for level in (1, 2, 3, 4, 5)}
     assert all(w[1] == pytest.approx(0.2) for w in weights.values())  # nothing seen yet: even
     assert len({round(w[2], 9) for w in weights.values()}) > 1  # step 1's outcomes moved step 2's weights
     assert sum(v for name, s in series.items() if name.endswith("/prompts") for v in s.values()) == 4

@@ -195,10 +195,10 @@ def curriculum_metrics(run: RunContext) -> dict:
     curriculum = run.curriculum
     if curriculum is None:
         return {}
-    out = {metrics.level_weight(level): weight for level, weight in curriculum.weights().items()}
+    out = {metrics.level_series(level, "weight"): weight for level, weight in curriculum.weights().items()}
     for level, (accuracy, prompts) in curriculum.step_outcomes().items():
-        out[metrics.level_accuracy(level)] = accuracy
-        out[metrics.level_prompts(level)] = prompts
+        out[metrics.level_series(level, "accuracy")] = accuracy
+        out[metrics.level_series(level, "prompts")] = prompts
     return out
 
 
