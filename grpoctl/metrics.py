@@ -262,6 +262,14 @@ LEVEL_SERIES = {
 }
 
 
+def split_level_series(name: str) -> tuple[int, str] | None:
+    """(3, "accuracy") of `train/level/3/accuracy`; None for a name that is no level's series."""
+    level, _, what = name.removeprefix(LEVEL_PREFIX).partition("/")
+    if not name.startswith(LEVEL_PREFIX) or not level.isdigit() or what not in LEVEL_SERIES:
+        return None
+    return int(level), what
+
+
 def level_series(level: int, what: str) -> str:
     """One level's series (`train/level/3/accuracy`): `what` is accuracy (the step's sampled
     accuracy on the level), weight (the curriculum's weight of the level when the step drew)
@@ -363,9 +371,9 @@ def _entry(name: str) -> MetricInfo | None:
         in_eval_set(eval_set, base)  # a set's figure reads as its unprefixed one
     if name not in TABLE and is_reward_component(name) and NAME_RE.match(name):
         reward_component(name.removeprefix(REWARD_COMPONENT_PREFIX))
-    level, _, what = name.removeprefix(LEVEL_PREFIX).partition("/")
-    if name not in TABLE and name.startswith(LEVEL_PREFIX) and level.isdigit() and what in LEVEL_SERIES:
-        level_series(int(level), what)
+    level = split_level_series(name)
+    if name not in TABLE and level is not None:
+        level_series(*level)
     return TABLE.get(name)
 
 

@@ -164,3 +164,32 @@ def test_a_resumed_curriculum_run_on_the_lab_equals_an_uninterrupted_one(tmp_pat
     assert any(name.endswith("/accuracy") for name in series)
     shown = invoke("runs", "show", "straight", f"--db={db}", cwd=tmp_path)
     assert "drawn by a level curriculum" in shown.stdout, shown.stdout[-2000:]
+
+
+def test_the_report_plots_the_level_weights_and_accuracy(tmp_path, monkeypatch):
+    import matplotlib.axes
+    from test_compare_report import make_run
+
+    from grpoctl.registry import Registry
+    from grpoctl.views.report_view import write_report
+
+    labels: list[str] = []
+    plot = matplotlib.axes.Axes.plot
+
+    def drawn(ax, x, y, *args, **kwargs):
+        labels.append(kwargs.get("label", ""))
+        return plot(ax, x, y, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", drawn)
+    with Registry(str(tmp_path / "registry.db")) as registry:
+        make_run(registry, "uniform", [], variant="uniform", steps=4)
+        _, run = make_run(registry, "levels", ["lr=1e-4"], variant="curriculum", steps=4)
+        for step in range(1, 5):
+            figures = {metrics.level_series(level, "weight"): 0.1 * level * step for level in (1, 2)}
+            registry.log_step(run.id, step + 100, figures | {metrics.level_series(2, "accuracy"): 0.5})
+        labels.clear()
+        text = write_report(registry, "abl", tmp_path / "rep").read_text()
+    assert "![the curriculum's weight of each level](level_weights.png)" in text
+    assert "![sampled accuracy of each level the curriculum drew](level_accuracy.png)" in text
+    assert (tmp_path / "rep" / "level_weights.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert labels[-3:] == ["curriculum: level 1", "curriculum: level 2", "curriculum: level 2"]

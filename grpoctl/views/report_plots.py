@@ -19,6 +19,8 @@ from __future__ import annotations
 import io
 import json
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from statistics import fmean, stdev
 from typing import Any
@@ -209,18 +211,62 @@ def plot_all(rows: list[Row], folder: Path, name: str) -> list[tuple[str, str]]:
     return made
 
 
-# --------------------------------------------------------------------------- reward components
+# --------------------------------------------------------------------------- families of named series
 
-REWARD_COMPONENTS_PNG = "reward_components.png"
+
+@dataclass(frozen=True)
+class SeriesFamily:
+    """Per-step series that one plot draws together: the reward components
+    (train/reward/<name>), or one series of each curriculum level (train/level/<L>/weight)."""
+
+    filename: str
+    caption: str  # the report's words under the plot
+    title: str
+    ylabel: str
+    member: Callable[[str], str | None]  # a metric name -> its label in the legend, or None when not a member
+
+
+def _level_label(what: str) -> Callable[[str], str | None]:
+    def label(name: str) -> str | None:
+        parsed = metrics.split_level_series(name)
+        return f"level {parsed[0]}" if parsed is not None and parsed[1] == what else None
+
+    return label
+
+
+SERIES_FAMILIES = (
+    SeriesFamily(
+        "reward_components.png",
+        "reward components (each before its weight)",
+        "reward components",
+        "component reward (mean over rollouts, before its weight)",
+        lambda name: name.removeprefix(metrics.REWARD_COMPONENT_PREFIX) if metrics.is_reward_component(name) else None,
+    ),
+    SeriesFamily(
+        "level_weights.png",
+        "the curriculum's weight of each level",
+        "the curriculum's level weights",
+        "chance of drawing the level",
+        _level_label("weight"),
+    ),
+    SeriesFamily(
+        "level_accuracy.png",
+        "sampled accuracy of each level the curriculum drew",
+        "sampled accuracy by level",
+        "mean answer grade of the level's rollouts",
+        _level_label("accuracy"),
+    ),
+)
 LINESTYLES = ("-", "--", ":", "-.")
 
 
-def plot_reward_components(rows: list[Row], series: dict[int, dict[str, list[tuple[int, float]]]], path: Path) -> bool:
-    """One plot of each reward component's curve (train/reward/<name>, before its weight),
-    for the runs that recorded any (`series`: run id -> name -> points): a colour per
-    component, a line style per variant, seeds drawn as their mean. False (and no file)
-    when no run has components."""
-    names = sorted({name for by_name in series.values() for name in by_name if metrics.is_reward_component(name)})
+def plot_series_family(
+    family: SeriesFamily, rows: list[Row], series: dict[int, dict[str, list[tuple[int, float]]]], path: Path
+) -> bool:
+    """One plot of every member of `family` that the runs recorded (`series`: run id -> name
+    -> points): a colour per member, a line style per variant, seeds drawn as their mean.
+    False (and no file) when no run recorded any."""
+    names = sorted({name for by_name in series.values() for name in by_name if family.member(name) is not None})
     if not names:
         return False
     import matplotlib
@@ -239,7 +285,7 @@ def plot_reward_components(rows: list[Row], series: dict[int, dict[str, list[tup
             if not runs:
                 continue
             steps, means = step_means(runs)
-            label = name.removeprefix(metrics.REWARD_COMPONENT_PREFIX)
+            label = family.member(name)
             ax.plot(
                 steps,
                 means,
@@ -250,9 +296,9 @@ def plot_reward_components(rows: list[Row], series: dict[int, dict[str, list[tup
             )
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("GRPO step")
-    ax.set_ylabel("component reward (mean over rollouts, before its weight)")
+    ax.set_ylabel(family.ylabel)
     seeds = " (mean over seeds)" if any(len(row.runs) > 1 for row in drawn_rows) else ""
-    ax.set_title(f"reward components{seeds}", fontsize=11, loc="left")
+    ax.set_title(f"{family.title}{seeds}", fontsize=11, loc="left")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     save_figure(fig, path, bbox_inches="tight")

@@ -14,7 +14,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from grpoctl import metrics
 from grpoctl.analysis import internal_pilot, paired, stats
 from grpoctl.analysis.baseline import BaselineComparison, Versus
 from grpoctl.analysis.compare import CompareTable, Row, build_compare_table
@@ -44,7 +43,7 @@ def write_report(registry: Registry, name: str, folder: Path | None = None, **ta
     from grpoctl.views.report_plots import plot_all  # matplotlib: only now
 
     plots = plot_all(table.rows, folder, name)
-    plots += _reward_component_plot(registry, table, folder)
+    plots += _series_family_plots(registry, table, folder)
     evals = eval_sections(registry, table, folder, name)
     text = "\n".join(_sections(registry, name, table, plots, evals)) + "\n"
     path = folder / "report.md"
@@ -52,18 +51,22 @@ def write_report(registry: Registry, name: str, folder: Path | None = None, **ta
     return path
 
 
-def _reward_component_plot(registry: Registry, table: CompareTable, folder: Path) -> list[tuple[str, str]]:
-    """The curves of the reward components (train/reward/<name>) of runs that have them."""
-    from grpoctl.views.report_plots import REWARD_COMPONENTS_PNG, plot_reward_components
+def _series_family_plots(registry: Registry, table: CompareTable, folder: Path) -> list[tuple[str, str]]:
+    """The curves of each family of named series (report_plots.SERIES_FAMILIES: the reward
+    components, the curriculum's levels) that the runs recorded."""
+    from grpoctl.views.report_plots import SERIES_FAMILIES, plot_series_family
 
     ids = [rd.run.id for row in table.rows for rd in row.runs if rd.run.id is not None]
-    names = [n for n in registry.metric_names(ids) if metrics.is_reward_component(n)]
-    if not names:
-        return []
-    series = {run_id: registry.metric_series(run_id, names) for run_id in ids}
-    if not plot_reward_components(table.rows, series, folder / REWARD_COMPONENTS_PNG):
-        return []
-    return [(REWARD_COMPONENTS_PNG, "reward components (each before its weight)")]
+    made = []
+    recorded = registry.metric_names(ids)
+    for family in SERIES_FAMILIES:
+        names = [n for n in recorded if family.member(n) is not None]
+        if not names:
+            continue
+        series = {run_id: registry.metric_series(run_id, names) for run_id in ids}
+        if plot_series_family(family, table.rows, series, folder / family.filename):
+            made.append((family.filename, family.caption))
+    return made
 
 
 def _sections(
