@@ -162,6 +162,22 @@ def record_module_seconds(module_file: str, seconds: float) -> None:
     record_service_start(Path(module_file).name, seconds)  # `NAME.py SECONDS`: .ci/run tells them apart
 
 
+@pytest.fixture
+def plotted_labels(monkeypatch) -> list[str]:
+    """The legend label of every line matplotlib draws from now on, in order (a report's plots)."""
+    import matplotlib.axes
+
+    labels: list[str] = []
+    plot = matplotlib.axes.Axes.plot
+
+    def drawn(ax, x, y, *args, **kwargs):
+        labels.append(kwargs.get("label", ""))
+        return plot(ax, x, y, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", drawn)
+    return labels
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     from grpoctl.tiny.model import create_tiny_model_dir

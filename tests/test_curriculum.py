@@ -166,21 +166,13 @@ def test_a_resumed_curriculum_run_on_the_lab_equals_an_uninterrupted_one(tmp_pat
     assert "drawn by a level curriculum" in shown.stdout, shown.stdout[-2000:]
 
 
-def test_the_report_plots_the_level_weights_and_accuracy(tmp_path, monkeypatch):
-    import matplotlib.axes
+def test_the_report_plots_the_level_weights_and_accuracy(tmp_path, plotted_labels):
     from test_compare_report import make_run
 
     from grpoctl.registry import Registry
     from grpoctl.views.report_view import write_report
 
-    labels: list[str] = []
-    plot = matplotlib.axes.Axes.plot
-
-    def drawn(ax, x, y, *args, **kwargs):
-        labels.append(kwargs.get("label", ""))
-        return plot(ax, x, y, *args, **kwargs)
-
-    monkeypatch.setattr(matplotlib.axes.Axes, "plot", drawn)
+    labels = plotted_labels
     with Registry(str(tmp_path / "registry.db")) as registry:
         make_run(registry, "uniform", [], variant="uniform", steps=4)
         _, run = make_run(registry, "levels", ["lr=1e-4"], variant="curriculum", steps=4)

@@ -184,21 +184,13 @@ def test_a_plugin_alone_as_prompt_reward_records_its_parts(tmp_path):
 # --------------------------------------------------------------------------- report
 
 
-def test_the_report_plots_each_component_s_curve(tmp_path, monkeypatch):
-    import matplotlib.axes
+def test_the_report_plots_each_component_s_curve(tmp_path, plotted_labels):
     from test_compare_report import make_run
 
     from grpoctl.registry import Registry
     from grpoctl.views.report_view import write_report
 
-    labels: list[str] = []
-    plot = matplotlib.axes.Axes.plot
-
-    def drawn(ax, x, y, *args, **kwargs):
-        labels.append(kwargs.get("label", ""))
-        return plot(ax, x, y, *args, **kwargs)
-
-    monkeypatch.setattr(matplotlib.axes.Axes, "plot", drawn)
+    labels = plotted_labels
     with Registry(str(tmp_path / "registry.db")) as registry:
         make_run(registry, "plain", [], variant="plain", steps=4)
         _, run = make_run(registry, "plugin", ["lr=1e-4"], variant="plugin", steps=4)
