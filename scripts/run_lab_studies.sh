@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Run, or resume, the lab's studies one after another, on one core: the seven of issue 21
 # (`seven`, the default), or the three knob studies of issue 22, queued after them, into
-# their own registry (`knobs`). The studies write a live registry under outputs/registries/,
+# their own registry (`knobs`), or issue 40's five recipe studies into that registry too (`recipe`). The studies write a live registry under outputs/registries/,
 # started from the committed one (docs/results/lab.db.xz, lab-knobs.db.xz) when it is not
 # there yet; commit it compressed with scripts/snapshot_lab_registry.sh.
 #
-#   scripts/run_lab_studies.sh [seven|knobs]   # run what is left of the suite, in order
+#   scripts/run_lab_studies.sh [seven|knobs|recipe]   # run what is left of the suite, in order
 #   nohup scripts/run_lab_studies.sh > outputs/lab-studies.log 2>&1 &
 #   kill -TERM "$(cat outputs/lab-studies.pid)"   # pause: members checkpoint, end `interrupted`
 #   scripts/run_lab_studies.sh              # ... and resume them
@@ -66,8 +66,15 @@ case "$SUITE" in
     STUDIES=(lab-overlong lab-dynamic-sampling lab-entropy-bonus)
     PAGE=experiments/pages/lab-knobs.yaml
     declare -A ESTIMATE_MIN=([lab-overlong]=15 [lab-dynamic-sampling]=12 [lab-entropy-bonus]=15) ;;
+  recipe)  # issue 40's five, into the knobs page's registry (its plain arm is reused)
+    DB=${LAB_DB:-outputs/registries/lab-knobs.db}
+    LR_DB=${LR_DB:-docs/results/lab.db.xz}
+    STUDIES=(lab-group-shape lab-kl lab-curriculum lab-cispo lab-entropy-strong)
+    PAGE=experiments/pages/lab-knobs.yaml
+    declare -A ESTIMATE_MIN=([lab-group-shape]=5 [lab-kl]=7 [lab-curriculum]=11 [lab-cispo]=16
+                             [lab-entropy-strong]=27) ;;
   *)
-    echo "usage: scripts/run_lab_studies.sh [seven|knobs] (got '$SUITE')" >&2
+    echo "usage: scripts/run_lab_studies.sh [seven|knobs|recipe] (got '$SUITE')" >&2
     exit 2 ;;
 esac
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1  # one thread per trainer (grpoctl also picks 1 for the lab's model)
