@@ -25,7 +25,7 @@ ADVANTAGE_ESTIMATORS = ("group_mean", "rloo", "batch_std")
 # How a sequence's token losses become the number the gradient is taken of (grpo/train_step.py).
 LENGTH_NORMALIZATIONS = ("mean", "constant", "microbatch", "token")
 IMPORTANCE_LEVELS = ("token", "sequence")
-DATA_SOURCES = ("synthetic", "lab", "math", "gsm8k", "jsonl", "hub")
+DATA_SOURCES = ("synthetic", "lab", "lab-hard", "math", "gsm8k", "jsonl", "hub")
 BACKENDS = ("auto", "vllm", "hf")
 # model.dtype: what the policy's weights are stored in and computed in. bf16-mixed stores
 # the weights, their gradients and AdamW's states in float32 and runs the forward passes

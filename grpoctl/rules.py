@@ -57,7 +57,7 @@ from grpoctl.run_identity import (  # noqa: F401
 # The losses without an importance ratio: they can only learn from the policy that sampled.
 RATIO_FREE_LOSSES = ("no_baseline", "reinforce_with_baseline")
 REWARDS = ("r1_zero", "question_only")
-GENERATED_DATA_SOURCES = ("synthetic", "lab")  # made in-process: no data files
+GENERATED_DATA_SOURCES = ("synthetic", "lab", "lab-hard")  # made in-process: no data files
 
 # Every key whose value is one of a few words (key(choices=...); config_checks.validate
 # refuses the rest), and, for those that may also be null, what null means.

@@ -19,8 +19,10 @@ from conftest import REPO
 from grpoctl.config import load_config
 from grpoctl.data import lab
 from grpoctl.data.lab import (
+    HARD_LEVELS,
     LEVELS,
     MIXTURES,
+    NUMBER_MAX,
     QO_PROMPT,
     R1_PROMPT,
     LabProblem,
@@ -31,6 +33,7 @@ from grpoctl.data.lab import (
     lab_eval_examples,
     lab_train_examples,
     make_problem,
+    response_tokens,
     working_lines,
     writes_working,
 )
@@ -284,15 +287,14 @@ def _shares(traces):
 
 
 def _expected(m: Mixture) -> dict[str, float]:
-    k = len(LEVELS)
-    right_direct = sum((1 - m.p_work[i]) * (1 - m.p_wrong[i]) for i in range(k)) / k
-    right_working = sum(m.p_work[i] * (1 - m.p_slip) ** LEVELS[i] for i in range(k)) / k
-    return {
-        "working": sum(m.p_work) / k,
-        "right": right_direct + right_working,
-        "r1_prompt": m.p_r1,
-        "cross": m.p_cross,
-    }
+    """The shares a mixture's draws must reproduce (a trace's answer is its last pass's)."""
+    k = len(m.levels)
+    work = [m.p_work[level - 1] for level in m.levels]
+    slip = [m.p_slip if level in LEVELS or m.p_slip_hard is None else m.p_slip_hard for level in m.levels]
+    right_direct = sum((1 - work[i]) * (1 - m.p_wrong[level - 1]) for i, level in enumerate(m.levels)) / k
+    right_working = sum(work[i] * (1 - slip[i]) ** level for i, level in enumerate(m.levels)) / k
+    cross = m.p_cross if m.p_r1_format is None else m.p_r1 * (1 - m.p_r1_format) + (1 - m.p_r1) * m.p_r1_format
+    return {"working": sum(work) / k, "right": right_direct + right_working, "r1_prompt": m.p_r1, "cross": cross}
 
 
 @pytest.mark.parametrize("name", sorted(MIXTURES))
@@ -304,7 +306,8 @@ def test_trace_shares_match_their_mixture(name):
     for key in want:  # 2,000 draws: a share's standard error is at most 0.011
         assert got[key] == pytest.approx(want[key], abs=0.04), (key, got, want)
     levels = Counter(t.level for t in traces)
-    assert set(levels) == set(LEVELS) and all(300 <= c <= 500 for c in levels.values()), levels
+    share = 2000 / len(mixture.levels)
+    assert set(levels) == set(mixture.levels) and all(0.75 * share <= c <= 1.25 * share for c in levels.values())
     for t in traces:
         question = _question_of(t.prompt)
         assert split_of(question) == "train"  # warm-start traces never see an eval problem
@@ -330,3 +333,112 @@ def test_draw_trace_is_deterministic_for_a_seeded_stream():
     assert [draw_trace(rng_a, MIXTURES["S5L"]) for _ in range(50)] == [
         draw_trace(rng_b, MIXTURES["S5L"]) for _ in range(50)
     ]
+
+
+# --------------------------------------------------------------------------- issue 37's variants
+
+
+def _passes(t, question: str) -> list[list[str]]:
+    """A working trace's lines cut into passes of `level` lines, each a chain from the question's first operand."""
+    lines = t.completion.split(" </think>")[0].split(" \\boxed{")[0].split()
+    level = t.level
+    assert len(lines) % level == 0, t
+    passes = [lines[i : i + level] for i in range(0, len(lines), level)]
+    first, operators = _tokens(question)[0][0], _tokens(question)[1]
+    for chain in passes:
+        previous = first
+        for line, op in zip(chain, operators, strict=True):
+            a, line_op, _, c = _check_line(line)
+            assert (a, line_op) == (previous, op), (t, chain)
+            previous = c
+    return passes
+
+
+def test_check_passes_write_the_chain_again_within_the_token_limit():
+    """X1 (correct only): a working trace is 1 or more passes of the same chain; a second pass
+    comes with p_again (0.25) where it fits, and no response passes max_tokens."""
+    rng = random.Random(11)
+    mixture = MIXTURES["X1"]
+    traces = [draw_trace(rng, mixture) for _ in range(1500)]
+    repeated = Counter()
+    for t in traces:
+        if not t.working:
+            continue
+        passes = _passes(t, _question_of(t.prompt))
+        assert all(chain == passes[0] for chain in passes)  # no slips in X1: every pass is the same
+        assert response_tokens(t.level * len(passes)) <= mixture.max_tokens and t.right
+        repeated[len(passes) > 1] += 1
+    share = repeated[True] / sum(repeated.values())
+    assert 0.19 <= share <= 0.31, share  # 0.25 where a second pass fits (every level up to 10 at 128 tokens)
+    assert {len(_passes(t, _question_of(t.prompt))) for t in traces if t.working and t.level == 1} >= {1, 2, 3}
+
+
+def test_a_pass_slips_on_its_own_and_the_answer_is_the_last_passs():
+    rng = random.Random(12)
+    mixture = Mixture(p_r1=1.0, p_work=(1.0,) * 5, p_wrong=(0.0,) * 5, p_slip=0.3, p_cross=0.0, p_again=1.0, p_more=0.0)
+    differ = 0
+    for _ in range(300):
+        t = draw_trace(rng, mixture)
+        passes = _passes(t, _question_of(t.prompt))
+        assert len(passes) == 2  # p_again 1, p_more 0
+        differ += passes[0] != passes[1]
+        truth = _partials(_question_of(t.prompt))[-1]
+        last = _check_line(passes[-1][-1])[3]
+        assert t.completion.endswith(f"<answer>{last}</answer>") and t.right == (last == truth)
+    assert differ > 100  # 0.3 a line: most pairs of passes differ somewhere
+
+
+def test_hard_levels_keep_every_number_inside_the_lab_tokens():
+    """Levels 6-10 end at most at 189; a slip that could take the chain past NUMBER_MAX goes down."""
+    rng = random.Random(13)
+    assert max(make_problem(rng, 10).answer for _ in range(500)) <= 99 + 10 * 9 < NUMBER_MAX
+    steepest = LabProblem("99" + "+9" * 10, (99,) + (9,) * 10, ("+",) * 10, 189, 10)
+    top = 0
+    for _ in range(200):  # every line slips, most of them up: the chain presses on the limit
+        lines, final = working_lines(steepest, rng, 1.0)
+        values = [v for line in lines for v in (_check_line(line)[0], _check_line(line)[3])]
+        assert max(values) <= NUMBER_MAX and final == _check_line(lines[-1])[3]
+        top = max(top, *values)
+    assert top > 189  # past the exact chain's largest value, yet inside
+
+
+def test_s5lx_is_hard_on_levels_6_to_10_and_the_lab_mixture_on_1_to_5():
+    rng = random.Random(14)
+    traces = [draw_trace(rng, MIXTURES["S5Lx"]) for _ in range(2000)]
+    hard = [t for t in traces if t.level in HARD_LEVELS]
+    assert {t.level for t in traces} == set(LEVELS) | set(HARD_LEVELS)
+    assert 0.75 <= sum(t.working for t in hard) / len(hard) <= 0.85
+    right_working = sum(t.right for t in hard if t.working) / sum(t.working for t in hard)
+    assert 0.02 <= right_working <= 0.12  # 0.7 ** 6..10: 0.03-0.12, mean about 0.07
+
+
+def test_direct_traces_never_work_and_are_right():
+    rng = random.Random(15)
+    traces = [draw_trace(rng, MIXTURES["direct"]) for _ in range(500)]
+    assert all(not t.working and t.right and t.prompt.startswith("User: ") for t in traces)
+    assert all(not writes_working(t.completion) and t.completion.endswith("</answer>") for t in traces)
+
+
+def test_boxed_answers_in_boxed_whichever_the_template_and_works_alike_in_both_formats():
+    rng = random.Random(16)
+    traces = [draw_trace(rng, MIXTURES["boxed"]) for _ in range(4000)]
+    r1 = [t for t in traces if t.completion.endswith("</answer>")]
+    qo = [t for t in traces if not t.completion.endswith("</answer>")]
+    assert 0.03 <= len(r1) / len(traces) <= 0.07  # a few percent use the r1 tags
+    assert all("<answer>" not in t.completion and t.completion.endswith("}") for t in qo)
+    r1_prompts = [t for t in traces if t.prompt.startswith("User: ")]
+    assert sum(t.completion.endswith("}") for t in r1_prompts) / len(r1_prompts) > 0.9  # boxed after <think> too
+    working = [sum(t.working for t in ts) / len(ts) for ts in (r1, qo)]
+    assert abs(working[0] - working[1]) <= 0.1, working  # working at equal rates in both formats
+
+
+def test_lab_hard_is_levels_6_to_10_split_as_the_lab_is():
+    held_out = load_examples("lab-hard", split="eval")
+    assert len(held_out) == 640 == len({ex.question for ex in held_out})
+    assert Counter(ex.level for ex in held_out) == dict.fromkeys(HARD_LEVELS, 128)
+    assert all(split_of(ex.question) == "eval" for ex in held_out)
+    train = load_examples("lab-hard", split="train", n=500, seed=3)
+    assert {ex.level for ex in train} == set(HARD_LEVELS) and all(split_of(ex.question) == "train" for ex in train)
+    for ex in held_out[::50]:
+        assert int(ex.answer) == _partials(ex.question)[-1] and len(_tokens(ex.question)[1]) == ex.level
+    assert [ex.question for ex in load_examples("lab", split="eval")] == [ex.question for ex in lab_eval_examples()]

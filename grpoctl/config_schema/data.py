@@ -54,7 +54,7 @@ class DataConfig:
 
     source: str = key(
         "synthetic",
-        "synthetic | lab (graded + and - chains, data/lab.py) | math | gsm8k | jsonl | hub",
+        "synthetic | lab (graded + and - chains, data/lab.py) | lab-hard (its levels 6-10) | math | gsm8k | jsonl | hub",
         choices=DATA_SOURCES,
     )
     train_path: str | None = key(None, "jsonl file, or hub dataset name for source=hub", non_empty=True)

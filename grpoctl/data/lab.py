@@ -37,6 +37,15 @@ from grpoctl.data.examples import Example
 from grpoctl.data.synthetic import split_of
 
 LEVELS = (1, 2, 3, 4, 5)  # single-digit steps after the first operand
+# The hard levels (issue 37's lab-long variant): up to 10 steps keep every total at most
+# 99 + 10 * 9 = 189, inside the lab tokenizer's number tokens 0..NUMBER_MAX (tiny/model.py).
+HARD_LEVELS = (6, 7, 8, 9, 10)
+ALL_LEVELS = LEVELS + HARD_LEVELS
+NUMBER_MAX = 199  # the lab tokenizer's largest number token (tiny/model.py LAB_NUMBER_MAX)
+STEP_MAX = 9  # the largest single-digit step
+LINE_TOKENS = 6  # a working line and its space, ` 47+8=55`, in lab tokens
+LAB_SOURCES = {"lab": LEVELS, "lab-hard": HARD_LEVELS}  # data.source -> the levels its problems have
+ANSWER_TOKENS = 4  # ` </think> <answer>59</answer>` (`\boxed{59}` takes 3)
 R1_PROMPT = "User: {question}\nAssistant: <think>"  # the r1_zero_compact template
 QO_PROMPT = "{question}"  # the question_only template
 EVAL_PER_LEVEL = 128  # 640 held-out problems, the same for every run
@@ -88,12 +97,12 @@ def _example(problem: LabProblem, index: int | None = None) -> Example:
     )
 
 
-def lab_eval_examples(per_level: int = EVAL_PER_LEVEL) -> list[Example]:
-    """The held-out problems: `per_level` distinct ones of each level, easiest first."""
-    rng = random.Random("lab-eval:1234")
+def lab_eval_examples(per_level: int = EVAL_PER_LEVEL, levels: tuple[int, ...] = LEVELS) -> list[Example]:
+    """The held-out problems: `per_level` distinct ones of each of `levels`, easiest first."""
+    rng = random.Random("lab-eval:1234" if levels == LEVELS else f"lab-eval:{levels}:1234")
     out: list[Example] = []
     seen: set[str] = set()
-    for level in LEVELS:
+    for level in levels:
         kept = 0
         while kept < per_level:
             problem = draw_problem(rng, "eval", level)
@@ -105,14 +114,14 @@ def lab_eval_examples(per_level: int = EVAL_PER_LEVEL) -> list[Example]:
     return out
 
 
-def lab_train_examples(n: int = TRAIN_SIZE, seed: int = 0) -> list[Example]:
-    """`n` training problems, levels in equal shares, shuffled by `seed`.
+def lab_train_examples(n: int = TRAIN_SIZE, seed: int = 0, levels: tuple[int, ...] = LEVELS) -> list[Example]:
+    """`n` training problems, `levels` in equal shares, shuffled by `seed`.
 
     Drawn with replacement (level 1 has only about 1,460 distinct train problems), so an id
     carries the draw's index to stay unique.
     """
-    rng = random.Random(f"lab-train:{seed}")
-    out = [_example(draw_problem(rng, "train", LEVELS[i % len(LEVELS)]), i) for i in range(n)]
+    rng = random.Random(f"lab-train:{seed}" if levels == LEVELS else f"lab-train:{levels}:{seed}")
+    out = [_example(draw_problem(rng, "train", levels[i % len(levels)]), i) for i in range(n)]
     rng.shuffle(out)
     return out
 
@@ -134,6 +143,15 @@ class Mixture:
     p_wrong: share of direct answers that are off (by 1, 2, 3 or 10).
     p_slip: chance that each working line is off; the chain continues from the slip.
     p_cross: share answered in the other template's format.
+
+    Issue 37's variants add, each off at its default (the lab's mixtures draw as before):
+    levels: the levels traces are drawn from, in equal shares.
+    p_slip_hard: p_slip on the levels beyond 5 (None: p_slip).
+    p_again: chance that a working trace writes its working again, as a check pass; each
+      further pass with chance p_more, while the response fits in max_tokens. A pass
+      recomputes the chain (its lines slip on their own) and the answer is the last pass's.
+    p_r1_format: when set, the answer format is drawn on its own, r1 with this chance,
+      whichever the template (p_cross is then unused): the format-poor start.
     """
 
     p_r1: float
@@ -141,6 +159,12 @@ class Mixture:
     p_wrong: tuple[float, ...]
     p_slip: float
     p_cross: float
+    levels: tuple[int, ...] = LEVELS
+    p_slip_hard: float | None = None
+    p_again: float = 0.0
+    p_more: float = 0.5
+    max_tokens: int = 128
+    p_r1_format: float | None = None
 
 
 MIXTURES = {
@@ -156,7 +180,28 @@ MIXTURES = {
     ),
     # the narrow SFT traces: one style only (r1_zero with working), correct only
     "narrow": Mixture(p_r1=1.0, p_work=(1.0,) * 5, p_wrong=(0.0,) * 5, p_slip=0.0, p_cross=0.0),
-}
+    # -- issue 37's variants (docs/lab-pilots/README.md declares each before its build) --
+    # lab-long, phase 1: correct traces of levels 1-10, working as W1 and on every hard
+    # level, with check passes
+    "X1": Mixture(
+        p_r1=0.5, p_work=(0.5, 0.5) + (1.0,) * 8, p_wrong=(0.0,) * 10, p_slip=0.0, p_cross=0.0,
+        levels=ALL_LEVELS, p_again=0.25,
+    ),
+    # lab-long, phase 2: S5Lh on levels 1-5; on levels 6-10 most traces work and their
+    # lines slip often, so a sampled chain is rarely right all the way
+    "S5Lx": Mixture(
+        p_r1=0.5, p_work=(0.5, 0.5, 0.5, 0.4, 0.3) + (0.8,) * 5, p_wrong=(0.03, 0.1, 0.1, 0.1, 0.1) + (0.5,) * 5,
+        p_slip=0.05, p_cross=0.05, levels=ALL_LEVELS, p_slip_hard=0.30, p_again=0.25,
+    ),
+    # lab-direct@N: direct answers only (r1_zero, correct): working must be rediscovered
+    "direct": Mixture(p_r1=1.0, p_work=(0.0,) * 5, p_wrong=(0.0,) * 5, p_slip=0.0, p_cross=0.0),
+    # lab-boxed: S5Lh's working and noise, answered in \\boxed{} 95% of the time whichever the
+    # template, so working appears at equal rates in both formats
+    "boxed": Mixture(
+        p_r1=0.5, p_work=(0.5, 0.5, 0.5, 0.4, 0.3), p_wrong=(0.03, 0.1, 0.1, 0.1, 0.1), p_slip=0.05, p_cross=0.0,
+        p_r1_format=0.05,
+    ),
+}  # fmt: skip
 
 
 def _off_by(rng: random.Random, x: int) -> int:
@@ -167,10 +212,15 @@ def _off_by(rng: random.Random, x: int) -> int:
 def working_lines(problem: LabProblem, rng: random.Random, p_slip: float) -> tuple[list[str], int]:
     """The working (`47+8=55` per step) and the value it ends on; each line slips with p_slip."""
     total, lines = problem.operands[0], []
-    for op, value in zip(problem.operators, problem.operands[1:], strict=True):
-        result = total + value if op == "+" else total - value
+    for i, (op, value) in enumerate(zip(problem.operators, problem.operands[1:], strict=True)):
+        exact = total + value if op == "+" else total - value
+        result = exact
         if p_slip and rng.random() < p_slip:
-            result = _off_by(rng, result)
+            result = _off_by(rng, exact)
+            # An upward slip from which the rest of the chain could leave the number tokens
+            # goes down instead (never on levels 1-5: their chains stay below 195).
+            if result + STEP_MAX * (problem.level - 1 - i) > NUMBER_MAX:
+                result = 2 * exact - result
         lines.append(f"{total}{op}{value}={result}")
         total = result
     return lines, total
@@ -191,17 +241,40 @@ class Trace:
     right: bool
 
 
+def response_tokens(n_lines: int) -> int:
+    """Tokens of an r1_zero response with `n_lines` lines of working (the longer of the two formats)."""
+    return LINE_TOKENS * n_lines + ANSWER_TOKENS
+
+
+def _check_passes(
+    problem: LabProblem, rng: random.Random, mixture: Mixture, p_slip: float, lines: list[str], final: int
+) -> tuple[list[str], int]:
+    """The working written again, pass after pass, while a draw says so and it fits."""
+    chance = mixture.p_again
+    while response_tokens(len(lines) + problem.level) <= mixture.max_tokens and rng.random() < chance:
+        again, final = working_lines(problem, rng, p_slip)
+        lines = lines + again
+        chance = mixture.p_more
+    return lines, final
+
+
 def draw_trace(rng: random.Random, mixture: Mixture) -> Trace:
     """One warm-start trace on a training problem, drawn from `mixture`."""
-    level = rng.choices(LEVELS, weights=[1] * len(LEVELS))[0]
+    level = rng.choices(mixture.levels, weights=[1] * len(mixture.levels))[0]
     problem = draw_problem(rng, "train", level)
     working = rng.random() < mixture.p_work[level - 1]
     wrong = rng.random() < mixture.p_wrong[level - 1]
     if working:
-        lines, final = working_lines(problem, rng, mixture.p_slip)
+        p_slip = mixture.p_slip if level in LEVELS or mixture.p_slip_hard is None else mixture.p_slip_hard
+        lines, final = working_lines(problem, rng, p_slip)
+        if mixture.p_again:
+            lines, final = _check_passes(problem, rng, mixture, p_slip, lines, final)
     else:
         lines, final = [], (_off_by(rng, problem.answer) if wrong else problem.answer)
     template = "r1" if rng.random() < mixture.p_r1 else "qo"
-    fmt = template if rng.random() >= mixture.p_cross else ("qo" if template == "r1" else "r1")
+    if mixture.p_r1_format is not None:
+        fmt = "r1" if rng.random() < mixture.p_r1_format else "qo"
+    else:
+        fmt = template if rng.random() >= mixture.p_cross else ("qo" if template == "r1" else "r1")
     prompt = (R1_PROMPT if template == "r1" else QO_PROMPT).replace("{question}", problem.question)
     return Trace(prompt, completion(fmt, lines, final), level, working, final == problem.answer)

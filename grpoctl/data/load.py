@@ -8,7 +8,7 @@ from typing import Any
 from grpoctl.data.examples import Example
 from grpoctl.data.files import load_gsm8k_jsonl, load_jsonl, load_math_jsonl
 from grpoctl.data.hub import load_hub_dataset
-from grpoctl.data.lab import TRAIN_SIZE, lab_eval_examples, lab_train_examples
+from grpoctl.data.lab import LAB_SOURCES, TRAIN_SIZE, lab_eval_examples, lab_train_examples
 from grpoctl.data.subsets import eval_subset
 from grpoctl.data.synthetic import synthetic_examples
 from grpoctl.rules import DATA_SOURCES as SOURCES
@@ -28,7 +28,8 @@ def load_examples(
     - synthetic: arithmetic of `split` ("train" or "eval"); `n` problems drawn with
       `seed`; kw are the difficulty knobs of `synthetic_examples`.
     - lab: the lab task (data/lab.py); "train" draws `n` problems (default TRAIN_SIZE)
-      with `seed`, "eval" is its fixed held-out set (`n` keeps a subset).
+      with `seed`, "eval" is its fixed held-out set (`n` keeps a subset). lab-hard: the
+      same on its hard levels 6-10.
     - math / gsm8k / jsonl: the jsonl file at `path` (the file is the split);
       jsonl needs kw `question_key` and `answer_key`, math accepts them.
     - hub: the Hugging Face dataset named by `path` (as `datasets.load_dataset`
@@ -42,10 +43,11 @@ def load_examples(
         raise ValueError(f"unknown data source {source!r}: choose one of {', '.join(SOURCES)}")
     if source == "synthetic":
         return synthetic_examples(split, n, seed, **kw)
-    if source == "lab":
+    if source in LAB_SOURCES:
+        levels = LAB_SOURCES[source]
         if split == "train":
-            return lab_train_examples(n or TRAIN_SIZE, seed)
-        pool = lab_eval_examples()
+            return lab_train_examples(n or TRAIN_SIZE, seed, levels)
+        pool = lab_eval_examples(levels=levels)
         return pool if n is None else eval_subset(pool, n, seed)
     if path is None:
         what = "a dataset name" if source == "hub" else "a file"

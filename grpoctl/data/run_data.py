@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from grpoctl.data.examples import DataError, Example
 from grpoctl.data.fingerprints import file_hash
-from grpoctl.data.lab import LAB_TASK_VERSION
+from grpoctl.data.lab import LAB_SOURCES, LAB_TASK_VERSION
 from grpoctl.data.load import load_examples
 from grpoctl.data.prompt_length import PromptBudget, describe_drop, drop_overlong
 from grpoctl.data.subsets import eval_subset
@@ -256,8 +256,8 @@ def _train_examples(cfg: RunConfig) -> list[Example]:
             # the question, so this draw and the eval's never share a problem.
             n = n or cfg.loop.n_grpo_steps * (cfg.rollout.rollout_batch_size // cfg.rollout.group_size)
         return load_examples("synthetic", split="train", n=n, seed=cfg.seed, **knobs)
-    if d.source == "lab":
-        return load_examples("lab", split="train", n=d.train_size, seed=cfg.seed)
+    if d.source in LAB_SOURCES:
+        return load_examples(d.source, split="train", n=d.train_size, seed=cfg.seed)
     train = load_examples(
         d.source,
         path=d.train_path,
@@ -273,8 +273,8 @@ def _source_hash(source: str, path: str | None, split: str, d: DataConfig) -> st
     and split, or the generator and its knobs for the embedded tasks."""
     if source == "synthetic":
         return "synthetic:" + ",".join(f"{k}={v}" for k, v in sorted(_synthetic_knobs(d).items()))
-    if source == "lab":
-        return f"lab:v{LAB_TASK_VERSION}"
+    if source in LAB_SOURCES:
+        return f"{source}:v{LAB_TASK_VERSION}"
     if path is not None and Path(path).is_file():
         return file_hash(path)
     return f"hub:{path}:{split}"
@@ -295,8 +295,8 @@ def _eval_pool(cfg: RunConfig, spec: EvalSetSpec) -> tuple[list[Example], str]:
         else:
             pool = load_examples("synthetic", split="eval", n=spec.subset, seed=cfg.eval.subset_seed, **knobs)
         return pool, _source_hash(source, None, "", d)
-    if source == "lab":
-        return load_examples("lab", split="eval"), _source_hash(source, None, "", d)
+    if source in LAB_SOURCES:
+        return load_examples(source, split="eval"), _source_hash(source, None, "", d)
     if spec.path is None:
         if spec.name:
             raise UserError(f"eval.sets {spec.name}: source={source} needs a path (a jsonl file or hub dataset)")
