@@ -39,7 +39,7 @@ from grpoctl.rules import (
     is_off_policy,
     reward_for_template,
 )
-from grpoctl.tiny.lab_recipe import LAB_SFT, sft_steps_of
+from grpoctl.tiny.lab_recipe import is_lab_path, sft_steps_of
 
 # What the synthetic task can compute (data/synthetic.py takes them from here, so
 # that checking a config needs no data code).
@@ -321,7 +321,7 @@ def _check_tiny(model: DictConfig) -> None:
             f"model.tiny.num_key_value_heads ({t.num_key_value_heads})"
         )
     path = model.path
-    if path.startswith(LAB_SFT + "@"):
+    if is_lab_path(path):
         try:
             sft_steps_of(path)
         except ValueError as exc:

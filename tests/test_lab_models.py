@@ -49,7 +49,7 @@ SFT_NAMES = [f"lab-sft@{n}" for n in SFT_STEPS]  # lab-sft@100, @400, @800
 
 
 def _unknown(path: str) -> str:
-    return f"model.path={path}: the lab's models are lab and {', '.join(SFT_NAMES)}"
+    return f"model.path={path}: the lab's models are {', '.join(lab_recipe.lab_names())}"
 
 
 SAMPLE_TEXTS = [

@@ -27,6 +27,12 @@ LAB_PARAMS = 1_043_456  # with LAB_VOCAB tokens, embeddings tied
 LAB_BASE = "lab"
 LAB_SFT = "lab-sft"
 SFT_STEPS = (100, 400, 800)  # lab-sft@N; at 1,500 only 16% of step-0 groups were mixed (the gate: 20%)
+# Issue 37's variants, each declared with its go/no-go rule in docs/lab-pilots/README.md
+LAB_LONG = "lab-long"  # a longer mode (check passes) and hard levels 6-10
+LAB_BOXED = "lab-boxed"  # a format-poor start: mostly \boxed{}, a few r1 tags
+LAB_DIRECT = "lab-direct"  # lab-direct@N: N steps on direct answers only
+DIRECT_STEPS = (100, 400, 800)
+VARIANT_VERSION = 1  # the variants' LAB_VERSION: bump with any change to their mixtures
 
 
 @dataclass(frozen=True)
@@ -54,31 +60,81 @@ BASE_PHASES = (
     Phase("s5lh", "S5Lh", steps=300, lr=3e-4, warmup=30, min_lr_ratio=0.2),
 )
 SFT_PHASE = Phase("sft", "narrow", steps=max(SFT_STEPS), lr=3e-4, warmup=30, min_lr_ratio=0.2)
+# The variants continue from the base (BASE_PHASES), so each costs minutes, not the base's 12.
+LONG_PHASES = (
+    Phase("x1", "X1", steps=1500, lr=8e-4, warmup=50, min_lr_ratio=0.25),
+    Phase("x2", "S5Lx", steps=300, lr=3e-4, warmup=30, min_lr_ratio=0.2),
+)
+BOXED_PHASES = (Phase("boxed", "boxed", steps=400, lr=3e-4, warmup=30, min_lr_ratio=0.2),)
+DIRECT_PHASE = Phase("direct", "direct", steps=max(DIRECT_STEPS), lr=3e-4, warmup=30, min_lr_ratio=0.2)
+
+
+def continued_phases(name: str) -> tuple[Phase, ...]:
+    """The phases a variant base (lab-long, lab-boxed) trains after the base's."""
+    return {LAB_LONG: LONG_PHASES, LAB_BOXED: BOXED_PHASES}[name]
+
+
+def checkpointed(family: str) -> tuple[Phase, tuple[int, ...]]:
+    """The one run whose checkpoints a family's models are (lab-sft@N, lab-direct@N), and its Ns."""
+    return {LAB_SFT: (SFT_PHASE, SFT_STEPS), LAB_DIRECT: (DIRECT_PHASE, DIRECT_STEPS)}[family]
 
 
 def is_lab_path(path: str) -> bool:
-    return path == LAB_BASE or path.startswith(LAB_SFT + "@")
+    return path in (LAB_BASE, LAB_LONG, LAB_BOXED) or path.startswith((LAB_SFT + "@", LAB_DIRECT + "@"))
+
+
+def lab_names() -> list[str]:
+    """Every model.path the lab has a model for."""
+    return [LAB_BASE, LAB_LONG, LAB_BOXED] + [f"{f}@{n}" for f in (LAB_SFT, LAB_DIRECT) for n in checkpointed(f)[1]]
 
 
 def sft_steps_of(path: str) -> int | None:
-    """N of `lab-sft@N`; None for the base. Raises ValueError for a name the lab has no model for."""
-    if path == LAB_BASE:
+    """N of `lab-sft@N` or `lab-direct@N`; None for a base (lab, lab-long, lab-boxed).
+    Raises ValueError for a name the lab has no model for."""
+    if path in (LAB_BASE, LAB_LONG, LAB_BOXED):
         return None
-    at = path.partition("@")[2]
-    if at not in {str(n) for n in SFT_STEPS}:  # not int(at): "0100" would be a second name for 100
-        have = ", ".join(f"{LAB_SFT}@{n}" for n in SFT_STEPS)
-        raise ValueError(f"model.path={path}: the lab's models are {LAB_BASE} and {have}")
+    family, _, at = path.partition("@")
+    steps = checkpointed(family)[1] if family in (LAB_SFT, LAB_DIRECT) else ()
+    if at not in {str(n) for n in steps}:  # not int(at): "0100" would be a second name for 100
+        raise ValueError(f"model.path={path}: the lab's models are {', '.join(lab_names())}")
     return int(at)
 
 
 def recipe_key(path: str) -> str:
     """What a lab model is, as a short hash: its phases (and for lab-sft@N, N)."""
-    return _key(path != LAB_BASE, sft_steps_of(path))
+    steps = sft_steps_of(path)
+    if path == LAB_BASE or path.startswith(LAB_SFT + "@"):
+        return _key(path != LAB_BASE, steps)
+    family = path.partition("@")[0]
+    return _variant_key(family, steps)
 
 
 def sft_build_key() -> str:
     """The one SFT run that every lab-sft@N is a checkpoint of (its cache directory's key)."""
     return _key(True, None)
+
+
+def build_key(family: str) -> str:
+    """The one run whose checkpoints a family's models are (its cache directory's key)."""
+    return sft_build_key() if family == LAB_SFT else _variant_key(family, None)
+
+
+def _variant_key(family: str, steps: int | None) -> str:
+    """An issue-37 variant's key; the lab's own keys (_key) stay as they were."""
+    if family == LAB_DIRECT:
+        phase, saved = checkpointed(family)
+        phases, extra = [phase], {"saved_at": list(saved), "steps": steps}
+    else:
+        phases, extra = list(continued_phases(family)), {}
+    blob = {
+        "version": LAB_VERSION,
+        "variant_version": VARIANT_VERSION,
+        "variant": family,
+        "sizes": LAB_SIZES,
+        "phases": [asdict(p) for p in [*BASE_PHASES, *phases]],
+        **extra,
+    }
+    return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def _key(with_sft: bool, sft_steps: int | None) -> str:

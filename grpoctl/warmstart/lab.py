@@ -31,6 +31,9 @@ from grpoctl.tiny.lab_recipe import (
     LAB_SIZES,
     SFT_PHASE,
     Phase,
+    build_key,
+    checkpointed,
+    continued_phases,
     recipe_key,
     sft_build_key,
     sft_steps_of,
@@ -42,7 +45,8 @@ LAB_SEED = 0
 
 
 def resolve_lab_model(path: str, cache_dir: str | Path, log=print) -> Path:
-    """The model directory `model.path=path` names (`lab` or `lab-sft@N`), built if needed."""
+    """The model directory `model.path=path` names (`lab`, a variant base such as `lab-long`,
+    or a checkpoint `lab-sft@N`, `lab-direct@N`), built if needed."""
     try:
         sft_steps = sft_steps_of(path)
     except ValueError as exc:
@@ -50,10 +54,17 @@ def resolve_lab_model(path: str, cache_dir: str | Path, log=print) -> Path:
     base = SHIPPED / f"{LAB_BASE}-{recipe_key(LAB_BASE)}"
     if not (base / "config.json").exists():
         base = _cached(Path(cache_dir) / base.name, lambda out: build_base(out, log), log)
-    if sft_steps is None:
+    if path == LAB_BASE:
         return base
-    # One SFT run serves every lab-sft@N: its checkpoints at SFT_STEPS.
-    root = _cached(Path(cache_dir) / f"{LAB_SFT}-{sft_build_key()}", lambda out: build_sft(base, out, log), log)
+    if sft_steps is None:  # a variant base: shipped once its gates pass, else built on first use
+        shipped = SHIPPED / f"{path}-{recipe_key(path)}"
+        if (shipped / "config.json").exists():
+            return shipped
+        return _cached(Path(cache_dir) / shipped.name, lambda out: build_variant(base, path, out, log), log)
+    # One run serves every lab-sft@N (lab-direct@N): its checkpoints at the family's Ns.
+    family = path.partition("@")[0]
+    build = build_sft if family == LAB_SFT else (lambda b, out, log: build_checkpoints(b, family, out, log))
+    root = _cached(Path(cache_dir) / f"{family}-{build_key(family)}", lambda out: build(base, out, log), log)
     return root / f"step-{sft_steps}"
 
 
@@ -97,8 +108,35 @@ def build_sft(base: Path, out: Path, log=print) -> Path:
     return out
 
 
-def _write_meta(out: Path, path: str, phases: list[dict]) -> None:
-    key = recipe_key(path) if path == LAB_BASE else sft_build_key()
+def _load(base: Path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32), AutoTokenizer.from_pretrained(base)
+
+
+def build_variant(base: Path, path: str, out: Path, log=print) -> Path:
+    """A variant base (lab-long, lab-boxed): the base trained on the variant's phases, saved to `out`."""
+    model, tokenizer = _load(base)
+    previous, done = LAB_BASE, []
+    for phase in continued_phases(path):
+        done.append(train_phase(model, tokenizer, phase, previous, log=log))
+        previous = phase.name
+    save_model_dir(model, tokenizer, out)
+    _write_meta(out, path, done, recipe_key(path))
+    return out
+
+
+def build_checkpoints(base: Path, family: str, out: Path, log=print) -> Path:
+    """A checkpointed family (lab-direct@N): one run from the base, saved at each of its Ns."""
+    model, tokenizer = _load(base)
+    phase, steps = checkpointed(family)
+    done = train_phase(model, tokenizer, phase, LAB_BASE, log=log, save_to=out, save_at=steps)
+    _write_meta(out, f"{family}@{phase.steps}", [done], build_key(family))
+    return out
+
+
+def _write_meta(out: Path, path: str, phases: list[dict], key: str | None = None) -> None:
+    key = key or (recipe_key(path) if path == LAB_BASE else sft_build_key())
     meta = {"model.path": path, "build_key": key, "seed": LAB_SEED, "phases": phases}
     (out / "lab_build.json").write_text(json.dumps(meta, indent=2))
 
@@ -111,10 +149,14 @@ def phase_lr(phase: Phase, step: int) -> float:
     return phase.lr * (phase.min_lr_ratio + (1 - phase.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * frac)))
 
 
-def train_phase(model, tokenizer, phase: Phase, previous: str | None, log=print, save_to: Path | None = None) -> dict:
-    """Train `model` in place for one phase; with `save_to`, keep `step-N` dirs for SFT_STEPS."""
+def train_phase(
+    model, tokenizer, phase: Phase, previous: str | None, log=print, save_to: Path | None = None, save_at=None
+) -> dict:
+    """Train `model` in place for one phase; with `save_to`, keep `step-N` dirs for the steps
+    `save_at` (default: SFT_STEPS)."""
     from grpoctl.tiny.lab_recipe import SFT_STEPS
 
+    save_at = SFT_STEPS if save_at is None else save_at
     mixture = MIXTURES[phase.mixture]
     rng = random.Random(f"lab-warmstart:{phase.mixture}:{phase.draw}:{previous}")
     optimizer = torch.optim.AdamW(model.parameters(), lr=phase.lr, betas=(0.9, 0.95), weight_decay=0.0)
@@ -149,7 +191,7 @@ def train_phase(model, tokenizer, phase: Phase, previous: str | None, log=print,
             log(
                 f"  phase {phase.name} step {step}/{phase.steps}: loss/token {loss:.4f}, {time.process_time() - cpu0:.0f} CPU-s"
             )
-        if save_to is not None and step in SFT_STEPS:
+        if save_to is not None and step in save_at:
             save_model_dir(model, tokenizer, save_to / f"step-{step}")
     return {"phase": phase.name, "final_loss_per_token": round(loss, 5), "cpu_s": round(time.process_time() - cpu0, 1)}
 
