@@ -50,6 +50,26 @@ ZERO_STD_GROUP_FRACTION = _metric(
     "fraction",
     False,
 )
+GROUPS_RARE_SUCCESS = _metric(
+    "train/groups_rare_success",
+    "share of groups with 1 or 2 right answers of G (where dividing by the group's std weighs most)",
+    "fraction",
+    None,
+)
+GROUPS_NEAR_ALL_RIGHT = _metric(
+    "train/groups_near_all_right", "share of groups with at least G-1 right answers of G", "fraction", None
+)
+LEVEL_ACCURACY_PREFIX = "train/accuracy/L"
+
+
+def level_accuracy(level: int) -> str:
+    """Sampled accuracy on the step's problems of one level (`train/accuracy/L3`), where the data has levels."""
+    return _metric(
+        f"{LEVEL_ACCURACY_PREFIX}{level}", f"share of the step's rollouts right, on problems of level {level}",
+        "fraction", True,
+    )  # fmt: skip
+
+
 RESPONSE_LENGTH = _metric("train/response_length", "mean response length over the step's rollouts", "tokens", None)
 RESPONSE_CLIP_FRACTION = _metric(
     "train/response_clip_fraction", "share of rollouts cut off at rollout.max_tokens", "fraction", False

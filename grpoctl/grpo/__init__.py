@@ -13,6 +13,7 @@ from .advantages import (
     AdvantageInputs,
     compute_group_normalized_rewards,
     normalize_group_rewards,
+    success_count_shares,
     summarize_group_rewards,
 )
 from .logprobs import compute_entropy, get_response_log_probs, get_response_log_probs_shared_prompts
@@ -69,6 +70,7 @@ __all__ = [
     "masked_normalize",
     "normalize_group_rewards",
     "sft_microbatch_train_step",
+    "success_count_shares",
     "summarize_group_rewards",
     "token_mean_loss",
     "tokenize_prompt_and_output",

@@ -91,6 +91,20 @@ def summarize_group_rewards(
     return {name: float(value) for name, value in stats.items()}
 
 
+def success_count_shares(right: torch.Tensor, group_size: int) -> dict[str, float]:
+    """The share of groups by how many of their G rollouts are right, for logging.
+
+    right: (rollout_batch_size,) bool or 0/1, groups contiguous. "rare" is 1 or 2 right of
+    G, the groups whose std is smallest among mixed ones, so that dividing by it weighs them
+    most; "near_all" is at least G-1 right of G.
+    """
+    counts = _grouped(right.float(), group_size).sum(dim=1)
+    return {
+        "rare": float(((counts >= 1) & (counts <= 2)).float().mean()),
+        "near_all": float((counts >= group_size - 1).float().mean()),
+    }
+
+
 def compute_group_normalized_rewards(
     reward_fn: Callable[[str, str], dict[str, float]],
     rollout_responses: list[str],

@@ -24,6 +24,7 @@ class Graded:
     errors: int = 0  # gradings that raised
     # (n,) True for a dropped group kept only to fill a short dynamic-sampling batch (zero loss weight)
     filler: torch.Tensor | None = None
+    levels: list[int | None] | None = None  # each rollout's problem's level, where the data has levels
 
     def rows(self, idx: Sequence[int]) -> Graded:
         """These rows (a group, say), without the counts and fillers."""
@@ -40,6 +41,7 @@ class Graded:
             [self.scores[i] for i in idx],
             self.rewards[idx],
             None if self.penalty is None else self.penalty[idx],
+            levels=None if self.levels is None else [self.levels[i] for i in idx],
         )
 
     @staticmethod
@@ -61,4 +63,5 @@ class Graded:
             [s for p in parts for s in p.scores],
             torch.cat([p.rewards for p in parts]),
             None if any(p is None for p in penalties) else torch.cat(penalties),
+            levels=None if any(p.levels is None for p in parts) else [v for p in parts for v in p.levels or []],
         )

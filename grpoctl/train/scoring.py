@@ -15,7 +15,7 @@ import torch
 from grpoctl import metrics
 from grpoctl.config import Config
 from grpoctl.data import Example
-from grpoctl.grpo import AdvantageInputs, collate_prompt_and_output_ids, summarize_group_rewards
+from grpoctl.grpo import AdvantageInputs, collate_prompt_and_output_ids, success_count_shares, summarize_group_rewards
 from grpoctl.grpo.plugins import advantage_function
 from grpoctl.grpo.shaping import loss_rows, overlong_penalty, permute_rewards
 from grpoctl.reward_specs import components_of, is_plugin
@@ -91,7 +91,28 @@ def grade_rollouts(
         penalty,
         timeouts=after["timeouts"] - before["timeouts"],
         errors=after["errors"] - before["errors"],
+        levels=_levels(examples, len(truths)),
     )
+
+
+def _levels(examples: list[Example] | None, rollouts: int) -> list[int | None] | None:
+    """Each rollout's problem's level (one example per group); None where no problem has one."""
+    if not examples or all(ex.level is None for ex in examples):
+        return None
+    group = rollouts // len(examples)
+    return [examples[i // group].level for i in range(rollouts)]
+
+
+def success_metrics(scores: list[dict], group_size: int, levels: list[int | None] | None) -> dict[str, float]:
+    """The share of groups by success count, and sampled accuracy per level (where there are
+    levels): a rollout is right when its answer is (answer_reward)."""
+    right = [s["answer_reward"] > 0 for s in scores]
+    shares = success_count_shares(torch.tensor(right), group_size)
+    out = {metrics.GROUPS_RARE_SUCCESS: shares["rare"], metrics.GROUPS_NEAR_ALL_RIGHT: shares["near_all"]}
+    for level in sorted({v for v in levels or [] if v is not None}):
+        at = [r for r, v in zip(right, levels or [], strict=True) if v == level]
+        out[metrics.level_accuracy(level)] = sum(at) / len(at)
+    return out
 
 
 def reward_scores(cfg: Config, texts: list[str], truths: list[str], examples: list[Example]) -> list[dict]:
@@ -176,6 +197,7 @@ def rollout_batch(run: RunContext, graded: Graded) -> RolloutBatch:
         metrics.GRADING_ERRORS: graded.errors,
     }
     batch.stats |= reward_component_metrics(scores)
+    batch.stats |= success_metrics(scores, cfg.rollout.group_size, graded.levels)
     writes_working = WRITES_WORKING[grader_reward(cfg.prompt.reward, cfg.prompt.template)]
     texts = rollouts.response_texts
     batch.stats[metrics.WORKING_SHARE] = sum(map(writes_working, texts)) / len(texts)
