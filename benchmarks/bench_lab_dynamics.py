@@ -15,6 +15,13 @@ Parts (`--only`):
           and entropy can move (figures, not gates)
   sft     the SFT starts' step-0 signal (lab-sft@N; built on first use, ~3 CPU-min).
 
+Issue 37's variants, each part printing its premise gates (docs/lab-pilots/README.md) per
+pilot seed (`--variant-seeds`, default 1000,1001,1002; built on first use into `--cache`):
+  long    lab-long's longer mode: the share of step-0 responses longer than 1.5x full working
+  hard    lab-long on the hard levels 6-10, groups of 32: groups with 1-2 successes, pass rate
+  direct  lab-direct@N: working share and levels 4-5 mixed groups fall as N grows
+  boxed   lab-boxed: question_only greedy >= r1_zero + 10 points, r1_zero format >= 2%
+
 Every figure is printed with its gate and PASS/FAIL; `--json` appends one row per part and
 seed. Runs go to a registry of their own (--db). Run it on one pinned core
 (`taskset -c 1`, OMP_NUM_THREADS=1): the figures are CPU-seconds.
@@ -36,8 +43,8 @@ from pathlib import Path
 
 import torch
 
-from grpoctl.data.lab import LEVELS, lab_eval_examples, lab_train_examples, writes_working
-from grpoctl.grpo import collate_prompt_and_output_ids, get_response_log_probs
+from grpoctl.data.lab import HARD_LEVELS, LEVELS, lab_eval_examples, lab_train_examples, response_tokens, writes_working
+from grpoctl.grpo import collate_prompt_and_output_ids, get_response_log_probs, success_count_shares
 from grpoctl.prompts import format_prompt, load_template
 from grpoctl.rewards import question_only_reward, r1_zero_reward
 from grpoctl.rollout.base import SamplingSettings
@@ -45,6 +52,8 @@ from grpoctl.rollout.hf import HFRolloutBackend
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_TOKENS = 96  # experiments/lab.yaml's rollout.max_tokens
+LONG_MAX_TOKENS = 128  # experiments/lab-hard.yaml's: room for a check pass
+CACHE = [REPO / "outputs" / "cache"]  # where lab models are built on first use (--cache)
 STOP = ("</answer>",)
 
 STEP0_GATES = [
@@ -74,18 +83,18 @@ def load_model(path: str):
     from grpoctl.tiny.lab_recipe import is_lab_path
     from grpoctl.warmstart.lab import resolve_lab_model
 
-    model_dir = resolve_lab_model(path, REPO / "outputs" / "cache") if is_lab_path(path) else Path(path)
+    model_dir = resolve_lab_model(path, CACHE[0]) if is_lab_path(path) else Path(path)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     return model, tokenizer
 
 
-def step0_problems(seed: int, n: int = 64):
-    """`n` training problems, the levels as even as they go, the hardest first."""
-    rows = lab_train_examples(4000, seed=seed)
+def step0_problems(seed: int, n: int = 64, levels: tuple[int, ...] = LEVELS):
+    """`n` training problems of `levels`, as even as they go, the hardest first."""
+    rows = lab_train_examples(4000, seed=seed, levels=levels)
     random.Random(f"p0-batch:{seed}").shuffle(rows)
-    by_level = {level: [r for r in rows if r.level == level] for level in LEVELS}
-    order = list(reversed(LEVELS))
+    by_level = {level: [r for r in rows if r.level == level] for level in levels}
+    order = list(reversed(levels))
     return [by_level[order[i % len(order)]][i // len(order)] for i in range(n)]
 
 
@@ -108,16 +117,15 @@ def percentile(xs, q):
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
-def sampled_measures(model, tokenizer, seed: int, temperature: float = 1.0, n_prompts: int = 64) -> dict:
-    """The step-0 batch: working, length, groups and entropy (64 prompts x 8 samples)."""
+def sample(model, tokenizer, problems, seed: int, group: int = 8, max_tokens: int = MAX_TOKENS):
+    """`group` samples of each problem at temperature 1 in r1_zero, graded: (rows, rollouts)."""
     backend = HFRolloutBackend(model, tokenizer, batch_size=256)
     template = load_template("r1_zero_compact")
-    problems = step0_problems(seed, n_prompts)
-    sampling = SamplingSettings(temperature=temperature, min_tokens=4, max_tokens=MAX_TOKENS, stop=STOP)
-    out = backend.generate([format_prompt(template, p.question) for p in problems], 8, sampling, seed=seed)
+    sampling = SamplingSettings(temperature=1.0, min_tokens=4, max_tokens=max_tokens, stop=STOP)
+    out = backend.generate([format_prompt(template, p.question) for p in problems], group, sampling, seed=seed)
     rows = []
     for i, (text, ids) in enumerate(zip(out.response_texts, out.response_ids, strict=True)):
-        p = problems[i // 8]
+        p = problems[i // group]
         score = r1_zero_reward(text, p.answer)
         rows.append(
             dict(
@@ -128,6 +136,13 @@ def sampled_measures(model, tokenizer, seed: int, temperature: float = 1.0, n_pr
                 right=score["reward"],
             )
         )
+    return rows, out
+
+
+def sampled_measures(model, tokenizer, seed: int, n_prompts: int = 64, max_tokens: int = MAX_TOKENS) -> dict:
+    """The step-0 batch: working, length, groups and entropy (64 prompts x 8 samples)."""
+    problems = step0_problems(seed, n_prompts)
+    rows, out = sample(model, tokenizer, problems, seed, max_tokens=max_tokens)
     groups = [rows[g * 8 : g * 8 + 8] for g in range(len(problems))]
     lengths = [r["len"] for r in rows]
     res = {
@@ -136,6 +151,8 @@ def sampled_measures(model, tokenizer, seed: int, temperature: float = 1.0, n_pr
         "len_cv_mean": st.mean(st.pstdev([r["len"] for r in g]) / st.mean([r["len"] for r in g]) for g in groups),
         "len_p90_p10": percentile(lengths, 0.9) / percentile(lengths, 0.1),
         "len_mean": st.mean(lengths),
+        # more than one pass of working (lab-long's longer mode): 1.5x a pass and its answer
+        "longer_than_1.5x_working": st.mean(r["len"] > 1.5 * response_tokens(r["level"]) for r in rows),
         "truncated": st.mean(out.truncated),
         "sampled_acc": st.mean(r["right"] for r in rows),
         "sampled_format": st.mean(r["fmt"] for r in rows),
@@ -415,10 +432,118 @@ def sft(seed: int, emit) -> bool:
     return all_ok
 
 
+# -- issue 37's variants: their premise gates (docs/lab-pilots/README.md) -----------------
+
+
+def gate_line(name: str, value: float, good: bool, want: str) -> str:
+    return f"  {name:26s} {value:8.3f}  {want:12s} {'PASS' if good else 'FAIL'}"
+
+
+def long_mode(seeds: list[int], emit) -> bool:
+    """L1: 5-40% of step-0 responses are longer than 1.5x full working (lab-long, max 128 tokens)."""
+    model, tokenizer = load_model("lab-long")
+    all_ok = True
+    for seed in seeds:
+        res = sampled_measures(model, tokenizer, seed, max_tokens=LONG_MAX_TOKENS)
+        long_share = res["longer_than_1.5x_working"]
+        ok = 0.05 <= long_share <= 0.40
+        all_ok &= ok
+        sampled_gates = [g for g in STEP0_GATES if g[0] not in ("greedy_r1_acc", "sampled_over_greedy")]
+        lines, lab_ok = judge(res, sampled_gates)
+        print(f"lab-long, seed {seed}: longer mode {'PASS' if ok else 'FAIL'}")
+        print(gate_line("longer_than_1.5x_working", long_share, ok, "0.05-0.40"))
+        print(
+            f"  reported: mean length {res['len_mean']:.1f} tokens, truncated {res['truncated']:.3f}, "
+            f"issue 19's sampled gates {'hold' if lab_ok else 'do not all hold'}:"
+        )
+        print("\n".join(lines))
+        emit({"part": "long", "model": "lab-long", "seed": seed, "all_pass": ok, "long_share": long_share, **res})
+    return all_ok
+
+
+def hard_levels(seeds: list[int], emit) -> bool:
+    """H1: >= 20% of hard-level groups have 1 or 2 successes of 32; H2: pass rate 1-10% (lab-long)."""
+    model, tokenizer = load_model("lab-long")
+    all_ok = True
+    for seed in seeds:
+        cpu = time.process_time()
+        problems = step0_problems(seed, 8 * len(HARD_LEVELS), HARD_LEVELS)
+        rows, _ = sample(model, tokenizer, problems, seed, group=32, max_tokens=LONG_MAX_TOKENS)
+        shares = success_count_shares(torch.tensor([bool(r["right"]) for r in rows]), 32)
+        pass_rate = st.mean(r["right"] for r in rows)
+        h1, h2 = shares["rare"] >= 0.20, 0.01 <= pass_rate <= 0.10
+        all_ok &= h1 and h2
+        per_level = {lv: st.mean(r["right"] for r in rows if r["level"] == lv) for lv in HARD_LEVELS}
+        print(f"lab-long hard levels, seed {seed} ({time.process_time() - cpu:.0f} CPU-s), 40 groups of 32:")
+        print(gate_line("groups_1_or_2_of_32", shares["rare"], h1, ">= 0.20"))
+        print(gate_line("sampled_pass_rate", pass_rate, h2, "0.01-0.10"))
+        print(
+            f"  reported: groups with >= 31 of 32 {shares['near_all']:.3f}, working {st.mean(r['work'] for r in rows):.3f}, "
+            "per level " + " ".join(f"L{lv} {a:.3f}" for lv, a in per_level.items())
+        )
+        emit({"part": "hard", "model": "lab-long", "seed": seed, "all_pass": h1 and h2, "pass_rate": pass_rate,
+              "groups_rare": shares["rare"], "groups_near_all": shares["near_all"], "per_level": per_level})  # fmt: skip
+    return all_ok
+
+
+def falls(values: list[float]) -> bool:
+    return all(b < a for a, b in zip(values, values[1:], strict=False))
+
+
+def direct_sft(seeds: list[int], emit) -> bool:
+    """D1, D2: working share and levels 4-5 mixed groups fall as N grows (lab, lab-direct@N)."""
+    from grpoctl.tiny.lab_recipe import DIRECT_STEPS, LAB_BASE, LAB_DIRECT
+
+    paths = [LAB_BASE, *(f"{LAB_DIRECT}@{n}" for n in DIRECT_STEPS)]
+    measured = {seed: {"work": [], "mixed45": []} for seed in seeds}
+    for path in paths:
+        model, tokenizer = load_model(path)
+        for seed in seeds:
+            rows, _ = sample(model, tokenizer, step0_problems(seed), seed)
+            hard = step0_problems(seed, 64, (4, 5))
+            rows45, _ = sample(model, tokenizer, hard, seed)
+            groups = [rows45[g * 8 : g * 8 + 8] for g in range(len(hard))]
+            measured[seed]["work"].append(st.mean(r["work"] for r in rows))
+            measured[seed]["mixed45"].append(st.mean(0 < sum(r["right"] for r in g) < 8 for g in groups))
+    all_ok = True
+    for seed, m in measured.items():
+        d1, d2 = falls(m["work"]), falls(m["mixed45"])
+        all_ok &= d1 and d2
+        print(f"lab-direct@N, seed {seed} ({', '.join(paths)}):")
+        for name, key, ok in (("working share", "work", d1), ("L4-5 mixed groups", "mixed45", d2)):
+            shown = " > ".join(f"{v:.3f}" for v in m[key])
+            print(f"  {name:20s} {shown}  falls as N grows  {'PASS' if ok else 'FAIL'}")
+        emit({"part": "direct", "seed": seed, "all_pass": d1 and d2, "models": paths, **m})
+    return all_ok
+
+
+def boxed_start(seeds: list[int], emit) -> bool:
+    """B1: question_only greedy >= r1_zero greedy + 10 points; B2: sampled r1_zero format >= 2% (lab-boxed)."""
+    model, tokenizer = load_model("lab-boxed")
+    greedy = greedy_measures(model, tokenizer)
+    gap = greedy["greedy_qo_acc"] - greedy["greedy_r1_acc"]
+    b1 = gap >= 0.10 - 1e-9  # ten points, not one float rounding less
+    print(
+        f"lab-boxed greedy (640 held-out): question_only {greedy['greedy_qo_acc']:.3f}, r1_zero "
+        f"{greedy['greedy_r1_acc']:.3f} (format {greedy['greedy_r1_format']:.3f})"
+    )
+    print(gate_line("qo_minus_r1_greedy", gap, b1, ">= 0.10"))
+    all_ok = b1
+    for seed in seeds:
+        rows, _ = sample(model, tokenizer, step0_problems(seed), seed)
+        fmt = st.mean(r["fmt"] for r in rows)
+        all_ok &= fmt >= 0.02
+        print(gate_line(f"r1_format_sampled seed {seed}", fmt, fmt >= 0.02, ">= 0.02"))
+        emit({"part": "boxed", "seed": seed, "all_pass": b1 and fmt >= 0.02, "r1_format_sampled": fmt, **greedy})
+    return all_ok
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="lab", help="lab, lab-sft@N or a model directory (step 0)")
     parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--variant-seeds", default="1000,1001,1002", help="pilot seeds of issue 37's parts")
+    parser.add_argument("--cache", default=str(CACHE[0]), help="where lab models are built on first use")
     parser.add_argument("--only", default="step0,runs,control,probes,sft")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="an override for every run")
     parser.add_argument("--quick", action="store_true", help="step 0 on seed 0 only")
@@ -427,6 +552,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     seeds = [0] if args.quick else [int(s) for s in args.seeds.split(",")]
+    variant_seeds = [int(s) for s in args.variant_seeds.split(",")]
+    CACHE[0] = Path(args.cache)
     parts = ["step0"] if args.quick else args.only.split(",")
 
     def emit(row):
@@ -449,6 +576,9 @@ def main() -> None:
         probes(seeds[0], Path(args.db), emit, args.set)
     if "sft" in parts:
         verdicts["sft"] = sft(seeds[0], emit)
+    for part, measure in (("long", long_mode), ("hard", hard_levels), ("direct", direct_sft), ("boxed", boxed_start)):
+        if part in parts:
+            verdicts[part] = measure(variant_seeds, emit)
     print("verdict: " + ", ".join(f"{k} {'PASS' if v else 'FAIL'}" for k, v in verdicts.items()))
 
 
