@@ -52,7 +52,7 @@ from grpoctl.rollout.hf import HFRolloutBackend
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_TOKENS = 96  # experiments/lab.yaml's rollout.max_tokens
-LONG_MAX_TOKENS = 128  # experiments/lab-hard.yaml's: room for a check pass
+LONG_MAX_TOKENS = 128  # grpoctl/configs/lab-hard.yaml's: room for a check pass
 CACHE = [REPO / "outputs" / "cache"]  # where lab models are built on first use (--cache)
 STOP = ("</answer>",)
 

@@ -59,6 +59,7 @@ ALIASES = {alias: k.path for k in KEY_RULES.values() for alias in k.aliases}
 # grpoctl has it (experiments/lab.yaml links to it, for the lab's study specs).
 BUILTIN_CONFIGS: dict[str, Path | None] = {
     "lab": Path(__file__).parent / "configs" / "lab.yaml",
+    "lab-hard": Path(__file__).parent / "configs" / "lab-hard.yaml",  # issue 37: hard levels, groups of 32
     "addition": None,
 }
 # What `grpoctl train` runs without a config: the lab, whose GRPO has dynamics to watch

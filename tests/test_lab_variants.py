@@ -86,7 +86,7 @@ def test_a_variants_key_follows_its_phases_and_leaves_the_labs_alone(monkeypatch
 
 def test_a_variants_key_enters_a_runs_identity_only_when_it_is_used():
     lab = load_config(REPO / "experiments" / "lab.yaml", [])
-    hard = load_config(REPO / "experiments" / "lab-hard.yaml", [])
+    hard = load_config("lab-hard", [])
     assert hashed_items(lab)["model.lab_recipe"] == recipe_key("lab")
     assert hashed_items(hard)["model.lab_recipe"] == recipe_key(LAB_LONG)
     assert hashed_items(hard)["data.source"] == "lab-hard" and hard.rollout.group_size == 32
@@ -112,7 +112,7 @@ def stand_in(monkeypatch):
 
 @pytest.mark.parametrize(
     "config, model, levels",
-    [("lab-hard.yaml", LAB_LONG, HARD_LEVELS), ("lab.yaml", LAB_BOXED, None), ("lab.yaml", "lab-direct@2", None)],
+    [("lab-hard", LAB_LONG, HARD_LEVELS), ("lab", LAB_BOXED, None), ("lab", "lab-direct@2", None)],
 )
 def test_a_variant_builds_from_the_shipped_base_and_trains_two_steps(stand_in, tmp_path, config, model, levels):
     from grpoctl.registry import Registry
@@ -122,7 +122,7 @@ def test_a_variant_builds_from_the_shipped_base_and_trains_two_steps(stand_in, t
         {"rollout.group_size": 8} if levels is None else {"rollout.group_size": 16, "rollout.rollout_batch_size": 16}
     )
     args = lab_overrides(model, tmp_path, **{"runtime.threads": 1, **extra})
-    out = invoke("train", str(REPO / "experiments" / config), *args, f"--db={db}", "name=v", cwd=tmp_path)
+    out = invoke("train", config, *args, f"--db={db}", "name=v", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     family = model.partition("@")[0]
     built = [p for p in (tmp_path / "cache").iterdir() if not p.name.startswith(".")]
