@@ -66,7 +66,8 @@ LONG_PHASES = (
     Phase("x2", "S5Lx", steps=300, lr=3e-4, warmup=30, min_lr_ratio=0.2),
 )
 BOXED_PHASES = (Phase("boxed", "boxed", steps=400, lr=3e-4, warmup=30, min_lr_ratio=0.2),)
-DIRECT_PHASE = Phase("direct", "direct", steps=max(DIRECT_STEPS), lr=3e-4, warmup=30, min_lr_ratio=0.2)
+# lr a tenth of lab-sft's: at 3e-4 working was gone by N = 100 (docs/lab-pilots, P37-1)
+DIRECT_PHASE = Phase("direct", "direct", steps=max(DIRECT_STEPS), lr=3e-5, warmup=30, min_lr_ratio=0.2)
 
 
 def continued_phases(name: str) -> tuple[Phase, ...]:
