@@ -182,16 +182,16 @@ MIXTURES = {
     "narrow": Mixture(p_r1=1.0, p_work=(1.0,) * 5, p_wrong=(0.0,) * 5, p_slip=0.0, p_cross=0.0),
     # -- issue 37's variants (docs/lab-pilots/README.md declares each before its build) --
     # lab-long, phase 1: correct traces of levels 1-10, working as W1 and on every hard
-    # level, with check passes
+    # level, with check passes (a second pass 0.6 of the time: at 0.25 too few responses made one)
     "X1": Mixture(
         p_r1=0.5, p_work=(0.5, 0.5) + (1.0,) * 8, p_wrong=(0.0,) * 10, p_slip=0.0, p_cross=0.0,
-        levels=ALL_LEVELS, p_again=0.25,
+        levels=ALL_LEVELS, p_again=0.6,
     ),
     # lab-long, phase 2: S5Lh on levels 1-5; on levels 6-10 most traces work and their
     # lines slip often, so a sampled chain is rarely right all the way
     "S5Lx": Mixture(
         p_r1=0.5, p_work=(0.5, 0.5, 0.5, 0.4, 0.3) + (0.8,) * 5, p_wrong=(0.03, 0.1, 0.1, 0.1, 0.1) + (0.5,) * 5,
-        p_slip=0.05, p_cross=0.05, levels=ALL_LEVELS, p_slip_hard=0.30, p_again=0.25,
+        p_slip=0.05, p_cross=0.05, levels=ALL_LEVELS, p_slip_hard=0.30, p_again=0.6,
     ),
     # lab-direct@N: direct answers only (r1_zero, correct): working must be rediscovered
     "direct": Mixture(p_r1=1.0, p_work=(0.0,) * 5, p_wrong=(0.0,) * 5, p_slip=0.0, p_cross=0.0),
