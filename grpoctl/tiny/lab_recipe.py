@@ -68,8 +68,9 @@ LONG_PHASES = (
     Phase("x2", "S5Lx", steps=300, lr=3e-4, warmup=30, min_lr_ratio=0.2),
 )
 BOXED_PHASES = (Phase("boxed", "boxed", steps=400, lr=3e-4, warmup=30, min_lr_ratio=0.2),)
-# lr a tenth of lab-sft's: at 3e-4 working was gone by N = 100 (docs/lab-pilots, P37-1)
-DIRECT_PHASE = Phase("direct", "direct", steps=max(DIRECT_STEPS), lr=3e-5, warmup=30, min_lr_ratio=0.2)
+# A small constant lr: at 3e-4 working was gone by N = 100, at 3e-5 by N = 400 (docs/lab-pilots,
+# P37-1 and P37-3); here each N adds as much training as the one before.
+DIRECT_PHASE = Phase("direct", "direct", steps=max(DIRECT_STEPS), lr=3e-6, warmup=30, min_lr_ratio=1.0)
 
 
 def continued_phases(name: str) -> tuple[Phase, ...]:
