@@ -354,7 +354,7 @@ def test_load_examples_dispatches(tmp_path):
     evals = load_examples("lab", split="eval", n=4, seed=0)
     assert len(evals) == 4 and all(ex.level in (1, 2, 3, 4, 5) for ex in evals)
     assert len(load_examples("lab", split="train", n=7, seed=3)) == 7
-    with pytest.raises(ValueError, match="synthetic, lab, math, gsm8k, jsonl, hub"):
+    with pytest.raises(ValueError, match="synthetic, lab, lab-hard, math, gsm8k, jsonl, hub"):
         load_examples("csv", path=path)
     with pytest.raises(ValueError, match="needs path"):
         load_examples("math")
@@ -484,7 +484,7 @@ def test_synthetic_training_with_a_file_to_evaluate_on(tmp_path):
     [
         (
             ["data.eval_source=csv"],
-            "data.eval_source='csv' is not one of: synthetic, lab, math, gsm8k, jsonl, hub "
+            "data.eval_source='csv' is not one of: synthetic, lab, lab-hard, math, gsm8k, jsonl, hub "
             "(or null: the same as data.source)",
         ),
         (["data.eval_question_field=''"], "data.eval_question_field must not be empty"),

@@ -409,7 +409,7 @@ def test_s5lx_is_hard_on_levels_6_to_10_and_the_lab_mixture_on_1_to_5():
     assert {t.level for t in traces} == set(LEVELS) | set(HARD_LEVELS)
     assert 0.75 <= sum(t.working for t in hard) / len(hard) <= 0.85
     right_working = sum(t.right for t in hard if t.working) / sum(t.working for t in hard)
-    assert 0.02 <= right_working <= 0.12  # 0.7 ** 6..10: 0.03-0.12, mean about 0.07
+    assert 0.08 <= right_working <= 0.18  # 0.7 ** 6..10 is 0.03-0.12; slips that cancel lift it to about 0.13
 
 
 def test_direct_traces_never_work_and_are_right():
