@@ -24,6 +24,8 @@ import torch
 
 from grpoctl.rules import ADVANTAGE_ESTIMATORS
 
+from .tables import builtin
+
 
 def _grouped(raw_rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     """(rollout_batch_size,) -> (n_groups, group_size)."""
@@ -197,8 +199,5 @@ ADVANTAGE_FUNCTIONS: dict[str, AdvantageFunction] = {
 
 def builtin_advantages(name: str) -> AdvantageFunction:
     """The built-in estimator `name`; ValueError naming the valid ones otherwise."""
-    if name not in ADVANTAGE_ESTIMATORS:
-        raise ValueError(f"unknown advantage estimator {name!r}; valid: {', '.join(ADVANTAGE_ESTIMATORS)}")
-    if name not in ADVANTAGE_FUNCTIONS:
-        raise ValueError(f"advantage estimator {name!r} is in ADVANTAGE_ESTIMATORS but has no function")
-    return ADVANTAGE_FUNCTIONS[name]
+    names = ("ADVANTAGE_ESTIMATORS", "ADVANTAGE_FUNCTIONS")
+    return builtin(ADVANTAGE_FUNCTIONS, ADVANTAGE_ESTIMATORS, name, "advantage estimator", names)

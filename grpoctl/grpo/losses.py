@@ -30,6 +30,7 @@ import torch
 from grpoctl.rules import IMPORTANCE_LEVELS, LOSS_TYPES, RATIO_FREE_LOSSES
 
 from .masked import masked_mean_or_zero, masked_min_max
+from .tables import builtin
 
 
 def _per_sequence(values: torch.Tensor) -> torch.Tensor:
@@ -242,40 +243,33 @@ def _reinforce_with_baseline(x: LossInputs) -> tuple[torch.Tensor, dict[str, tor
     return compute_naive_policy_gradient_loss(x._needs("advantages"), x.policy_log_probs), {}
 
 
+def _ratio_loss(
+    compute: Callable, x: LossInputs, *bounds: float | None, **options: float | None
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """compute(advantages, policy_log_probs, old_log_probs, *bounds, ...) at x's importance level and mask."""
+    return compute(
+        x._needs("advantages"),
+        x.policy_log_probs,
+        x._needs("old_log_probs"),
+        *bounds,
+        importance_level=x.importance_level,
+        response_mask=x.response_mask,
+        **options,
+    )
+
+
 def _grpo_clip(x: LossInputs) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     if x.cliprange is None:
         raise ValueError("grpo_clip needs cliprange, and cliprange is missing")
-    return compute_grpo_clip_loss(
-        x._needs("advantages"),
-        x.policy_log_probs,
-        x._needs("old_log_probs"),
-        x.cliprange,
-        cliprange_high=x.cliprange_high,
-        importance_level=x.importance_level,
-        response_mask=x.response_mask,
-    )
+    return _ratio_loss(compute_grpo_clip_loss, x, x.cliprange, cliprange_high=x.cliprange_high)
 
 
 def _grpo_no_clip(x: LossInputs) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    return compute_grpo_no_clip_loss(
-        x._needs("advantages"),
-        x.policy_log_probs,
-        x._needs("old_log_probs"),
-        importance_level=x.importance_level,
-        response_mask=x.response_mask,
-    )
+    return _ratio_loss(compute_grpo_no_clip_loss, x)
 
 
 def _cispo(x: LossInputs) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    return compute_cispo_loss(
-        x._needs("advantages"),
-        x.policy_log_probs,
-        x._needs("old_log_probs"),
-        x.cispo_ratio_max,
-        x.cispo_ratio_min,
-        importance_level=x.importance_level,
-        response_mask=x.response_mask,
-    )
+    return _ratio_loss(compute_cispo_loss, x, x.cispo_ratio_max, x.cispo_ratio_min)
 
 
 # The built-in losses by name, in LOSS_TYPES' order (tests/test_recipe_tables.py).
@@ -290,11 +284,7 @@ LOSS_FUNCTIONS: dict[str, LossFunction] = {
 
 def builtin_loss(loss_type: str) -> LossFunction:
     """The built-in loss named `loss_type`; ValueError naming the valid ones otherwise."""
-    if loss_type not in LOSS_TYPES:
-        raise ValueError(f"unknown loss_type {loss_type!r}; valid types: {', '.join(LOSS_TYPES)}")
-    if loss_type not in LOSS_FUNCTIONS:  # a name declared without its function must not train as another loss
-        raise ValueError(f"loss_type {loss_type!r} is in LOSS_TYPES but LOSS_FUNCTIONS has no function for it")
-    return LOSS_FUNCTIONS[loss_type]
+    return builtin(LOSS_FUNCTIONS, LOSS_TYPES, loss_type, "loss_type", ("LOSS_TYPES", "LOSS_FUNCTIONS"))
 
 
 def check_importance_level(loss_type: str, importance_level: str) -> None:
