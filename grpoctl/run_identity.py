@@ -55,6 +55,10 @@ HASH_EXCLUDED = (
 NEUTRAL_DEFAULTS: dict[str, Any] = {k.path: k.default for k in KEY_RULES.values() if k.neutral}
 # The keys that may name a loss or advantage plugin (key(plugin=True)).
 _PLUGIN_KEYS = tuple(k.path for k in KEY_RULES.values() if k.plugin)
+# Sections that mean something only while their switch is on: off, none of their keys is
+# part of the identity (a LoRA rank left in a full fine-tuning config changes nothing it
+# computes); on, all of them are, defaults included, so each LoRA run names its adapter.
+SWITCHED_SECTIONS = {"model.lora.": "model.lora.enabled"}
 
 
 def _plain(config: Any) -> dict:
@@ -69,11 +73,14 @@ def _plain(config: Any) -> dict:
 def hashed_items(config: Any) -> dict[str, Any]:
     """The flattened keys and values that define a run: what `config_hash` hashes."""
     excluded_sections = tuple(k for k in HASH_EXCLUDED if k.endswith("."))
+    flat = flatten(_plain(config))
+    switched_on = tuple(section for section, switch in SWITCHED_SECTIONS.items() if flat.get(switch) is True)
+    switched_off = tuple(section for section in SWITCHED_SECTIONS if section not in switched_on)
     items = {}
-    for key, value in flatten(_plain(config)).items():
-        if key in HASH_EXCLUDED or key.startswith(excluded_sections):
+    for key, value in flat.items():
+        if key in HASH_EXCLUDED or key.startswith(excluded_sections) or key.startswith(switched_off):
             continue
-        if key in NEUTRAL_DEFAULTS and value == NEUTRAL_DEFAULTS[key]:
+        if key in NEUTRAL_DEFAULTS and value == NEUTRAL_DEFAULTS[key] and not key.startswith(switched_on):
             continue
         items[key] = value
     if items.get("reward.components"):

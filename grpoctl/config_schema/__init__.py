@@ -30,13 +30,14 @@ from grpoctl.config_schema.loop import (
     RuntimeConfig,
     SampledEvalConfig,
 )
-from grpoctl.config_schema.model import ModelConfig, TinyModelConfig, WarmStartConfig
+from grpoctl.config_schema.model import LoraConfig, ModelConfig, TinyModelConfig, WarmStartConfig
 from grpoctl.config_schema.objective import LossConfig, OptimizerConfig, RewardConfig
 from grpoctl.config_schema.rollout import RolloutConfig, VLLMConfig
 
 __all__ = [
     "TinyModelConfig",
     "WarmStartConfig",
+    "LoraConfig",
     "ModelConfig",
     "SyntheticConfig",
     "CurriculumConfig",

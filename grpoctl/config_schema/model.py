@@ -46,6 +46,25 @@ class WarmStartConfig:
     )
 
 
+# LoRA's defaults follow "LoRA without regret" (Thinking Machines, 2025): for RL a low rank
+# matches full fine-tuning when every linear layer is adapted (with an lr about 10x higher).
+@dataclass
+class LoraConfig:
+    """LoRA: train a low-rank adapter instead of the weights (peft; pip install grpoctl[lora])."""
+
+    # Every key is hash-neutral, and run_identity.py counts them only while enabled is true.
+    enabled: bool = key(False, "train a LoRA adapter on a frozen model instead of every weight", neutral=True)
+    rank: int = key(16, "the adapter's rank r", range="[1, inf)", neutral=True)
+    alpha: int = key(32, "LoRA's alpha: the adapter's update is scaled by alpha / rank", range="[1, inf)", neutral=True)
+    targets: list[str] = key(
+        ["all-linear"],
+        "module names to adapt (q_proj, v_proj, ...); `all-linear` = every linear layer but the LM head",
+        non_empty=True,
+        neutral=True,
+    )
+    dropout: float = key(0.0, "dropout on the adapter's input in training forwards", range="[0, 1)", neutral=True)
+
+
 @dataclass
 class ModelConfig:
     """The policy."""
@@ -78,5 +97,6 @@ class ModelConfig:
         note="0 is off",
         neutral=True,
     )
+    lora: LoraConfig = section(LoraConfig)
     tiny: TinyModelConfig = section(TinyModelConfig)
     warmstart: WarmStartConfig = section(WarmStartConfig)
