@@ -269,8 +269,10 @@ def evaluate_checkpoint(
         if value is not None and value < 1:
             raise UserError(f"{flag} must be at least 1, got {value}")
     flags = EvalFlags(subset, data, source, prompt, seed, greedy, max_tokens, samples, tuple(_parse_ks(k, samples)))
+    from grpoctl.train.lora import ADAPTER_CONFIG  # a LoRA checkpoint: the adapter, and the base it names
+
     path = Path(ckpt_dir)
-    if not (path / "config.json").is_file():
+    if not (path / "config.json").is_file() and not (path / ADAPTER_CONFIG).is_file():
         raise UserError(f"{ckpt_dir} is not a model directory (no config.json)")
     from grpoctl.registry import Registry
     from grpoctl.threads import wait_passively

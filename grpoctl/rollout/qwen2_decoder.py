@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from grpoctl.rollout.merged import linear_weight
+
 
 @dataclass
 class Layer:
@@ -76,11 +78,13 @@ def unsupported_reason(model: torch.nn.Module) -> str | None:
 
 
 def read_weights(model: torch.nn.Module) -> Qwen2Weights:
-    """The parameters of a transformers Qwen2ForCausalLM, as they are now (no copies)."""
+    """The parameters of a transformers Qwen2ForCausalLM, as they are now (no copies; with a
+    LoRA adapter, each adapted weight merged into a new tensor: rollout/merged.py)."""
     config, inner = model.config, model.model
 
-    def bias(linear: torch.nn.Linear) -> torch.Tensor | None:
-        return None if linear.bias is None else linear.bias.detach()
+    def bias(linear: torch.nn.Module) -> torch.Tensor | None:
+        b = getattr(linear, "base_layer", linear).bias
+        return None if b is None else b.detach()
 
     layers = []
     for block in inner.layers:
@@ -88,17 +92,17 @@ def read_weights(model: torch.nn.Module) -> Qwen2Weights:
         layers.append(
             Layer(
                 ln1=block.input_layernorm.weight.detach(),
-                q_w=attn.q_proj.weight.detach(),
+                q_w=linear_weight(attn.q_proj),
                 q_b=bias(attn.q_proj),
-                k_w=attn.k_proj.weight.detach(),
+                k_w=linear_weight(attn.k_proj),
                 k_b=bias(attn.k_proj),
-                v_w=attn.v_proj.weight.detach(),
+                v_w=linear_weight(attn.v_proj),
                 v_b=bias(attn.v_proj),
-                o_w=attn.o_proj.weight.detach(),
+                o_w=linear_weight(attn.o_proj),
                 ln2=block.post_attention_layernorm.weight.detach(),
-                gate_w=mlp.gate_proj.weight.detach(),
-                up_w=mlp.up_proj.weight.detach(),
-                down_w=mlp.down_proj.weight.detach(),
+                gate_w=linear_weight(mlp.gate_proj),
+                up_w=linear_weight(mlp.up_proj),
+                down_w=linear_weight(mlp.down_proj),
             )
         )
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
@@ -106,7 +110,7 @@ def read_weights(model: torch.nn.Module) -> Qwen2Weights:
         embed=inner.embed_tokens.weight.detach(),
         layers=layers,
         norm=inner.norm.weight.detach(),
-        lm_head=model.lm_head.weight.detach(),
+        lm_head=linear_weight(model.lm_head),
         inv_freq=inner.rotary_emb.inv_freq.detach().float(),
         eps=float(config.rms_norm_eps),
         heads=int(config.num_attention_heads),

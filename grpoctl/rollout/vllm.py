@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grpoctl.rollout.base import Rollouts, SamplingSettings
+from grpoctl.rollout.merged import serving_weights
 from grpoctl.rules import compute_dtype, resolve_dtype
 
 if TYPE_CHECKING:
@@ -145,12 +146,14 @@ class VLLMRolloutBackend:
             # chunked. On CPU sampling follows the engine's seed instead.
             log.info("vLLM on CPU: per-request seeds are off; sampling follows the engine seed (seed=%s)", cfg.seed)
 
+        # The policy's compute dtype, so that synced weights mean the same numbers in both
+        # (bf16-mixed: its fp32 master weights are rounded to bf16 as they are copied in).
+        serving = compute_dtype(resolve_dtype(cfg.model.dtype, "cuda" if self.on_gpu else "cpu"))
+        self.serving_dtype = getattr(torch, serving)  # what a LoRA merge is rounded to (rollout/merged.py)
         kwargs = dict(
             model=str(model_dir),
             tokenizer=str(model_dir),
-            # The policy's compute dtype, so that synced weights mean the same numbers in both
-            # (bf16-mixed: its fp32 master weights are rounded to bf16 as they are copied in).
-            dtype=compute_dtype(resolve_dtype(cfg.model.dtype, "cuda" if self.on_gpu else "cpu")),
+            dtype=serving,
             seed=int(cfg.seed),
             enable_prefix_caching=bool(v.enable_prefix_caching),
             max_model_len=_fit_max_model_len(model_dir, int(v.max_model_len)),
@@ -246,11 +249,11 @@ class VLLMRolloutBackend:
         Callers want `sync_weights`, which also resets the prefix cache; this step is
         public so that the test can show what a sync without that reset serves.
         named_parameters() lists a tied lm_head once, as the embedding, which is what
-        vLLM's loader expects (it skips lm_head.weight for tied models).
+        vLLM's loader expects (it skips lm_head.weight for tied models). A LoRA policy's
+        adapter goes in merged, in fp32 and rounded once to vLLM's dtype (serving_weights).
         """
         with self._torch.no_grad():
-            weights = ((name, p.detach()) for name, p in model.named_parameters())
-            self.llm.collective_rpc(_reload_in_worker, args=(weights,))
+            self.llm.collective_rpc(_reload_in_worker, args=(serving_weights(model, self.serving_dtype),))
 
     def reset_prefix_cache(self) -> None:
         if not self.llm.reset_prefix_cache():

@@ -16,6 +16,7 @@ from grpoctl.evals.on_set import evaluate_set
 from grpoctl.evals.sampled import SampledOutcome, sampled_cost, sampled_ks, sampled_problems
 from grpoctl.rewards import configure_grading
 from grpoctl.rollout import make_backend
+from grpoctl.train.lora import adapter_base
 from grpoctl.train.setup import load_policy, pick_device, pick_dtype
 
 if TYPE_CHECKING:
@@ -40,10 +41,16 @@ def run_eval(
     cfg = typed_config(validated)
     configure_grading(workers=cfg.reward.grading_workers)
     device = pick_device(cfg)
-    data = data or load_run_data(cfg, need_train=False, budget=prompt_budget(cfg, str(path)))
+    # A LoRA checkpoint is its adapter alone: the model, the tokenizer and vLLM's first
+    # weights come from the base it names, and the merged adapter is synced in.
+    base = adapter_base(path)
+    model_dir = base or str(path)
+    data = data or load_run_data(cfg, need_train=False, budget=prompt_budget(cfg, model_dir))
     model, tokenizer = load_policy(str(path), device, pick_dtype(cfg, device), gradient_checkpointing=False)
     model.eval()
-    backend = make_backend(cfg, model, tokenizer, str(path), say=say)
+    backend = make_backend(cfg, model, tokenizer, model_dir, say=say)
+    if base is not None:
+        backend.sync_weights(model)
     eval_set, sampled, step = data.sets[0], bool(cfg.eval.sampled.n), marker["step"] if (run and marker) else 0
     if sampled:
         s = cfg.eval.sampled

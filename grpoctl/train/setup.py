@@ -36,11 +36,13 @@ from grpoctl.rules import (
     weights_dtype,
 )
 from grpoctl.tiny.lab_recipe import is_lab_path, sft_steps_of
+from grpoctl.train.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, adapter_base, add_adapter, check_peft, load_adapter
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
     from grpoctl.config import RunConfig
+    from grpoctl.config_schema import LoraConfig
     from grpoctl.formatting import Say
 
 log = logging.getLogger("grpoctl")
@@ -121,7 +123,10 @@ def preflight(
                 f"({found}); use rollout.backend=hf"
             )
         check_vllm_version(found, cfg.rollout.allow_untested_vllm)
-    budget = prompt_budget(cfg, model_source or cfg.model.path)
+    if cfg.model.lora.enabled:
+        check_peft()
+    source = model_source or cfg.model.path
+    budget = prompt_budget(cfg, str(adapter_base(source) or source))
     data = load_run_data(cfg, need_train=need_train, warn=warn, budget=budget)
     if writes:
         check_writable(cfg.checkpoint.dir, "checkpoint.dir")
@@ -167,6 +172,8 @@ def check_model_dir(path: str | Path, cfg: RunConfig | None = None) -> dict:
     transformers. With `cfg`, also refuses generation lengths the model has no room for.
     """
     path = Path(path)
+    if (path / ADAPTER_CONFIG).is_file():
+        return _check_adapter_dir(path, cfg)
     config_file = path / "config.json"
     if not config_file.is_file():
         raise UserError(f"{path} is not a model directory (no config.json)")
@@ -201,6 +208,23 @@ def check_model_dir(path: str | Path, cfg: RunConfig | None = None) -> dict:
                     f"{positions} positions (max_position_embeddings)"
                 )
     return config
+
+
+def _check_adapter_dir(path: Path, cfg: RunConfig | None) -> dict:
+    """A LoRA checkpoint: its adapter's files, and its base model's (whose config.json is returned)."""
+    check_peft()
+    base = adapter_base(path)
+    weights = path / ADAPTER_WEIGHTS
+    if not weights.is_file():
+        raise UserError(f"{path}: a LoRA checkpoint without its adapter's weights ({ADAPTER_WEIGHTS})")
+    _check_safetensors(weights)
+    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        raise UserError(f"{path}: no tokenizer (expected tokenizer.json or tokenizer_config.json)")
+    if base is not None and Path(base).is_dir():
+        return check_model_dir(base, cfg)
+    if base is not None and not base.startswith((".", "/", "~")) and base.count("/") == 1:
+        return {}  # a hub id: transformers loads it from its cache (or the hub)
+    raise UserError(f"{path}: its LoRA adapter's base model {base} is not a model directory here")
 
 
 def _check_safetensors(file: Path) -> None:
@@ -243,11 +267,24 @@ def resolve_model_dir(cfg: RunConfig, say: Say = print) -> str:
 
 
 def load_policy(
-    model_dir: str, device: torch.device, dtype: torch.dtype, gradient_checkpointing: bool
+    model_dir: str,
+    device: torch.device,
+    dtype: torch.dtype,
+    gradient_checkpointing: bool,
+    lora: LoraConfig | None = None,
+    adapter_dir: str | None = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The policy and its tokenizer from `model_dir`, on `device`, its weights in `dtype`.
+
+    LoRA (train/lora.py): `adapter_dir` (a LoRA checkpoint) puts its adapter on the model,
+    trainable; else `lora.enabled` adds a fresh one. Either way the model's own weights are
+    frozen. A LoRA checkpoint given as `model_dir` loads its base model and its adapter.
+    """
     from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    if adapter_dir is None and adapter_base(model_dir) is not None:
+        model_dir, adapter_dir = str(adapter_base(model_dir)), model_dir
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
@@ -257,6 +294,10 @@ def load_policy(
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
+    if adapter_dir is not None:
+        load_adapter(model, adapter_dir)
+    elif lora is not None and lora.enabled:
+        add_adapter(model, lora, base=model_dir)
     model.to(device)
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

@@ -46,6 +46,7 @@ from grpoctl.train.checkpoint import (
 )
 from grpoctl.train.context import RunContext
 from grpoctl.train.eval_and_checkpoint import checkpoint, evaluate_before_training
+from grpoctl.train.lora import adapter_base
 from grpoctl.train.memory import MemoryTracker
 from grpoctl.train.optim import build_optimizer
 from grpoctl.train.progress import Progress
@@ -151,12 +152,21 @@ def prepare(
     device = pick_device(cfg)
     data = data or load_run_data(cfg, budget=prompt_budget(cfg, model_dir or cfg.model.path))
     # A resumed run's weights come from its checkpoint; the initial policy is then needed only as the KL reference.
+    # A LoRA run's checkpoint holds its adapter alone: its frozen base is the initial policy's.
     initial_dir: str | None
-    if model_dir is None:
+    adapter_dir = model_dir if model_dir is not None and adapter_base(model_dir) is not None else None
+    if model_dir is None or adapter_dir is not None:
         model_dir = initial_dir = resolve_model_dir(cfg, say=say)
     else:
         initial_dir = resolve_model_dir(cfg, say=say) if cfg.loss.kl_beta > 0 else None
-    model, tokenizer = load_policy(model_dir, device, pick_dtype(cfg, device), cfg.model.gradient_checkpointing)
+    model, tokenizer = load_policy(
+        model_dir,
+        device,
+        pick_dtype(cfg, device),
+        cfg.model.gradient_checkpointing,
+        lora=cfg.model.lora,
+        adapter_dir=adapter_dir,
+    )
     ref_model = None
     if cfg.loss.kl_beta > 0 and initial_dir is not None:
         ref_model, _ = load_policy(initial_dir, device, pick_dtype(cfg, device), False)
@@ -166,6 +176,8 @@ def prepare(
     total_opt_steps = cfg.loop.n_grpo_steps * updates_per_grpo_step
     scheduler = build_scheduler(optimizer, cfg.optimizer, total_opt_steps, updates_per_grpo_step)
     backend = make_backend(cfg, model, tokenizer, model_dir, say=say)
+    if adapter_dir is not None:
+        backend.sync_weights(model)  # vLLM loaded the base's weights: the adapter goes in merged
     return RunContext(
         cfg=cfg,
         registry=registry,

@@ -1,0 +1,93 @@
+"""LoRA (model.lora): a low-rank adapter on every chosen linear layer, trained in place of the weights.
+
+Built on transformers' own peft integration (`model.add_adapter`): the policy stays a
+transformers model, whose forward the log-prob code calls as before, with peft's LoRA
+layers in place of its linear layers. Only the adapter's tensors require gradients, so
+the optimizer holds states for them alone, and `save_pretrained` writes the adapter alone
+(adapter_config.json and adapter_model.safetensors, which name the base model): that is a
+LoRA run's checkpoint. Samplers get the merged weights (rollout/merged.py).
+
+peft is an optional extra (pip install grpoctl[lora]); nothing imports it until LoRA is on.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from grpoctl.errors import UserError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+    from grpoctl.config_schema import LoraConfig
+
+ADAPTER_CONFIG = "adapter_config.json"  # peft's names for what save_pretrained writes for an adapter
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+# model.lora.targets' word for every linear layer but the LM head (peft's own spelling).
+ALL_LINEAR = "all-linear"
+
+
+def check_peft() -> None:
+    """peft imports here, or one line that says how to get it."""
+    try:
+        import peft  # noqa: F401
+    except ImportError as exc:
+        raise UserError(
+            f"model.lora needs peft, which does not import here ({exc}); pip install 'grpoctl[lora]'"
+        ) from None
+
+
+def adapter_base(path: str | Path) -> str | None:
+    """The base model a LoRA checkpoint at `path` adapts (its adapter_config.json says), or
+    None when `path` is not a LoRA checkpoint."""
+    file = Path(path) / ADAPTER_CONFIG
+    if not file.is_file():
+        return None
+    try:
+        base = json.loads(file.read_text(encoding="utf-8")).get("base_model_name_or_path")
+    except (ValueError, OSError, AttributeError) as exc:
+        raise UserError(f"{file}: not a readable adapter config ({type(exc).__name__})") from None
+    if not isinstance(base, str) or not base:
+        raise UserError(f"{file} does not name its base model (base_model_name_or_path)")
+    return base
+
+
+def peft_config(lora: LoraConfig) -> object:
+    """model.lora as peft's LoraConfig."""
+    from peft import LoraConfig as PeftLoraConfig
+
+    targets = list(lora.targets)
+    return PeftLoraConfig(
+        r=int(lora.rank),
+        lora_alpha=int(lora.alpha),
+        lora_dropout=float(lora.dropout),
+        target_modules=ALL_LINEAR if targets == [ALL_LINEAR] else targets,
+    )
+
+
+def add_adapter(model: PreTrainedModel, lora: LoraConfig, base: str) -> None:
+    """A fresh adapter on `model` (B = 0: the policy is the base model's until the first
+    update; A drawn from torch's generator, so a seeded run draws the same); `base` is
+    what its checkpoints name as their base model (an absolute path, or a hub id)."""
+    check_peft()
+    config = peft_config(lora)
+    try:
+        model.add_adapter(config)
+    except ValueError as exc:  # no module matches the targets
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise UserError(f"model.lora.targets={list(lora.targets)}: {first}") from None
+    model.peft_config["default"].base_model_name_or_path = str(Path(base).resolve()) if Path(base).is_dir() else base
+
+
+def load_adapter(model: PreTrainedModel, adapter_dir: str) -> None:
+    """The adapter of the LoRA checkpoint `adapter_dir` on `model`, trainable."""
+    check_peft()
+    base = adapter_base(adapter_dir)
+    try:
+        model.load_adapter(adapter_dir, is_trainable=True)
+    except (OSError, ValueError, KeyError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise UserError(f"cannot load the LoRA adapter at {adapter_dir}: {first}") from None
+    model.peft_config["default"].base_model_name_or_path = base
