@@ -145,6 +145,20 @@ TIS_WEIGHT_MEAN = _metric("train/tis_weight_mean", "mean TIS weight min(pi_old /
 TIS_CAPPED_FRACTION = _metric(
     "train/tis_capped_fraction", "share of response tokens whose TIS weight hit loss.tis_cap", "fraction", False
 )
+# The sampler serves weights synced from the trainer (vLLM: copied, a LoRA adapter merged in
+# and rounded to its dtype). Each step's rollouts come from the weights of the last sync, and
+# the trainer's first pass over them runs on those same weights: their log-probs should agree
+# up to float rounding. A gap well above that is a stale or wrongly merged policy.
+SAMPLER_GAP_MEAN = _metric(
+    "train/sampler_logprob_gap",
+    "mean |trainer log p - sampler log p| of the step's response tokens, the trainer under the weights last "
+    "synced to the sampler (recorded when the sampler reports log-probs)",
+    "nats",
+    False,
+)
+SAMPLER_GAP_MAX = _metric(
+    "train/sampler_logprob_gap_max", "largest |trainer log p - sampler log p| of the step's tokens", "nats", False
+)
 OVERLONG_TRAIN_DROPPED = _metric(
     "train/overlong_prompts_dropped",
     "training problems dropped at load: their prompt left no room for rollout.max_tokens (recorded when > 0)",

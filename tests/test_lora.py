@@ -12,6 +12,7 @@ from cli import invoke
 from conftest import lab_overrides
 from run_rows import assert_same_rows, rows
 
+from grpoctl import metrics
 from grpoctl.config import load_config
 from grpoctl.config_schema import LoraConfig
 from grpoctl.rollout.base import SamplingSettings
@@ -142,6 +143,9 @@ def test_a_lora_lab_run_checkpoints_its_adapter_and_resumes_exactly(tmp_path):
     got, want = rows(tmp_path / "registry.db", "stopped"), rows(tmp_path / "registry.db", "straight")
     assert_same_rows(got, want)
     assert {s for s, _, _, _ in want["metrics"]} == {0, 1, 2}
+    # The lean sampler reads the adapter merged: its log-probs are the trainer's up to rounding.
+    gaps = [v for s, _, n, v in want["metrics"] if n == metrics.SAMPLER_GAP_MEAN]
+    assert len(gaps) == 2 and all(0 <= v < 1e-4 for v in gaps), gaps
     # The frozen weights never moved: the final checkpoint's base layers are the lab base's.
     final = tmp_path / "ckpt" / "straight" / "step-2"
     model, _ = load_policy(str(final), torch.device("cpu"), torch.float32, False)
@@ -174,3 +178,20 @@ def test_eval_and_from_work_on_a_lora_run(tmp_path):
         config = json.loads(registry.get_run("child").config)
     assert config["model"]["lora"] == {**json.loads(run.config)["model"]["lora"], "rank": 2}
     assert (tmp_path / "ckpt" / "child" / "step-1" / "adapter_model.safetensors").is_file()
+
+
+def test_the_gap_shows_a_sampler_left_on_old_weights(tmp_path, monkeypatch):
+    """Full fine-tuning, with a backend that samples from a copy of the initial policy and
+    is never synced: step 1's rollouts come from the trainer's weights, step 2's do not."""
+    from grpoctl.train import trainer
+
+    def stale_backend(cfg, model, tokenizer, model_dir, say=print):
+        return HFRolloutBackend(copy.deepcopy(model), tokenizer)  # its own weights: sync_weights is a no-op
+
+    monkeypatch.setattr(trainer, "make_backend", stale_backend)
+    args = lab_overrides("lab", tmp_path, **{"runtime.threads": 1, "rollout.max_tokens": 16, "eval.max_tokens": 16})
+    args += ["optimizer.lr=1e-3", "eval.subset=4", "eval.at_start=false", "name=stale"]
+    out = invoke("train", "lab", *args, f"--db={tmp_path / 'registry.db'}", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    gap = {s: v for s, _, n, v in rows(tmp_path / "registry.db", "stale")["metrics"] if n == metrics.SAMPLER_GAP_MEAN}
+    assert gap[1] < 1e-4 and gap[2] > 100 * max(gap[1], 1e-6), gap

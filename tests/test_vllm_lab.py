@@ -236,3 +236,44 @@ def test_a_two_step_lab_run_trains_on_vllm_rollouts(tmp_path, engine):
     assert sorted(delta_mean) == sorted(delta_max) == [1, 2]
     assert all(0 < v < MISMATCH_NATS for v in delta_mean.values()), delta_mean
     assert all(delta_mean[step] <= v < 1.0 for step, v in delta_max.items()), delta_max
+
+
+def test_a_lora_policy_reaches_vllm_merged(engine):
+    """A LoRA policy's sync sends its adapter merged (rollout/merged.py): vLLM's log-probs of
+    what it samples are then the trainer's, and the frozen weights alone would not be."""
+    pytest.importorskip("peft")
+    from grpoctl.config_schema import LoraConfig
+    from grpoctl.train.setup import load_policy
+
+    backend, model_dir = engine
+    cpu = torch.device("cpu")
+    model, tokenizer = load_policy(str(model_dir), cpu, torch.float32, False, lora=LoraConfig(enabled=True, rank=4))
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if ".lora_B." in name:
+                param.copy_(0.3 * torch.randn(param.shape, generator=g))
+    model.eval()
+
+    def gap() -> float:
+        """Mean |vLLM's log p - the LoRA policy's| over the tokens vLLM samples."""
+        rollouts = backend.generate(PROMPTS, 2, _sampling(max_tokens=8), seed=0)
+        diffs = []
+        for prompt, response, drawn in zip(
+            rollouts.prompt_ids, rollouts.response_ids, rollouts.sampled_log_probs, strict=True
+        ):
+            with torch.no_grad():
+                logits = model(torch.tensor([prompt + response])).logits[0].float()
+            log_probs = torch.log_softmax(logits, -1)[len(prompt) - 1 : -1]
+            mine = log_probs.gather(-1, torch.tensor(response)[:, None])[:, 0]
+            diffs.append((mine - torch.tensor(drawn)).abs())
+        return float(torch.cat(diffs).mean())
+
+    backend.sync_weights(model)
+    merged = gap()
+    frozen, _ = load_policy(str(model_dir), cpu, torch.float32, False)  # the weights without the adapter
+    backend.push_weights(frozen)
+    backend.reset_prefix_cache()
+    stale = gap()
+    print(f"\nvLLM vs the LoRA policy, mean |delta log p|: merged {merged:.2e}, adapter left out {stale:.2e}")
+    assert merged < 1e-3 and stale > 100 * merged

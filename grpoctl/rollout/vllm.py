@@ -162,8 +162,7 @@ class VLLMRolloutBackend:
         # TIS (loss.tis_cap) compares the trainer's log-probs with those of the distribution
         # each token was drawn from: after temperature and top-p ("processed"), not vLLM's
         # default raw ones. The mode is the engine's, so it is set once, here.
-        self.reports_sampled_log_probs = cfg.loss.tis_cap is not None
-        if self.reports_sampled_log_probs:
+        if cfg.loss.tis_cap is not None:
             kwargs["logprobs_mode"] = "processed_logprobs"
         if self.on_gpu:
             kwargs.update(gpu_memory_utilization=float(v.gpu_memory_utilization), enable_sleep_mode=self.sleep_mode)
@@ -237,7 +236,9 @@ class VLLMRolloutBackend:
         return rollouts, (lps if logprobs else None)
 
     def generate(self, prompts: list[str], n: int, sampling: SamplingSettings, seed: int) -> Rollouts:
-        rollouts, lps = self.generate_with_logprobs(prompts, n, sampling, seed, logprobs=self.reports_sampled_log_probs)
+        # Always with log-probs: TIS weighs by them, and without TIS (raw mode, before
+        # temperature and top-p) they measure the gap to the trainer after a sync.
+        rollouts, lps = self.generate_with_logprobs(prompts, n, sampling, seed, logprobs=True)
         rollouts.sampled_log_probs = lps
         return rollouts
 

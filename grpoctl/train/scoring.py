@@ -176,11 +176,12 @@ def rollout_batch(run: RunContext, graded: Graded) -> RolloutBatch:
     batch = RolloutBatch(
         ids["input_ids"], ids["labels"], ids["response_mask"], advantages, learned, keep, scores=scores
     )
-    if cfg.loss.tis_cap is not None:
-        if rollouts.sampled_log_probs is None:
-            raise RuntimeError(
-                f"loss.tis_cap needs the sampler's log-probs, and the {run.backend.name} backend did not report them"
-            )
+    if cfg.loss.tis_cap is not None and rollouts.sampled_log_probs is None:
+        raise RuntimeError(
+            f"loss.tis_cap needs the sampler's log-probs, and the {run.backend.name} backend did not report them"
+        )
+    # TIS weighs by them; without it they still measure the sampler/trainer gap (metrics.SAMPLER_GAP_MEAN).
+    if rollouts.sampled_log_probs is not None:
         # Row-major over the response positions, as collate lays the response tokens out.
         drawn = torch.tensor([lp for row in rollouts.sampled_log_probs for lp in row], dtype=torch.float32)
         batch.sampled_log_probs = torch.zeros(batch.response_mask.shape).masked_scatter(batch.response_mask, drawn)

@@ -80,12 +80,17 @@ def grpo_step(run: RunContext, step: int) -> None:
             # Old log-probs, once, when the rollouts are reused off-policy (and the KL reference's).
             with phases("old_log_probs"):
                 add_old_and_ref_log_probs(run, batch)
-        per_opt_step, token_entropy = train_on_rollouts(run, batch, step, phases)
+        per_opt_step, token_entropy, sampler_gap = train_on_rollouts(run, batch, step, phases)
         check_finite_weights(run.model, step)
         # The new weights into the rollout backend (a no-op for hf, which samples from the policy).
         with phases("weight_sync"):
             run.backend.sync_weights(run.model)
-        figures = {**batch.stats, **step_metrics(per_opt_step, token_entropy), **dropped_metrics(run.data)}
+        figures = {
+            **batch.stats,
+            **step_metrics(per_opt_step, token_entropy),
+            **sampler_gap,
+            **dropped_metrics(run.data),
+        }
         figures |= curriculum_metrics(run)
         samples = sample_rows(prompts, rollouts, truths, batch.scores, cfg.logging.samples_per_step)
         eval_rows: list[dict] = []
@@ -257,13 +262,15 @@ def log_probs_in_batches(
 
 def train_on_rollouts(
     run: RunContext, batch: RolloutBatch, step: int, phases: Phases
-) -> tuple[list[tuple[int, dict]], float]:
+) -> tuple[list[tuple[int, dict]], float, dict]:
     """The inner loop: epochs over the rollouts, in train batches of microbatches, one
-    optimizer step per train batch. Returns each optimizer step's index and figures, and
-    the token entropy over every response token trained on."""
+    optimizer step per train batch. Returns each optimizer step's index and figures, the
+    token entropy over every response token trained on, and the sampler/trainer log-prob
+    gap's figures (sampler_gap_metrics; none when the sampler reports no log-probs)."""
     cfg, state, sizes = run.cfg, run.state, derived_sizes(run.cfg)
     fault_point("step-train", step)
     per_opt_step: list[tuple[int, dict]] = []
+    micro_stats: list[dict] = []
     entropy_sum, entropy_tokens = 0.0, 0.0
     generator = torch.Generator().manual_seed(shuffle_seed(cfg.seed, step))
     with phases("train"):
@@ -278,6 +285,7 @@ def train_on_rollouts(
                     for idx in rows.split(sizes.microbatch_size):
                         stats, entropy, entropy_count = train_microbatch(run, batch, idx, tokens, step)
                         losses.append(stats)
+                        micro_stats.append(stats)
                         entropy_sum, entropy_tokens = entropy_sum + entropy, entropy_tokens + entropy_count
                     grad_norm = clip_gradients(run, step)
                     lr = run.optimizer.param_groups[0]["lr"]
@@ -287,7 +295,7 @@ def train_on_rollouts(
                     run.optimizer.zero_grad(set_to_none=True)
                 per_opt_step.append((state.opt_step, optimizer_step_metrics(losses, grad_norm, lr)))
                 state.opt_step += 1
-    return per_opt_step, entropy_sum / max(entropy_tokens, 1.0)
+    return per_opt_step, entropy_sum / max(entropy_tokens, 1.0), sampler_gap_metrics(micro_stats)
 
 
 def shuffle_seed(seed: int, step: int) -> int:
@@ -321,24 +329,53 @@ def train_microbatch(
             entropy_with_grad=run.loss.entropy_coef > 0,
             chunk_tokens=run.cfg.model.logprob_chunk_tokens,
         )
+    # On-policy, the rollout policy is this very forward pass; its weights are those last synced.
+    old_log_probs = (
+        out["log_probs"].detach() if batch.old_log_probs is None else batch.old_log_probs[idx, :width].to(device)
+    )
+    sampled = None if batch.sampled_log_probs is None else batch.sampled_log_probs[idx, :width].to(device)
     _, stats = run.loss.microbatch_train_step(
         out["log_probs"],
         batch.loss_mask(idx)[:, :width].to(device),  # without masked (truncated) rows
         run.cfg.loop.gradient_accumulation_steps,
         raw_rewards=batch.raw_rewards[idx].unsqueeze(-1).to(device),
         advantages=batch.advantages[idx].unsqueeze(-1).to(device),
-        # on-policy, the rollout policy is this very forward pass
-        old_log_probs=(
-            out["log_probs"].detach() if batch.old_log_probs is None else batch.old_log_probs[idx, :width].to(device)
-        ),
+        old_log_probs=old_log_probs,
         ref_log_probs=None if batch.ref_log_probs is None else batch.ref_log_probs[idx, :width].to(device),
         batch_response_tokens=train_batch_tokens,
         token_entropy=out["token_entropy"] if run.loss.entropy_coef > 0 else None,
-        sampled_log_probs=None if batch.sampled_log_probs is None else batch.sampled_log_probs[idx, :width].to(device),
+        sampled_log_probs=sampled,
     )
+    if sampled is not None:
+        stats |= sampler_gap_sums(old_log_probs, sampled, mask)
     if not math.isfinite(stats["loss"]):
         raise Diverged(f"non-finite loss at step {step} (optimizer step {run.state.opt_step})")
     return stats, float((out["token_entropy"].detach().float() * mask).sum()), float(mask.sum())
+
+
+def sampler_gap_sums(old_log_probs: torch.Tensor, sampled_log_probs: torch.Tensor, mask: torch.Tensor) -> dict:
+    """|trainer - sampler| log-probs over a microbatch's response tokens (all (batch, seq)):
+    their sum, count and largest, for sampler_gap_metrics to combine."""
+    gap = (old_log_probs.detach().float() - sampled_log_probs.float()).abs()[mask.bool()]
+    return {
+        "sampler_gap_sum": float(gap.sum()),
+        "sampler_gap_tokens": int(gap.numel()),
+        "sampler_gap_max": float(gap.max()) if gap.numel() else 0.0,
+    }
+
+
+def sampler_gap_metrics(micro_stats: list[dict]) -> dict:
+    """The step's sampler/trainer gap (metrics.SAMPLER_GAP_MEAN, _MAX) from its microbatches'
+    sums; {} when the sampler reported no log-probs. Off-policy, every epoch sees the same
+    old log-probs, so repeating them leaves the mean and the largest as they are."""
+    parts = [s for s in micro_stats if "sampler_gap_sum" in s]
+    tokens = sum(s["sampler_gap_tokens"] for s in parts)
+    if not tokens:
+        return {}
+    return {
+        metrics.SAMPLER_GAP_MEAN: sum(s["sampler_gap_sum"] for s in parts) / tokens,
+        metrics.SAMPLER_GAP_MAX: max(s["sampler_gap_max"] for s in parts),
+    }
 
 
 def clip_gradients(run: RunContext, step: int) -> float:
