@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from grpoctl.config import to_dict
+from grpoctl.config_keys import LORA_ALL_LINEAR
 from grpoctl.errors import UserError
 from grpoctl.tiny.lab_recipe import LAB_SIZES, LAB_VOCAB, is_lab_path
 
@@ -41,6 +42,30 @@ class Arch:
     @property
     def q_dim(self) -> int:
         return self.num_attention_heads * (self.head_dim or self.hidden_size // self.num_attention_heads)
+
+    def linear_shapes(self) -> dict[str, tuple[int, int]]:
+        """(in, out) features of each linear layer of one decoder layer, by its module name."""
+        h, i, q, kv = self.hidden_size, self.intermediate_size, self.q_dim, self.kv_dim
+        return {
+            "q_proj": (h, q),
+            "k_proj": (h, kv),
+            "v_proj": (h, kv),
+            "o_proj": (q, h),
+            "gate_proj": (h, i),
+            "up_proj": (h, i),
+            "down_proj": (i, h),
+        }
+
+    def lora_shapes(self, targets: list[str] | tuple[str, ...]) -> list[tuple[int, int]]:
+        """(in, out) of each linear layer of one decoder layer that model.lora.targets adapts
+        (`all-linear`: all of them; the LM head is never counted)."""
+        shapes = self.linear_shapes()
+        names = list(shapes) if list(targets) == [LORA_ALL_LINEAR] else [t for t in targets if t in shapes]
+        return [shapes[name] for name in names]
+
+    def lora_params(self, rank: int, targets: list[str] | tuple[str, ...]) -> int:
+        """The adapter's parameters: A (rank x in) and B (out x rank) per adapted layer, every layer."""
+        return self.num_hidden_layers * sum(rank * (i + o) for i, o in self.lora_shapes(targets))
 
     def num_params(self) -> int:
         h, i, v = self.hidden_size, self.intermediate_size, self.vocab_size

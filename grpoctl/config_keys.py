@@ -36,6 +36,8 @@ MIXED_PRECISION = "bf16-mixed"
 DTYPES = ("auto", "float32", "bfloat16", MIXED_PRECISION)
 DEVICES = ("auto", "cpu", "cuda")
 ADAMW_LR_NOTE = "an AdamW step moves each weight by about lr"
+# model.lora.targets' word for every linear layer but the LM head (peft's own spelling).
+LORA_ALL_LINEAR = "all-linear"
 
 
 def key(

@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 from cli import invoke
-from conftest import lab_overrides
+from conftest import REPO, lab_overrides
 from run_rows import assert_same_rows, rows
 
 from grpoctl import metrics
@@ -195,3 +195,33 @@ def test_the_gap_shows_a_sampler_left_on_old_weights(tmp_path, monkeypatch):
     assert out.returncode == 0, out.stderr[-3000:]
     gap = {s: v for s, _, n, v in rows(tmp_path / "registry.db", "stale")["metrics"] if n == metrics.SAMPLER_GAP_MEAN}
     assert gap[1] < 1e-4 and gap[2] > 100 * max(gap[1], 1e-6), gap
+
+
+def test_the_estimate_prices_the_adapter_alone():
+    """The 24 GB LoRA preset by hand: Qwen2.5-Math-1.5B (P parameters, frozen in bf16) with a
+    rank-16 adapter on its 7 linear layers per layer, trained in fp32 with plain AdamW."""
+    from grpoctl.arch import KNOWN_CONFIGS, arch_from_hf_config
+    from grpoctl.train.dry_run import describe_dry_run
+    from grpoctl.train.memory_estimate import GiB, activation_bytes_per_token_layer, estimate_peak_memory
+
+    qwen, P, seq = arch_from_hf_config(KNOWN_CONFIGS["Qwen/Qwen2.5-Math-1.5B"]), 1_543_714_304, 368 + 1024
+    h, i, kv, r = 1536, 8960, 256, 16
+    per_layer = r * ((h + h) + 2 * (h + kv) + (h + h) + 2 * (h + i) + (i + h))  # q, k and v, o, gate and up, down
+    A = 28 * per_layer
+    assert A == qwen.lora_params(r, ["all-linear"]) == 18_464_768
+    assert qwen.lora_params(r, ["q_proj", "v_proj"]) == 28 * r * ((h + h) + (h + kv))
+    cfg = load_config(str(REPO / "experiments" / "rtx4090-lora.yaml"))
+    e = estimate_peak_memory(qwen, cfg, device_total_bytes=24 * GiB, prompt_tokens=368)
+    assert e.dtype == "bfloat16" and e.microbatch == 1 and e.seq_len == seq
+    assert e["weights"] == 2 * P  # frozen, bf16
+    assert e["LoRA adapter"] == e["gradients"] == e["optimizer temporaries"] == 4 * A
+    assert e["optimizer states"] == 2 * 4 * A  # AdamW m and v of the adapter, fp32
+    # no checkpointing; each adapted layer keeps its input in fp32 and A's output (r values)
+    adapter_saves = 4 * (3 * h + h + 2 * h + i) + 7 * 4 * r
+    final = 4 * h + 2 * 2 * h + 4
+    assert e["activations"] == seq * (28 * (activation_bytes_per_token_layer(qwen, 2) + adapter_saves) + final)
+    assert e.total < 24 * GiB
+    full = estimate_peak_memory(qwen, load_config(str(REPO / "experiments" / "rtx4090.yaml")), 24 * GiB, 368)
+    assert full["gradients"] + full["optimizer states"] - e["gradients"] - e["optimizer states"] > 5.5 * GiB
+    text = describe_dry_run(cfg, device_total_bytes=24 * GiB)
+    assert "fits: estimated peak" in text and "LoRA adapter" in text

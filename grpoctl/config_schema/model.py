@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from grpoctl.config_keys import (
     ADAMW_LR_NOTE,
     DTYPES,
+    LORA_ALL_LINEAR,
     key,
     section,
 )
@@ -57,7 +58,7 @@ class LoraConfig:
     rank: int = key(16, "the adapter's rank r", range="[1, inf)", neutral=True)
     alpha: int = key(32, "LoRA's alpha: the adapter's update is scaled by alpha / rank", range="[1, inf)", neutral=True)
     targets: list[str] = key(
-        ["all-linear"],
+        [LORA_ALL_LINEAR],
         "module names to adapt (q_proj, v_proj, ...); `all-linear` = every linear layer but the LM head",
         non_empty=True,
         neutral=True,

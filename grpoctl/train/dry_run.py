@@ -72,8 +72,10 @@ def _verdict(cfg: RunConfig, peak: int, device: str, total: int | None) -> str:
         levers.append("model.gradient_checkpointing=true")
     if cfg.model.logprob_chunk_tokens == 0:
         levers.append("model.logprob_chunk_tokens=512")
-    if cfg.optimizer.name != "adamw8bit":
+    if cfg.optimizer.name != "adamw8bit" and not cfg.model.lora.enabled:  # a LoRA adapter's states are small
         levers.append("optimizer.name=adamw8bit")
+    if not cfg.model.lora.enabled:
+        levers.append("model.lora.enabled=true (gradients and optimizer states for an adapter alone)")
     if vllm and not cfg.rollout.vllm.sleep_mode:
         levers.append("rollout.vllm.sleep_mode=true")
     if derived_sizes(cfg).microbatch_size > 1:

@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from grpoctl.config_keys import LORA_ALL_LINEAR
 from grpoctl.errors import UserError
 
 if TYPE_CHECKING:
@@ -25,8 +26,6 @@ if TYPE_CHECKING:
 
 ADAPTER_CONFIG = "adapter_config.json"  # peft's names for what save_pretrained writes for an adapter
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
-# model.lora.targets' word for every linear layer but the LM head (peft's own spelling).
-ALL_LINEAR = "all-linear"
 
 
 def check_peft() -> None:
@@ -63,7 +62,7 @@ def peft_config(lora: LoraConfig) -> object:
         r=int(lora.rank),
         lora_alpha=int(lora.alpha),
         lora_dropout=float(lora.dropout),
-        target_modules=ALL_LINEAR if targets == [ALL_LINEAR] else targets,
+        target_modules=LORA_ALL_LINEAR if targets == [LORA_ALL_LINEAR] else targets,
     )
 
 
@@ -79,6 +78,7 @@ def add_adapter(model: PreTrainedModel, lora: LoraConfig, base: str) -> None:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise UserError(f"model.lora.targets={list(lora.targets)}: {first}") from None
     model.peft_config["default"].base_model_name_or_path = str(Path(base).resolve()) if Path(base).is_dir() else base
+    _adapter_in_float32(model)
 
 
 def load_adapter(model: PreTrainedModel, adapter_dir: str) -> None:
@@ -91,3 +91,14 @@ def load_adapter(model: PreTrainedModel, adapter_dir: str) -> None:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise UserError(f"cannot load the LoRA adapter at {adapter_dir}: {first}") from None
     model.peft_config["default"].base_model_name_or_path = base
+    _adapter_in_float32(model)
+
+
+def _adapter_in_float32(model: PreTrainedModel) -> None:
+    """The adapter's weights in float32 whatever the frozen model's dtype (peft's own default,
+    which transformers' add_adapter skips): in bf16 an AdamW step smaller than half a
+    weight's spacing rounds away (tests/test_precision.py). peft's layers then run their
+    input through the adapter in float32 and return the frozen layer's dtype."""
+    from peft.tuners.tuners_utils import cast_adapter_dtype
+
+    cast_adapter_dtype(model, "default", autocast_adapter_dtype=True)

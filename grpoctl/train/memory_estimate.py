@@ -38,13 +38,22 @@ def activation_bytes_per_token_layer(arch: Arch, b: int) -> int:
     return norms + attention + mlp
 
 
-def activation_bytes_per_token(arch: Arch, b: int, checkpointing: bool) -> int:
-    """All layers' saved activations per token, plus the final norm and the lm_head's input.
+# LoRA (model.lora): peft runs each adapted layer's input through the fp32 adapter, and
+# autograd keeps that fp32 copy (for A's gradient) and A's output (r values, for B's), per
+# adapted layer (checked with saved_tensors_hooks). The frozen layer itself then keeps
+# nothing for a weight gradient; counting its input anyway keeps the estimate on the high side.
+def lora_activation_bytes_per_token_layer(arch: Arch, rank: int, targets: list[str] | tuple[str, ...]) -> int:
+    return sum(4 * i + 4 * rank for i, _ in arch.lora_shapes(targets))
+
+
+def activation_bytes_per_token(arch: Arch, b: int, checkpointing: bool, lora_bytes: int = 0) -> int:
+    """All layers' saved activations per token, plus the final norm and the lm_head's input;
+    `lora_bytes`: what a LoRA adapter adds per token and layer.
 
     With gradient checkpointing each layer keeps only its input (b h) and one layer's
     activations are rebuilt at a time during backward.
     """
-    layer = activation_bytes_per_token_layer(arch, b)
+    layer = activation_bytes_per_token_layer(arch, b) + lora_bytes
     final = 4 * arch.hidden_size + 2 * b * arch.hidden_size + 4
     if checkpointing:
         return arch.num_hidden_layers * b * arch.hidden_size + layer + final
@@ -161,8 +170,10 @@ def estimate_peak_memory(
     weights, gradients and AdamW's m and v in bf16 (8 B/param); bf16-mixed keeps all
     four in fp32 (16 B/param) and adds autocast's bf16 copy of the weights for the
     forward (2 B/param, held until backward), with bf16 activations and logits; float32
-    is 16 B/param with fp32 activations. `device_total_bytes` sizes vLLM's
-    gpu_memory_utilization share.
+    is 16 B/param with fp32 activations. With LoRA (model.lora) the weights are frozen and
+    the adapter alone, in fp32, has gradients and AdamW states; each adapted layer keeps
+    an fp32 copy of its input for the adapter's backward. `device_total_bytes` sizes
+    vLLM's gpu_memory_utilization share.
     """
     from grpoctl.config import derived_sizes
 
@@ -172,14 +183,27 @@ def estimate_peak_memory(
     w = 2 if weights_dtype(dtype) == "bfloat16" else 4  # bytes per stored weight, gradient, AdamW state
     b = 2 if compute_dtype(dtype) == "bfloat16" else 4  # bytes per activation, logit, vLLM weight
     p = arch.num_params()
+    # What the optimizer trains: every weight, or (LoRA) the adapter alone, kept in fp32
+    # (train/lora.py) whatever the frozen weights' dtype: its gradients and AdamW states too.
+    lora = cfg.model.lora
+    trained, tw = (arch.lora_params(lora.rank, lora.targets), 4) if lora.enabled else (p, w)
     mb = derived_sizes(cfg).microbatch_size
     seq = (prompt_tokens if prompt_tokens is not None else estimate_prompt_tokens(cfg)) + cfg.rollout.max_tokens
     ckpt = bool(cfg.model.gradient_checkpointing)
     everywhere, train_only = PHASES, ("backward", "optimizer")
-    c = [
-        Component("weights", p * w, everywhere, f"{format_count(p)} params x {w} B ({weights_dtype(dtype)})"),
-        Component("gradients", p * w, train_only, f"same dtype as the weights ({w} B/param)"),
-    ]
+    c = [Component("weights", p * w, everywhere, f"{format_count(p)} params x {w} B ({weights_dtype(dtype)})")]
+    if lora.enabled:
+        c.append(
+            Component(
+                "LoRA adapter",
+                trained * tw,
+                everywhere,
+                f"{format_count(trained)} params (rank {lora.rank}, {', '.join(lora.targets)}) x 4 B (float32)",
+            )
+        )
+        c.append(Component("gradients", trained * tw, train_only, "the adapter's alone (4 B/param)"))
+    else:
+        c.append(Component("gradients", p * w, train_only, f"same dtype as the weights ({w} B/param)"))
     if w != b:
         c.append(
             Component(
@@ -192,21 +216,31 @@ def estimate_peak_memory(
         per = 2 + 2 * 4 / 256
         c.append(
             Component(
-                "optimizer states", int(p * per), everywhere, f"8-bit AdamW: 2 x 1 B + block absmax = {per:.3f} B/param"
+                "optimizer states",
+                int(trained * per),
+                everywhere,
+                f"8-bit AdamW: 2 x 1 B + block absmax = {per:.3f} B/param"
+                + (" of the adapter" if lora.enabled else ""),
             )
         )
     else:
+        whose = "the adapter's" if lora.enabled else "the params'"
         c.append(
-            Component("optimizer states", p * 2 * w, everywhere, f"AdamW m, v in the params' dtype: 2 x {w} B/param")
+            Component(
+                "optimizer states", trained * 2 * tw, everywhere, f"AdamW m, v in {whose} dtype: 2 x {tw} B/param"
+            )
         )
     if cfg.optimizer.name == "adamw":
         # torch's multi-tensor AdamW builds one state-sized temporary (sqrt of v) per step.
         c.append(
-            Component("optimizer temporaries", p * w, ("optimizer",), "AdamW foreach: sqrt(v), one state-sized copy")
+            Component(
+                "optimizer temporaries", trained * tw, ("optimizer",), "AdamW foreach: sqrt(v), one state-sized copy"
+            )
         )
 
-    act = activation_bytes_per_token(arch, b, ckpt) * mb * seq
-    per_layer = activation_bytes_per_token_layer(arch, b)
+    lora_bytes = lora_activation_bytes_per_token_layer(arch, lora.rank, lora.targets) if lora.enabled else 0
+    act = activation_bytes_per_token(arch, b, ckpt, lora_bytes) * mb * seq
+    per_layer = activation_bytes_per_token_layer(arch, b) + lora_bytes
     how = (
         f"{mb} x {seq} tok x ({arch.num_hidden_layers} layer inputs x {b * arch.hidden_size} B + one layer"
         f" rebuilt, {per_layer / 1024:.0f} KiB)"
