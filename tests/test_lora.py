@@ -121,9 +121,19 @@ def test_bad_lora_settings_are_one_line_exit_2(tmp_path, override, says):
     assert list(tmp_path.iterdir()) == []
 
 
+# Small enough for the fast tier: 2 steps of 16 rollouts of at most 12 tokens, 4 eval problems.
+SMALL = {
+    "runtime.threads": 1,
+    "rollout.max_tokens": 12,
+    "eval.max_tokens": 12,
+    "eval.subset": 4,
+    "optimizer.lr": 1e-3,
+}
+
+
 def lora_run(tmp_path, name, *extra, env=None):
-    args = lab_overrides("lab", tmp_path, **{"runtime.threads": 1, "rollout.max_tokens": 16, "eval.max_tokens": 16})
-    args += ["model.lora.enabled=true", "model.lora.rank=4", "optimizer.lr=1e-3", "eval.subset=4", f"name={name}"]
+    args = lab_overrides("lab", tmp_path, **SMALL)
+    args += ["model.lora.enabled=true", "model.lora.rank=4", f"name={name}"]
     return invoke("train", "lab", *args, *extra, f"--db={tmp_path / 'registry.db'}", cwd=tmp_path, env=env)
 
 
@@ -189,8 +199,7 @@ def test_the_gap_shows_a_sampler_left_on_old_weights(tmp_path, monkeypatch):
         return HFRolloutBackend(copy.deepcopy(model), tokenizer)  # its own weights: sync_weights is a no-op
 
     monkeypatch.setattr(trainer, "make_backend", stale_backend)
-    args = lab_overrides("lab", tmp_path, **{"runtime.threads": 1, "rollout.max_tokens": 16, "eval.max_tokens": 16})
-    args += ["optimizer.lr=1e-3", "eval.subset=4", "eval.at_start=false", "name=stale"]
+    args = lab_overrides("lab", tmp_path, **SMALL) + ["eval.at_start=false", "name=stale"]
     out = invoke("train", "lab", *args, f"--db={tmp_path / 'registry.db'}", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     gap = {s: v for s, _, n, v in rows(tmp_path / "registry.db", "stale")["metrics"] if n == metrics.SAMPLER_GAP_MEAN}
