@@ -81,6 +81,19 @@ def test_a_bf16_server_gets_the_fp32_merge_rounded_once(tiny_model_dir):
     assert not torch.equal(served, twice)
 
 
+def test_a_bf16_models_adapter_comes_back_bit_for_bit(tiny_model_dir, tmp_path):
+    """What --resume relies on: the fp32 adapter of a bf16 model, saved and loaded, unrounded and trainable."""
+    model, tokenizer = adapted(tiny_model_dir, dtype=torch.bfloat16)
+    saved = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    assert saved and all(p.dtype == torch.float32 for p in saved.values())
+    model.save_pretrained(tmp_path / "ckpt")
+    tokenizer.save_pretrained(tmp_path / "ckpt")
+    loaded, _ = load_policy(str(tmp_path / "ckpt"), torch.device("cpu"), torch.bfloat16, False)
+    again = {n: p for n, p in loaded.named_parameters() if p.requires_grad}
+    assert again.keys() == saved.keys()
+    assert all(torch.equal(again[n], saved[n]) and again[n].dtype == torch.float32 for n in saved)
+
+
 def test_the_hf_backend_samples_from_the_adapted_policy(tiny_model_dir):
     model, tokenizer = adapted(tiny_model_dir)
     sampling = SamplingSettings(min_tokens=8, max_tokens=8, stop=())

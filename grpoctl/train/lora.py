@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from grpoctl.config_keys import LORA_ALL_LINEAR
 from grpoctl.errors import UserError
@@ -82,16 +82,35 @@ def add_adapter(model: PreTrainedModel, lora: LoraConfig, base: str) -> None:
 
 
 def load_adapter(model: PreTrainedModel, adapter_dir: str) -> None:
-    """The adapter of the LoRA checkpoint `adapter_dir` on `model`, trainable."""
+    """The adapter of the LoRA checkpoint `adapter_dir` on `model`, trainable, bit for bit.
+
+    Not transformers' load_adapter: that builds the adapter in the frozen weights' dtype and
+    copies the saved float32 tensors into it, so a bf16 model's adapter would come back
+    rounded to bf16 and a resumed run would drift from the one never stopped. Here the
+    adapter is built, made float32, and then filled.
+    """
     check_peft()
+    from peft import LoraConfig as PeftLoraConfig
+    from peft import set_peft_model_state_dict
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
     base = adapter_base(adapter_dir)
     try:
-        model.load_adapter(adapter_dir, is_trainable=True)
-    except (OSError, ValueError, KeyError) as exc:
+        config = PeftLoraConfig.from_pretrained(adapter_dir)
+        config.inference_mode = False  # peft saves adapters marked for inference: this one trains on
+        model.add_adapter(config)
+        _adapter_in_float32(model)
+        # torch's load_state_dict result (missing_keys, unexpected_keys); peft annotates it loosely
+        loaded: Any = set_peft_model_state_dict(model, load_file(Path(adapter_dir) / ADAPTER_WEIGHTS), "default")
+    except (OSError, ValueError, KeyError, TypeError, SafetensorError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise UserError(f"cannot load the LoRA adapter at {adapter_dir}: {first}") from None
+    missing = [k for k in loaded.missing_keys if ".lora_" in k]
+    if missing or loaded.unexpected_keys:
+        what = missing[0] if missing else loaded.unexpected_keys[0]
+        raise UserError(f"the LoRA adapter at {adapter_dir} does not fit the model at {base}: {what}")
     model.peft_config["default"].base_model_name_or_path = base
-    _adapter_in_float32(model)
 
 
 def _adapter_in_float32(model: PreTrainedModel) -> None:
