@@ -224,7 +224,13 @@ def _check_resumable(registry, run) -> None:
 
 
 def evaluate_checkpoint(
-    ckpt_dir: Annotated[str, typer.Argument(metavar="CKPT_DIR", help="A Hugging Face model directory.")],
+    ckpt_dir: Annotated[
+        str,
+        typer.Argument(
+            metavar="CKPT_DIR",
+            help="A Hugging Face model directory, or a LoRA checkpoint (its adapter and the base it names).",
+        ),
+    ],
     subset: Annotated[
         int | None,
         typer.Option(
