@@ -178,18 +178,34 @@ def estimate_peak_memory(
     from grpoctl.config import derived_sizes
 
     device = estimate_device(cfg)
-    on_gpu = device == "cuda"
     dtype = resolve_dtype(cfg.model.dtype, device)
-    w = 2 if weights_dtype(dtype) == "bfloat16" else 4  # bytes per stored weight, gradient, AdamW state
-    b = 2 if compute_dtype(dtype) == "bfloat16" else 4  # bytes per activation, logit, vLLM weight
+    mb = derived_sizes(cfg).microbatch_size
+    seq = (prompt_tokens if prompt_tokens is not None else estimate_prompt_tokens(cfg)) + cfg.rollout.max_tokens
+    c = _training_state(arch, cfg, dtype)
+    c += _step_tensors(arch, cfg, dtype, mb, seq)
+    sampler, notes = _sampler(arch, cfg, dtype, seq, device, device_total_bytes)
+    c += sampler
+    where = "CUDA context, workspaces, slack (assumed)" if device == "cuda" else "libraries (assumed)"
+    c.append(Component("runtime overhead", OVERHEAD, PHASES, where))
+    return MemoryEstimate(c, device, dtype, arch.num_params(), mb, seq, notes)
+
+
+def _bytes_per_value(dtype: str) -> tuple[int, int]:
+    """(w, b): bytes per stored weight, gradient and AdamW state; per activation, logit and vLLM weight."""
+    w = 2 if weights_dtype(dtype) == "bfloat16" else 4
+    b = 2 if compute_dtype(dtype) == "bfloat16" else 4
+    return w, b
+
+
+def _training_state(arch: Arch, cfg: RunConfig, dtype: str) -> list[Component]:
+    """The weights, what the optimizer trains (every weight, or the LoRA adapter), their
+    gradients, AdamW's states and temporaries, and autocast's weight copies."""
+    w, b = _bytes_per_value(dtype)
     p = arch.num_params()
     # What the optimizer trains: every weight, or (LoRA) the adapter alone, kept in fp32
     # (train/lora.py) whatever the frozen weights' dtype: its gradients and AdamW states too.
     lora = cfg.model.lora
     trained, tw = (arch.lora_params(lora.rank, lora.targets), 4) if lora.enabled else (p, w)
-    mb = derived_sizes(cfg).microbatch_size
-    seq = (prompt_tokens if prompt_tokens is not None else estimate_prompt_tokens(cfg)) + cfg.rollout.max_tokens
-    ckpt = bool(cfg.model.gradient_checkpointing)
     everywhere, train_only = PHASES, ("backward", "optimizer")
     c = [Component("weights", p * w, everywhere, f"{format_count(p)} params x {w} B ({weights_dtype(dtype)})")]
     if lora.enabled:
@@ -238,6 +254,16 @@ def estimate_peak_memory(
             )
         )
 
+    return c
+
+
+def _step_tensors(arch: Arch, cfg: RunConfig, dtype: str, mb: int, seq: int) -> list[Component]:
+    """A microbatch's activations (checkpointed or not, LoRA's input copies included), its
+    logits (whole or chunked) and the entropy bonus's graph."""
+    _, b = _bytes_per_value(dtype)
+    lora = cfg.model.lora
+    ckpt = bool(cfg.model.gradient_checkpointing)
+    c: list[Component] = []
     lora_bytes = lora_activation_bytes_per_token_layer(arch, lora.rank, lora.targets) if lora.enabled else 0
     act = activation_bytes_per_token(arch, b, ckpt, lora_bytes) * mb * seq
     per_layer = activation_bytes_per_token_layer(arch, b) + lora_bytes
@@ -283,6 +309,19 @@ def estimate_peak_memory(
             )
         )
 
+    return c
+
+
+def _sampler(
+    arch: Arch, cfg: RunConfig, dtype: str, seq: int, device: str, device_total_bytes: int | None
+) -> tuple[list[Component], list[str]]:
+    """What the rollouts hold: vLLM's pool (asleep or not) on a GPU, vLLM's own copy on CPU,
+    or transformers generate's KV cache; and the notes the estimate adds."""
+    w, b = _bytes_per_value(dtype)
+    p = arch.num_params()
+    on_gpu = device == "cuda"
+    everywhere, train_only = PHASES, ("backward", "optimizer")
+    c: list[Component] = []
     notes = []
     backend = resolve_backend(cfg.rollout.backend, vllm_installed())
     v = cfg.rollout.vllm
@@ -318,15 +357,7 @@ def estimate_peak_memory(
                 "generate KV cache", kv, ("rollout",), f"transformers generate: {batch} rows x {seq} tok x K and V"
             )
         )
-    c.append(
-        Component(
-            "runtime overhead",
-            OVERHEAD,
-            everywhere,
-            "CUDA context, workspaces, slack (assumed)" if on_gpu else "libraries (assumed)",
-        )
-    )
-    return MemoryEstimate(c, device, dtype, p, mb, seq, notes)
+    return c, notes
 
 
 @dataclass
