@@ -13,6 +13,7 @@ peft is an optional extra (pip install grpoctl[lora]); nothing imports it until 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,10 @@ ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
 def check_peft() -> None:
     """peft imports here, or one line that says how to get it."""
+    # peft imports bitsandbytes where it is installed, whose CPU backend then warns that an
+    # optional 4-bit kernel from the hub cannot load: LoRA here never runs 4-bit, so that
+    # line would only alarm. Its logger is quieted below errors before the first import.
+    logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
     try:
         import peft  # noqa: F401
     except ImportError as exc:
