@@ -1,5 +1,5 @@
 """A sanity check that a toy cannot pass (issue 40): each built-in loss, and the example
-plugin, drives train accuracy above 95% within its step budget (LOSSES: 100 steps), on
+plugin, drives train accuracy above 95% within its step budget (LOSSES: 60-75 steps), on
 lab problems the base model solves 20-80% of the time.
 
 The problems: the first 200 distinct lab training problems, each sampled SAMPLES times
@@ -12,7 +12,8 @@ reward, or learns its sign wrongly, stays near the base's 33% of the first steps
 
 Measured (one core, CPU-deterministic): grpo_clip and the plugin reach it at step 40
 (the same run, float for float), cispo and grpo_no_clip at 41, reinforce_with_baseline at
-51; no_baseline never does (below). The end-to-end tier: about 3 CPU-minutes in all.
+51; no_baseline never does (below; at lr 6e-4 instead of 2e-4 it did worse, 0.75 at step
+200). The end-to-end tier: about 2 CPU-minutes in all.
 """
 
 from __future__ import annotations
@@ -37,13 +38,15 @@ TARGET = 0.95
 # ratio has the gradient -A grad log p, so those run 2 epochs per rollout batch, where the
 # ratio moves and their clips act; the losses without one are on-policy only.
 OFF_POLICY = {"loop.epochs_per_rollout_batch": 2}
+# The budgets are about 1.5x the step each reached when measured (below); no_baseline's
+# 100 steps are enough to show it stuck (measured to step 200 too).
 LOSSES = {
-    "grpo_clip": (OFF_POLICY, 100),
-    "grpo_no_clip": (OFF_POLICY, 100),
-    "cispo": (OFF_POLICY, 100),
-    f"{REPO / 'examples' / 'losses' / 'clipped.py'}:clipped": (OFF_POLICY, 100),
-    "reinforce_with_baseline": ({}, 100),
-    "no_baseline": ({}, 200),
+    "grpo_clip": (OFF_POLICY, 60),
+    "grpo_no_clip": (OFF_POLICY, 60),
+    "cispo": (OFF_POLICY, 60),
+    f"{REPO / 'examples' / 'losses' / 'clipped.py'}:clipped": (OFF_POLICY, 60),
+    "reinforce_with_baseline": ({}, 75),
+    "no_baseline": ({}, 100),
 }
 
 
@@ -101,7 +104,8 @@ def _reached(series: list[float]) -> int | None:
 
 # Without a baseline a wrong answer weighs nothing, so a problem the policy has come to
 # answer wrongly with certainty gives no signal again: measured, 1 or 2 of each step's 8
-# prompts stay all wrong, and train accuracy stays at 0.75-0.88 from step 100 to 200.
+# prompts stay all wrong, and train accuracy stays at 0.75-0.88 from step 100 to 200
+# (measured with a 200-step budget).
 NO_BASELINE_STUCK = "no_baseline plateaus at 0.88: problems answered wrongly with certainty teach it nothing"
 CASES = [
     pytest.param(loss, marks=pytest.mark.xfail(strict=True, reason=NO_BASELINE_STUCK))
