@@ -155,23 +155,3 @@ def test_the_shipped_base_is_the_variants_start(stand_in, tmp_path):
     b = AutoModelForCausalLM.from_pretrained(boxed, dtype=torch.float32).state_dict()
     moved = max(float((a[k] - b[k]).abs().max()) for k in a)
     assert 0 < moved < 0.01
-
-
-def test_the_shipped_lab_long_is_its_recipes_and_resolves_without_building(tmp_path):
-    """lab-long ships (its build takes about 11 CPU-minutes): under its recipe's key, with
-    the base's tokenizer and shape, and it is used as it is."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    shipped = lw.SHIPPED / f"{LAB_LONG}-{recipe_key(LAB_LONG)}"
-    assert (shipped / "config.json").is_file(), f"no shipped lab-long for the recipe's key {recipe_key(LAB_LONG)}"
-    meta = json.loads((shipped / "lab_build.json").read_text())
-    assert meta["model.path"] == LAB_LONG and meta["build_key"] == recipe_key(LAB_LONG)
-    assert [p["phase"] for p in meta["phases"]] == [p.name for p in lab_recipe.LONG_PHASES]
-    lines: list[str] = []
-    assert lw.resolve_lab_model(LAB_LONG, tmp_path / "cache", log=lines.append) == shipped
-    assert lines == [] and not (tmp_path / "cache").exists()
-    base = lw.resolve_lab_model("lab", tmp_path / "cache", log=lines.append)
-    text = "User: 96+6+8-3-6-1-1+7+3+1\nAssistant: <think> 96+6=102 102+8=110 </think> <answer>189</answer>"
-    assert AutoTokenizer.from_pretrained(shipped)(text).input_ids == AutoTokenizer.from_pretrained(base)(text).input_ids
-    model = AutoModelForCausalLM.from_pretrained(shipped, dtype=torch.float32)
-    assert sum(p.numel() for p in model.parameters()) == lab_recipe.LAB_PARAMS
