@@ -123,7 +123,7 @@ def test_an_empty_registry_and_a_bad_page(tmp_path):
 
 
 def test_the_knobs_page_reads_the_knob_studies_registry_and_writes_beside_the_lab_page(monkeypatch):
-    """experiments/pages/lab-knobs.yaml (issue 22's studies): its paths resolve from its own
+    """experiments/pages/lab-knobs.yaml (issue 22's and issue 40's studies): its paths resolve from its own
     folder, as results_page.py resolves them, to their own registry and folder in docs/results/."""
     monkeypatch.syspath_prepend(str(ROOT / "scripts"))
     import results_page
@@ -135,7 +135,16 @@ def test_the_knobs_page_reads_the_knob_studies_registry_and_writes_beside_the_la
     assert (page.parent / spec["registry"]).resolve() == ROOT / "docs" / "results" / "lab-knobs.db.xz"
     assert (page.parent / spec["out"]).resolve() == ROOT / "docs" / "results" / "knobs"
     studies = [F.read_findings(p)[0] for p in F.family_specs(page)]
-    assert studies == ["lab-overlong", "lab-dynamic-sampling", "lab-entropy-bonus"]
+    assert studies == [
+        "lab-overlong",
+        "lab-dynamic-sampling",
+        "lab-entropy-bonus",
+        "lab-cispo",
+        "lab-entropy-strong",
+        "lab-kl",
+        "lab-group-shape",
+        "lab-curriculum",
+    ]
 
 
 def _member_runs(registry, study: str, variant: str):
