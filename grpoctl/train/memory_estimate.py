@@ -93,6 +93,7 @@ class Component:
 
 
 PHASES = ("rollout", "backward", "optimizer")  # the optimizer step; the tracker's boundaries bear the same names
+TRAIN_ONLY = ("backward", "optimizer")  # what training holds and a sleeping sampler does not need
 
 
 @dataclass
@@ -206,20 +207,19 @@ def _training_state(arch: Arch, cfg: RunConfig, dtype: str) -> list[Component]:
     # (train/lora.py) whatever the frozen weights' dtype: its gradients and AdamW states too.
     lora = cfg.model.lora
     trained, tw = (arch.lora_params(lora.rank, lora.targets), 4) if lora.enabled else (p, w)
-    everywhere, train_only = PHASES, ("backward", "optimizer")
-    c = [Component("weights", p * w, everywhere, f"{format_count(p)} params x {w} B ({weights_dtype(dtype)})")]
+    c = [Component("weights", p * w, PHASES, f"{format_count(p)} params x {w} B ({weights_dtype(dtype)})")]
     if lora.enabled:
         c.append(
             Component(
                 "LoRA adapter",
                 trained * tw,
-                everywhere,
+                PHASES,
                 f"{format_count(trained)} params (rank {lora.rank}, {', '.join(lora.targets)}) x 4 B (float32)",
             )
         )
-        c.append(Component("gradients", trained * tw, train_only, "the adapter's alone (4 B/param)"))
+        c.append(Component("gradients", trained * tw, TRAIN_ONLY, "the adapter's alone (4 B/param)"))
     else:
-        c.append(Component("gradients", p * w, train_only, f"same dtype as the weights ({w} B/param)"))
+        c.append(Component("gradients", p * w, TRAIN_ONLY, f"same dtype as the weights ({w} B/param)"))
     if w != b:
         c.append(
             Component(
@@ -234,7 +234,7 @@ def _training_state(arch: Arch, cfg: RunConfig, dtype: str) -> list[Component]:
             Component(
                 "optimizer states",
                 int(trained * per),
-                everywhere,
+                PHASES,
                 f"8-bit AdamW: 2 x 1 B + block absmax = {per:.3f} B/param"
                 + (" of the adapter" if lora.enabled else ""),
             )
@@ -242,9 +242,7 @@ def _training_state(arch: Arch, cfg: RunConfig, dtype: str) -> list[Component]:
     else:
         whose = "the adapter's" if lora.enabled else "the params'"
         c.append(
-            Component(
-                "optimizer states", trained * 2 * tw, everywhere, f"AdamW m, v in {whose} dtype: 2 x {tw} B/param"
-            )
+            Component("optimizer states", trained * 2 * tw, PHASES, f"AdamW m, v in {whose} dtype: 2 x {tw} B/param")
         )
     if cfg.optimizer.name == "adamw":
         # torch's multi-tensor AdamW builds one state-sized temporary (sqrt of v) per step.
@@ -320,7 +318,6 @@ def _sampler(
     w, b = _bytes_per_value(dtype)
     p = arch.num_params()
     on_gpu = device == "cuda"
-    everywhere, train_only = PHASES, ("backward", "optimizer")
     c: list[Component] = []
     notes = []
     backend = resolve_backend(cfg.rollout.backend, vllm_installed())
@@ -333,18 +330,18 @@ def _sampler(
         util = f"gpu_memory_utilization {v.gpu_memory_utilization} x device"
         if sleep:
             c.append(Component("vLLM pool", pool, ("rollout",), f"{util}; asleep while training"))
-            c.append(Component("vLLM asleep", SLEEP_RESIDUAL, train_only, "what stays outside the pool (assumed)"))
+            c.append(Component("vLLM asleep", SLEEP_RESIDUAL, TRAIN_ONLY, "what stays outside the pool (assumed)"))
             if v.sleep_level == 1:
                 notes.append(f"sleep level 1 parks vLLM's weights in CPU RAM: {p * b / GiB:.2f} GiB of host memory")
         else:
-            c.append(Component("vLLM pool", pool, everywhere, f"{util}; held throughout (sleep mode off)"))
+            c.append(Component("vLLM pool", pool, PHASES, f"{util}; held throughout (sleep mode off)"))
     elif backend == "vllm":
         kv = int(v.cpu_kvcache_space_gb * GiB)
         c.append(
             Component(
                 "vLLM weights + KV",
                 p * b + kv,
-                everywhere,
+                PHASES,
                 f"its own weight copy + cpu_kvcache_space_gb {v.cpu_kvcache_space_gb}",
             )
         )
