@@ -315,6 +315,15 @@ def level_series(level: int, what: str) -> str:
 # --------------------------------------------------------------------------- time/ and mem/
 
 STEP_TIME = _metric("time/step", "seconds of one whole GRPO step", "s", False)
+# The compute axis beside the counted ones (rollouts, optimizer updates): wall time is not
+# one, since under contention the same step took 0.54 s in one run and 0.90 s in another.
+STEP_CPU = _metric(
+    "time/cpu",
+    "CPU-seconds the trainer's process spent in one whole GRPO step (every thread, user and system; "
+    "a vLLM engine's own processes are not counted)",
+    "s",
+    False,
+)
 MEM_PEAK = _metric("mem/peak", "highest memory seen at any phase boundary of the step", "MiB", False)
 MEM_VLLM_POOL = _metric(
     "mem/vllm_pool",

@@ -259,6 +259,8 @@ def test_phases_time_and_measure_together_nested_and_repeated():
     m = phases.metrics
     assert m["time/backward"] >= 0.02 and m["time/train"] >= m["time/backward"] + m["time/optimizer"]
     assert m["time/step"] >= m["time/train"]
+    # time/cpu is the process's CPU-seconds: the sleeps are wall time, not CPU time.
+    assert 0 < m["time/cpu"] < m["time/step"] - 0.015
     for name in ("backward", "optimizer", "train"):
         assert {f"mem/{k}_after_{name}" for k in ("peak", "reserved", "device_free")} <= set(m)
     # The outer phase's peak covers the phases inside it, though the tracker was reset at each.

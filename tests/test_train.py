@@ -41,6 +41,7 @@ REQUIRED_METRICS = [
     "time/train",
     "time/eval",
     "time/step",
+    "time/cpu",
     "mem/peak",
 ]
 

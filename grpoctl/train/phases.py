@@ -8,7 +8,8 @@ A phase that runs several times in a step (backward and optimizer, once per opti
 step) adds up its time and keeps its highest memory figures. Phases nest (backward and
 optimizer run inside train): the tracker's peak covers only the time since its last
 boundary, so an outer phase's peak is the highest of its own and of every phase inside
-it. `phases.step()` wraps a whole GRPO step: time/step and mem/peak (and mem/vllm_pool, the
+it. `phases.step()` wraps a whole GRPO step: time/step, time/cpu (the process's CPU-seconds),
+mem/peak (and mem/vllm_pool, the
 vLLM pool the mem/ figures leave out, where there is one: train/memory.py), and the
 throughput (tokens per second) of the phases that counted their tokens (`count_tokens`).
 """
@@ -57,9 +58,9 @@ class Phases:
 
     @contextmanager
     def step(self) -> Iterator[None]:
-        """A whole GRPO step: its seconds (time/step), the highest peak of its phases (mem/peak)
-        and the throughput of each phase that counted its tokens."""
-        started = time.perf_counter()
+        """A whole GRPO step: its seconds (time/step) and CPU-seconds (time/cpu), the highest
+        peak of its phases (mem/peak) and the throughput of each phase that counted its tokens."""
+        started, cpu_started = time.perf_counter(), time.process_time()
         self.memory.start_step()
         yield
         for phase, tokens in self.tokens.items():
@@ -70,4 +71,5 @@ class Phases:
         pool = self.memory.pool_mib()
         if pool:
             self.metrics[metrics.MEM_VLLM_POOL] = pool
+        self.metrics[metrics.STEP_CPU] = time.process_time() - cpu_started
         self.metrics[metrics.STEP_TIME] = time.perf_counter() - started
