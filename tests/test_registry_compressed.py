@@ -83,3 +83,30 @@ def test_a_missing_or_broken_file_is_one_line(tmp_path, cache, content):
 def test_the_registry_names_the_compressed_file_not_its_cache(packed, cache):
     with Registry(str(packed), readonly=True) as registry:
         assert registry.public_url == f"sqlite:///{packed}"
+
+
+def test_a_snapshot_without_its_indexes_reads_back_with_them(tmp_path, cache):
+    import sqlite3
+
+    db = tmp_path / "whole.db"
+    with Registry(str(db)) as registry:
+        run = registry.create_run(name="r", config={}, config_diff={}, config_hash="s" * 16, seed=0, total_steps=2)
+        registry.log_step(run.id, 1, {"train/reward": 0.5})
+
+    def indexes(path):
+        with sqlite3.connect(path) as conn:
+            return sorted(conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index'"))
+
+    whole = indexes(db)
+    stripped = tmp_path / "stripped.db"
+    shutil.copy(db, stripped)
+    dropped = C.strip_indexes(stripped)
+    assert {"ix_metric_run_name_step", "ux_metric_step_key"} <= set(dropped)
+    assert not set(dropped) & {name for name, _ in indexes(stripped)}
+    packed = tmp_path / "stripped.db.xz"
+    with open(stripped, "rb") as raw, lzma.open(packed, "wb") as xz:
+        shutil.copyfileobj(raw, xz)
+    copy = C.decompressed(packed)
+    assert indexes(copy) == whole  # every declared index, as the registry made it
+    with Registry(str(packed), readonly=True) as registry:
+        assert registry.metric_of_runs([run.id], "train/reward") == {run.id: [(1, 0.5)]}

@@ -10,6 +10,14 @@ The cache is `$GRPOCTL_CACHE_DIR`, else `$XDG_CACHE_HOME/grpoctl`, else
 `~/.cache/grpoctl`, under `registries/`, one copy per compressed file's content and
 schema revision. Two processes that decompress the same file at
 once each write a temporary file and rename it into place, so neither reads a half.
+
+A committed registry may leave out its indexes (`strip_indexes`, which
+scripts/snapshot_lab_registry.sh runs before compressing): they are rebuilt from the
+data, and hold about half of a registry's compressed size. The cached copy gets every
+index the tables declare (models.py) back before it is opened, so a stripped snapshot and
+a whole one read alike. Strip only a registry at this grpoctl's schema revision (HEAD),
+as the snapshot script's grpoctl leaves it: a revision that changes an index must rebuild
+the stripped ones first.
 """
 
 from __future__ import annotations
@@ -21,8 +29,14 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from sqlalchemy import Connection, Engine, Index, create_engine, inspect
+from sqlmodel import SQLModel
+
 from grpoctl.errors import UserError
-from grpoctl.registry import schema
+from grpoctl.registry import (
+    models,  # noqa: F401  (declares the tables and indexes on SQLModel.metadata)
+    schema,
+)
 
 SUFFIX = ".xz"
 CHUNK = 1 << 20
@@ -67,6 +81,7 @@ def decompressed(path: str | Path) -> Path:
         try:
             with os.fdopen(fd, "wb") as out, lzma.open(source) as compressed:
                 shutil.copyfileobj(compressed, out, CHUNK)
+            _rebuild_indexes(Path(partial))
             os.replace(partial, target)
         except lzma.LZMAError as exc:
             raise UserError(f"registry {source} is not a readable xz file ({exc})") from None
@@ -75,6 +90,54 @@ def decompressed(path: str | Path) -> Path:
                 os.unlink(partial)
     _sources[target.resolve()] = source
     return target
+
+
+def strip_indexes(path: str | Path) -> list[str]:
+    """Drop every index the tables declare (models.py) from the SQLite registry at `path`,
+    to compress it: `decompressed` builds them again. Returns the names dropped."""
+    engine = _sqlite(path)
+    try:
+        with engine.begin() as conn:
+            dropped = sorted(name for name in _declared_indexes() if name in _present_indexes(conn))
+            for name in dropped:
+                conn.exec_driver_sql(f'DROP INDEX "{name}"')
+        with engine.connect() as conn:
+            conn.exec_driver_sql("VACUUM")
+    finally:
+        engine.dispose()
+    return dropped
+
+
+def _rebuild_indexes(path: Path) -> None:
+    """Create the declared indexes a stripped snapshot left out (none on a whole one). Only
+    at this grpoctl's schema revision, whose indexes models.py declares: a snapshot of an
+    older revision is left to its migrations."""
+    engine = _sqlite(path)
+    try:
+        with engine.begin() as conn:
+            if schema.revision_of(conn) != schema.HEAD:
+                return
+            present = _present_indexes(conn)
+            tables = set(inspect(conn).get_table_names())
+            for name, index in _declared_indexes().items():
+                if name not in present and index.table is not None and index.table.name in tables:
+                    index.create(conn)
+    finally:
+        engine.dispose()
+
+
+def _declared_indexes() -> dict[str, Index]:
+    """The indexes of the tables models.py declares."""
+    return {str(index.name): index for table in SQLModel.metadata.sorted_tables for index in table.indexes}
+
+
+def _present_indexes(conn: Connection) -> set[str]:
+    # Read from sqlite_master, not by reflection, which skips expression indexes (ux_metric_step_key).
+    return {name for (name,) in conn.exec_driver_sql("SELECT name FROM sqlite_master WHERE type = 'index'")}
+
+
+def _sqlite(path: str | Path) -> Engine:
+    return create_engine(f"sqlite:///{path}")
 
 
 def source_of(path: str | Path) -> Path | None:
