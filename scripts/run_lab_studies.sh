@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Run, or resume, the lab's studies one after another, on one core: the seven of issue 21
 # (`seven`, the default), or the three knob studies of issue 22, queued after them, into
-# their own registry (`knobs`), or issue 40's five recipe studies into that registry too (`recipe`). The studies write a live registry under outputs/registries/,
-# started from the committed one (docs/results/lab.db.xz, lab-knobs.db.xz) when it is not
-# there yet; commit it compressed with scripts/snapshot_lab_registry.sh.
+# their own registry (`knobs`), or issue 40's five recipe studies into that registry too
+# (`recipe`), or issue 42's seven on the new instrument (`studies`: experiments/studies/,
+# registry studies.db, whose lr rule is scripts/lr_winner.py's). The studies write a live
+# registry under outputs/registries/, started from the committed one (docs/results/lab.db.xz,
+# lab-knobs.db.xz, studies.db.xz) when it is not there yet; commit it compressed with
+# scripts/snapshot_lab_registry.sh.
 #
-#   scripts/run_lab_studies.sh [seven|knobs|recipe]   # run what is left of the suite, in order
+#   scripts/run_lab_studies.sh [seven|knobs|recipe|studies]   # run what is left of the suite, in order
 #   nohup scripts/run_lab_studies.sh > outputs/lab-studies.log 2>&1 &
 #   kill -TERM "$(cat outputs/lab-studies.pid)"   # pause: members checkpoint, end `interrupted`
 #   scripts/run_lab_studies.sh              # ... and resume them
@@ -73,8 +76,17 @@ case "$SUITE" in
     PAGE=experiments/pages/lab-knobs.yaml
     declare -A ESTIMATE_MIN=([lab-group-shape]=5 [lab-kl]=7 [lab-curriculum]=11 [lab-cispo]=16
                              [lab-entropy-strong]=27) ;;
+  studies)  # issue 42: the seven again, on the new instrument, into their own registry
+    DB=${LAB_DB:-outputs/registries/studies.db}
+    STUDIES=(studies/lr-select studies/lr studies/baseline studies/length-normalization
+             studies/off-policy studies/std-normalization studies/prompt studies/sft-init)
+    PAGE=experiments/pages/studies.yaml
+    # docs/studies-cost.md; the specs written after lr-select's winner are costed there
+    declare -A ESTIMATE_MIN=([studies/lr-select]=25 [studies/lr]=0 [studies/baseline]=0
+                             [studies/length-normalization]=0 [studies/off-policy]=0
+                             [studies/std-normalization]=0 [studies/prompt]=0 [studies/sft-init]=0) ;;
   *)
-    echo "usage: scripts/run_lab_studies.sh [seven|knobs|recipe] (got '$SUITE')" >&2
+    echo "usage: scripts/run_lab_studies.sh [seven|knobs|recipe|studies] (got '$SUITE')" >&2
     exit 2 ;;
 esac
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1  # one thread per trainer (grpoctl also picks 1 for the lab's model)
@@ -178,7 +190,13 @@ total_cpu=0
 for i in "${!STUDIES[@]}"; do
   study=${STUDIES[$i]}
   spec="experiments/$study.yaml"
-  if [[ $study != lab-lr-sweep ]]; then
+  if [[ $SUITE == studies ]]; then
+    if [[ $study != studies/lr-select ]]; then  # lr-select.yaml's rule, and the spec at its winner
+      "$PYTHON" scripts/lr_winner.py --db "$DB" --check "$spec" | tail -1
+      rc=${PIPESTATUS[0]}
+      if (( rc != 0 )); then exit "$rc"; fi
+    fi
+  elif [[ $study != lab-lr-sweep ]]; then
     check_lr_winner
     rc=$?
     if (( rc != 0 )); then exit "$rc"; fi
