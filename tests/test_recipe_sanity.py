@@ -77,10 +77,8 @@ def base_pass_rates(tmp_path: Path) -> list[tuple[object, float]]:
     ]
 
 
-@pytest.fixture(scope="module")
-def problems(tmp_path_factory) -> Path:
-    """train.jsonl (the chosen problems) and eval.jsonl (8 others, evaluated never) in a directory."""
-    where = tmp_path_factory.mktemp("sanity")
+def write_problems(where: Path) -> Path:
+    """train.jsonl (the chosen problems) and eval.jsonl (8 others, evaluated never) in `where`."""
     rated = base_pass_rates(where)
     chosen = [(p, rate) for p, rate in rated if p.level == LEVEL and 0.25 <= rate <= 0.75]
     assert len(chosen) >= PROBLEMS, len(chosen)
@@ -92,6 +90,42 @@ def problems(tmp_path_factory) -> Path:
         lines = [json.dumps({"problem": p.question, "answer": p.answer}) for p in rows]
         (where / f"{name}.jsonl").write_text("\n".join(lines) + "\n")
     return where
+
+
+@pytest.fixture(scope="module")
+def problems(tmp_path_factory) -> Path:
+    return write_problems(tmp_path_factory.mktemp("sanity"))
+
+
+def train_args(problems: Path, loss_type: str, steps: int, reuse: dict, lr: float, db: Path) -> list[str]:
+    """`grpoctl train` arguments for one loss on the problems in `problems` (the lab pilot of
+    docs/lab-pilots/README.md, issue 40, runs these too)."""
+    return [
+        "train",
+        "lab",
+        "data.source=jsonl",
+        f"data.train_path={problems / 'train.jsonl'}",
+        f"data.eval_path={problems / 'eval.jsonl'}",
+        f"loss.loss_type={loss_type}",
+        f"loop.n_grpo_steps={steps}",
+        *[f"{key}={value}" for key, value in reuse.items()],
+        f"optimizer.lr={lr}",
+        "eval.every=0",
+        "eval.at_start=false",
+        "checkpoint.every=0",
+        f"checkpoint.dir={problems / 'ckpt'}",
+        f"runtime.cache_dir={problems / 'cache'}",
+        "runtime.threads=1",
+        "logging.live=false",
+        f"--db={db}",
+    ]
+
+
+def step_series(db: Path, name: str) -> list[float]:
+    """One metric's per-step values (not per optimizer step) of the one run in `db`, by step."""
+    with sqlite3.connect(db) as conn:
+        query = "SELECT value FROM metric WHERE name = ? AND opt_step IS NULL ORDER BY step"
+        return [v for (v,) in conn.execute(query, (name,))]
 
 
 def _reached(series: list[float]) -> int | None:
@@ -119,33 +153,8 @@ CASES = [
 def test_the_loss_learns_problems_the_base_half_solves(problems, loss_type):
     reuse, steps = LOSSES[loss_type]
     db = problems / f"{loss_type.rsplit('/', 1)[-1].replace(':', '-')}.db"
-    out = invoke(
-        "train",
-        "lab",
-        "data.source=jsonl",
-        f"data.train_path={problems / 'train.jsonl'}",
-        f"data.eval_path={problems / 'eval.jsonl'}",
-        f"loss.loss_type={loss_type}",
-        f"loop.n_grpo_steps={steps}",
-        *[f"{key}={value}" for key, value in reuse.items()],
-        f"optimizer.lr={LR}",
-        "eval.every=0",
-        "eval.at_start=false",
-        "checkpoint.every=0",
-        f"checkpoint.dir={problems / 'ckpt'}",
-        f"runtime.cache_dir={problems / 'cache'}",
-        "runtime.threads=1",
-        "logging.live=false",
-        f"--db={db}",
-        cwd=problems,
-    )
+    out = invoke(*train_args(problems, loss_type, steps, reuse, LR, db), cwd=problems)
     assert out.returncode == 0, out.stderr[-3000:]
-    with sqlite3.connect(db) as conn:
-        series = [
-            v
-            for (v,) in conn.execute(
-                "SELECT value FROM metric WHERE name = ? AND opt_step IS NULL ORDER BY step", (metrics.ANSWER_REWARD,)
-            )
-        ]
+    series = step_series(db, metrics.ANSWER_REWARD)
     assert statistics.mean(series[:3]) < 0.6  # it starts where the base is
     assert _reached(series) is not None, [round(v, 2) for v in series]
