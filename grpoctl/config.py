@@ -42,7 +42,7 @@ from grpoctl.config_schema import (  # noqa: F401
     WarmStartConfig,
 )
 from grpoctl.errors import UserError
-from grpoctl.rules import is_off_policy
+from grpoctl.rules import is_off_policy, updates_per_grpo_step
 
 # Short names accepted by `sweep` and on the command line (`lr=1e-5`): key(aliases=...).
 ALIASES = {alias: k.path for k in KEY_RULES.values() for alias in k.aliases}
@@ -281,6 +281,8 @@ def derived_sizes(cfg: RunConfig) -> DerivedSizes:
     return DerivedSizes(
         prompts_per_rollout_batch=r.rollout_batch_size // r.group_size,
         microbatch_size=loop.train_batch_size // loop.gradient_accumulation_steps,
-        optimizer_steps_per_grpo_step=loop.epochs_per_rollout_batch * r.rollout_batch_size // loop.train_batch_size,
+        optimizer_steps_per_grpo_step=updates_per_grpo_step(
+            loop.epochs_per_rollout_batch, r.rollout_batch_size, loop.train_batch_size
+        ),
         off_policy=is_off_policy(loop.epochs_per_rollout_batch, loop.train_batch_size, r.rollout_batch_size),
     )

@@ -103,6 +103,14 @@ def is_off_policy(epochs_per_rollout_batch: int, train_batch_size: int, rollout_
     return epochs_per_rollout_batch > 1 or train_batch_size < rollout_batch_size
 
 
+def updates_per_grpo_step(epochs_per_rollout_batch: int, rollout_batch_size: int, train_batch_size: int) -> int:
+    """Optimizer updates one GRPO step takes: one per train batch, each epoch over the
+    rollout batch again. Exact for every recorded step: the config is refused unless
+    train_batch_size divides rollout_batch_size, and a step always trains on a full
+    rollout batch (dynamic sampling fills a short one with zero-weight groups)."""
+    return epochs_per_rollout_batch * rollout_batch_size // train_batch_size
+
+
 # --------------------------------------------------------------------------- what "auto" means
 
 

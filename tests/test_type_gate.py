@@ -66,7 +66,7 @@ def engine_copy(typo: bool) -> str:
         assert "loop.train_batch_size" in body
         body = body.replace("loop.train_batch_size", "loop.train_bach_size", 1)
     return (
-        "from grpoctl.config import Config, DerivedSizes, RunConfig\nfrom grpoctl.rules import is_off_policy\n\n\n"
+        "from grpoctl.config import Config, DerivedSizes, RunConfig\nfrom grpoctl.rules import is_off_policy, updates_per_grpo_step\n\n\n"
         + body
     )
 
