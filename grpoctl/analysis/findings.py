@@ -8,7 +8,7 @@ threshold, for whether this setup can show it at all:
       - id: std-accuracy
         claim: "Dividing by the group's reward std gives higher accuracy (Qwen: 0.72 vs 0.65)."
         variant: std_off            # set against the spec's baseline
-        measure: plateau            # plateau | collapse | peak_decline | auc | grad_norm
+        measure: plateau            # plateau | collapse | peak_decline | auc | steps_to_share | grad_norm | series
         expect: lower               # higher | lower | same (the variant's measure against the baseline's)
         seed_effect: -0.07          # optional: the seed's own difference, in the measure's units
         delta: 0.03                 # expect: same only: the equivalence margin (default 3 points)
@@ -28,7 +28,13 @@ Measures, one number per run (then per seed against the baseline's):
   default 1) has made `share` of the run's gain, from its first window to its last: a
   speed, in steps, for "learns faster" (a run that gains nothing has no such step);
 - grad_norm: the mean of its per-step `train/grad_norm` over its steps (the one
-  gradient-norm measure, also compare's column).
+  gradient-norm measure, also compare's column);
+- series: the mean of the per-step series its `curve:` names (required: any train/ or
+  time/ metric, such as train/response_length, train/ratio_max, train/ratio_min,
+  train/clip_fraction, train/token_entropy) over the steps `steps: [first, last]` the run
+  recorded (default: every step), in the series' own unit, so that a mechanism (length,
+  drift) is declared with its expected direction like any finding; a run with a
+  non-finite value there has no mean, as for grad_norm.
 
 `curve:` names the curve a measure reads: `eval/accuracy` (the headline greedy eval, the
 default), a sampled score such as `eval/pass@1` (the mean over n samples at temperature 1,
@@ -39,12 +45,36 @@ per-problem outcomes (analysis/problems.py), and the test is the one the design 
 (analysis/design.py): arms with matched seeds are paired, with the problems in the
 interval where outcomes were recorded.
 
+`axis:` (auc and steps_to_share only) is the compute the speed is counted in
+(analysis/axes.py has the vocabulary and how each is counted): `step` (the default, GRPO
+steps), `update` (optimizer updates), `rollout` (rollouts generated, dynamic sampling's
+extra rounds included) or `cpu_second` (the trainer's CPU-seconds, time/cpu). On any
+axis but `step` the arms are compared at an equal budget: each curve is placed on the
+axis (an eval at the cost of the steps before it and its own, a per-step train point at
+the cost of the steps before it) and read over the range every run of both arms covers,
+[0, X] with X the smallest final value over them (a diverged run's included), so the arm
+that spends more per step is cut where the cheaper one ends; a curve with no point at 0
+(no step-0 eval) moves the start to the latest first point. auc is then the mean height
+over that range (the area, linear between points, over X: the curve's units, as on the
+step axis);
+steps_to_share the axis value at which a curve cut at X first makes `share` of its gain
+there. A run that did not record what its axis counts (time/cpu before it existed)
+leaves the finding "not testable here", with a note saying what is missing.
+
+    findings:
+      - {id: reuse-per-update, claim: "...", variant: e2, measure: auc, axis: update, expect: same, ...}
+      - {id: reuse-per-rollout, claim: "...", variant: e2, measure: auc, curve: train/reward, axis: rollout, ...}
+      - {id: reuse-per-cpu, claim: "...", variant: e2, measure: steps_to_share, share: 0.5, axis: cpu_second, ...}
+      - {id: reuse-drifts, claim: "...", variant: e16, measure: series, curve: train/ratio_max, steps: [50, 150],
+         expect: higher, ...}
+
 `testable:` is one rule or a list of rules, each a number measured on the runs with a
 threshold (analysis/testability.py has them). A finding is measured only on runs that
 ended (finished or diverged): a running member's evals so far are not its plateau.
 
 A finding's verdict, in the order it is decided: "not run" (its study, its variant or
-its baseline has no ended run yet), "not testable here" (a rule fails), "not seen" (every
+its baseline has no ended run yet), "not testable here" (a rule fails, or a run lacks
+what the finding's axis counts), "not seen" (every
 run of both arms measured the same number: no run of either "peaks then declines", say),
 "both at ceiling" for an equivalence claim whose arms both sit within delta of the
 measure's `ceiling` (no difference of delta fits there), then what the test says:
@@ -72,7 +102,7 @@ from pathlib import Path
 from typing import Any
 
 from grpoctl import metrics
-from grpoctl.analysis import paired, stats
+from grpoctl.analysis import axes, paired, stats
 from grpoctl.analysis.baseline import LAST_K
 from grpoctl.analysis.testability import Rule, parse_rules
 from grpoctl.errors import UserError
@@ -85,6 +115,7 @@ MEASURES = {
     "auc": "area under the eval curve",
     "steps_to_share": "first step reaching a share of the run's gain",
     "grad_norm": "mean train/grad_norm over steps",
+    "series": "mean of a per-step curve over steps",
 }
 EXPECT = ("higher", "lower", "same")
 FINDING_KEYS = {
@@ -102,10 +133,13 @@ FINDING_KEYS = {
     "share",
     "window",
     "ceiling",
+    "axis",
+    "steps",
 }
 ENDED = ("finished", "diverged")  # a diverged run is a result (lr x 3.3), not an accident
 PER_STEP = (metrics.REWARD,)  # curves a speed measure may read per step instead of per eval
-SPEED = ("auc", "steps_to_share")  # the measures that may read a per-step curve
+SPEED = ("auc", "steps_to_share")  # the measures that may read a per-step curve, on any compute axis
+NO_PROBLEMS = ("grad_norm", "steps_to_share", "series")  # measures no problem has a share in
 NOT_REPRODUCED = "not reproduced"
 
 
@@ -127,15 +161,38 @@ class Finding:
     window: int = 1  # steps_to_share: the trailing mean's points
     min_effect: float | None = None  # the smallest effect the claim means, signed in its direction
     ceiling: float = paired.CEILING  # the measure's ceiling, for an equivalence claim
+    axis: str = axes.STEP  # auc and steps_to_share: the compute axis they are read on (analysis/axes.py)
+    steps: tuple[int, int] | None = None  # series: the first and last step averaged (None: every step)
 
     @property
     def unit(self) -> str:
-        """What the measure's numbers are: accuracy-like (shown in points), steps, or a grad norm."""
+        """What the measure's numbers are: accuracy-like (shown in points), steps (or another
+        axis's units), a grad norm, or a series' own unit."""
         if self.measure == "grad_norm":
             return "grad norm"
         if self.measure == "steps_to_share":
-            return "steps"
+            return axes.UNITS[self.axis]
+        if self.measure == "series":
+            info = metrics.describe(self.curve)
+            return info.unit if info is not None else ""
         return "reward" if self.curve in PER_STEP else "accuracy"
+
+    @property
+    def measure_text(self) -> str:
+        """The measure in words, with its axis or step window where it has one."""
+        if self.measure == "series":
+            window = f"steps {self.steps[0]}-{self.steps[1]}" if self.steps else "every step"
+            return f"mean {self.curve} over {window}"
+        if self.axis == axes.STEP:
+            return MEASURES[self.measure]
+        if self.measure == "auc":
+            return f"area under the curve per {axes.AXES[self.axis]}, over the arms' common budget"
+        return f"{axes.UNITS[self.axis]} to a share of the run's gain, within the arms' common budget"
+
+
+def per_problem(measure: str, curve: str) -> bool:
+    """Whether each problem has a share in `measure` on `curve`: a weighted sum of evals."""
+    return measure not in NO_PROBLEMS and curve not in PER_STEP
 
 
 def _number(value: Any, where: str) -> float:
@@ -211,10 +268,19 @@ def parse_findings(raw: Any, study: str, variants: list[str], baseline: str | No
 
 def _curve_keys(item: dict, at: str) -> dict[str, Any]:
     """The keys of a finding beyond its first format: which curve it reads, a speed
-    measure's share and window, its declared minimum effect and its measure's ceiling."""
+    measure's share, window and axis, a series' steps, its declared minimum effect and
+    its measure's ceiling."""
     measure, out = item["measure"], {}
     curve = str(item.get("curve", metrics.EVAL_ACCURACY))
-    if curve in PER_STEP:
+    if measure == "series":
+        if "curve" not in item:
+            raise UserError(f"{at}: measure series needs 'curve', a per-step series such as {metrics.RESPONSE_LENGTH}")
+        if metrics.is_eval(curve) or metrics.describe(curve) is None:
+            raise UserError(
+                f"{at}: curve {curve!r} is not a per-step series grpoctl records "
+                f"(such as {metrics.RESPONSE_LENGTH}, {metrics.RATIO_MAX}, {metrics.STEP_CPU})"
+            )
+    elif curve in PER_STEP:
         if measure not in SPEED:
             raise UserError(f"{at}: curve {curve!r} is per step: only {' and '.join(SPEED)} read one")
     elif curve != metrics.EVAL_ACCURACY and not (
@@ -227,6 +293,20 @@ def _curve_keys(item: dict, at: str) -> dict[str, Any]:
     if measure == "grad_norm" and "curve" in item:
         raise UserError(f"{at}: measure grad_norm reads train/grad_norm: it takes no 'curve'")
     out["curve"] = curve
+    if "axis" in item:
+        if measure not in SPEED:
+            raise UserError(f"{at}: 'axis' belongs to the speed measures, {' and '.join(SPEED)}")
+        if item["axis"] not in axes.AXES:
+            raise UserError(f"{at}: axis {item['axis']!r} is not one of: {', '.join(axes.AXES)}")
+        out["axis"] = item["axis"]
+    if "steps" in item:
+        if measure != "series":
+            raise UserError(f"{at}: 'steps' belongs to measure: series")
+        steps = item["steps"]
+        whole = isinstance(steps, list) and len(steps) == 2 and all(type(s) is int for s in steps)
+        if not whole or not 1 <= steps[0] <= steps[1]:
+            raise UserError(f"{at}: steps must be [first, last], whole steps with 1 <= first <= last, got {steps!r}")
+        out["steps"] = (steps[0], steps[1])
     if measure == "steps_to_share":
         if "share" not in item:
             raise UserError(f"{at}: measure steps_to_share needs 'share', the share of the run's gain (0-1)")

@@ -349,7 +349,13 @@ def grad_norm_measure(series: list, at_step: int | None = None) -> float | None:
     mean of a run's per-step train/grad_norm up to `at_step`. One step's value swings
     with its batch; the mean over steps is what "lower gradient norms" means. NaN when
     any step's norm is not finite: such a run has no meaningful mean (JSON: null)."""
-    values = [v for s, v in series if at_step is None or s <= at_step]
+    return series_mean(series, None, at_step)
+
+
+def series_mean(series: list, first: int | None = None, last: int | None = None) -> float | None:
+    """The mean of a per-step series over its steps from `first` to `last` (either end
+    open when None); None without a step there, NaN when any of them is not finite."""
+    values = [v for s, v in series if (first is None or s >= first) and (last is None or s <= last)]
     if not values:
         return None
     if not all(v is not None and math.isfinite(v) for v in values):

@@ -18,10 +18,10 @@ from itertools import pairwise
 from typing import Any
 
 from grpoctl import metrics
-from grpoctl.analysis import design, paired, stats
+from grpoctl.analysis import axes, design, paired, stats
 from grpoctl.analysis.baseline import LAST_K, eval_curve_of, last_weights, seed_keys
-from grpoctl.analysis.findings import ENDED, NOT_REPRODUCED, PER_STEP, Finding
-from grpoctl.analysis.health import grad_norm_measure
+from grpoctl.analysis.findings import ENDED, NOT_REPRODUCED, Finding, per_problem
+from grpoctl.analysis.health import series_mean
 from grpoctl.analysis.problems import (
     ProblemMeasure,
     UnpairedProblems,
@@ -68,12 +68,19 @@ def measure_weights(measure: str, evals: list, after_step: int = 1) -> Weights |
 
 
 def run_measure(
-    measure: str, evals: list, grad_norm: list, after_step: int = 1, share: float | None = None, window: int = 1
+    measure: str,
+    evals: list,
+    series: list,
+    after_step: int = 1,
+    share: float | None = None,
+    window: int = 1,
+    steps: tuple[int, int] | None = None,
 ) -> float | None:
-    """One run's number for `measure` on the curve `evals` ((step, value, n) points) (None
-    when it has no data for it)."""
-    if measure == "grad_norm":
-        return grad_norm_mean(grad_norm)
+    """One run's number for `measure` on the curve `evals` ((step, value, n) points), or
+    on the per-step `series` ((step, value) points: train/grad_norm for grad_norm, the
+    finding's curve for series) (None when it has no data for it)."""
+    if measure in ("grad_norm", "series"):
+        return series_measure(series, steps)
     if measure == "steps_to_share":
         assert share is not None
         return steps_to_share(evals, share, window)
@@ -84,9 +91,10 @@ def run_measure(
     return sum(w * values[s] for s, w in weights.items())
 
 
-def grad_norm_mean(series: list) -> float | None:
-    """The one gradient-norm measure, compare's (analysis/health.py); None when not finite."""
-    value = grad_norm_measure(series)
+def series_measure(series: list, steps: tuple[int, int] | None = None) -> float | None:
+    """A per-step series' mean over the steps `steps` (first, last; every step when None)
+    that the run recorded, as compare's grad norm (analysis/health.py); None when not finite."""
+    value = series_mean(series, *(steps or (None, None)))
     return value if value is not None and math.isfinite(value) else None
 
 
@@ -121,9 +129,40 @@ def steps_to_share(curve: list, share: float, window: int = 1) -> float | None:
 def curve_of(rd: Any, curve: str) -> list:
     """A run's curve for a finding: its evals or a sampled score's (compare's), or a per-step
     series as (step, value, None) points."""
-    if curve in PER_STEP:
+    if not metrics.is_eval(curve):
         return [(s, v, None) for s, v in rd.series.get(curve, []) if math.isfinite(v)]
     return eval_curve_of(rd, curve) or []
+
+
+def placed(rd: Any, f: Finding) -> dict[int, float] | None:
+    """Where the points of a run's curve for the finding sit on its axis (analysis/axes.py);
+    None when the run did not record what the axis counts."""
+    steps = [s for s, *_ in curve_of(rd, f.curve)]
+    return axes.positions(rd, f.axis, steps, per_step=not metrics.is_eval(f.curve))
+
+
+Budget = tuple[float, float]  # the range [lo, hi] of an axis that every run of both arms covers
+
+
+def axis_weights(measure: str, rd: Any, f: Finding, budget: Budget | None) -> Weights | None:
+    """The points a measure sums, with their weights: on a compute axis, auc's mean height
+    over the common budget; else measure_weights on the step axis."""
+    if budget is not None and measure == "auc":
+        where = placed(rd, f)
+        return (axes.mean_height_weights(where, *budget) or None) if where else None
+    return measure_weights(measure, curve_of(rd, f.curve), f.after_step)
+
+
+def axis_steps_to_share(rd: Any, f: Finding, budget: Budget) -> float | None:
+    """steps_to_share on the finding's axis: the curve cut at the common budget, the share
+    of its gain there, and the axis's value where the share is first reached."""
+    where = placed(rd, f)
+    if not where:
+        return None
+    kept = [p for p in curve_of(rd, f.curve) if where[p[0]] <= budget[1]]
+    assert f.share is not None
+    step = steps_to_share(kept, f.share, f.window)
+    return None if step is None else where[int(step)]
 
 
 @dataclass
@@ -137,19 +176,28 @@ class Arm:
     def _keyed(self) -> list[tuple[Hashable, Any]]:
         return list(zip(seed_keys([rd.run for rd in self.runs]), self.runs, strict=True))
 
-    def by_seed(self, f: Finding, measure: str | None = None) -> dict[Hashable, float]:
-        """Each run's number for the finding's measure (or `measure`, on the finding's curve), by seed."""
+    def by_seed(self, f: Finding, measure: str | None = None, budget: Budget | None = None) -> dict[Hashable, float]:
+        """Each run's number for the finding's measure (or `measure`, on the finding's curve), by
+        seed; a speed measure on a compute axis over the arms' common `budget` (common_budget)."""
         measure = measure or f.measure
         out = {}
         for key, rd in self._keyed():
-            value = run_measure(
-                measure,
-                curve_of(rd, f.curve),
-                rd.series.get(metrics.GRAD_NORM, []),
-                f.after_step,
-                f.share,
-                f.window,
-            )
+            if budget is not None and measure == "steps_to_share":
+                value = axis_steps_to_share(rd, f, budget)
+            elif budget is not None and measure == "auc":
+                weights = axis_weights(measure, rd, f, budget)
+                values = {s: v for s, v, *_ in curve_of(rd, f.curve)}
+                value = None if weights is None else sum(w * values[s] for s, w in weights.items())
+            else:
+                value = run_measure(
+                    measure,
+                    curve_of(rd, f.curve),
+                    rd.series.get(f.curve if measure == "series" else metrics.GRAD_NORM, []),
+                    f.after_step,
+                    f.share,
+                    f.window,
+                    f.steps,
+                )
             if value is not None:
                 out[key] = value
         return out
@@ -157,17 +205,19 @@ class Arm:
     def per_seed(self, measure: str, after_step: int = 1) -> list[float]:
         return list(self.by_seed(Finding("", "", "", "", measure, "higher", (), after_step=after_step)).values())
 
-    def problems(self, f: Finding, measure: str | None = None) -> dict[Hashable, ProblemMeasure]:
+    def problems(
+        self, f: Finding, measure: str | None = None, budget: Budget | None = None
+    ) -> dict[Hashable, ProblemMeasure]:
         """Each run's measure problem by problem, by seed, where its outcomes are loaded and
         recorded (an eval measure only)."""
         measure = measure or f.measure
-        if measure in ("grad_norm", "steps_to_share") or f.curve in PER_STEP:
+        if not per_problem(measure, f.curve):
             return {}
         kind = outcome_kind(f.curve)
         out = {}
         for key, rd in self._keyed():
             stored = getattr(rd, "outcomes", {}).get(kind)
-            weights = measure_weights(measure, curve_of(rd, f.curve), f.after_step)
+            weights = axis_weights(measure, rd, f, budget)
             if stored and weights:
                 problems = weighted(stored, weights, f.curve)
                 if problems is not None:
@@ -199,6 +249,7 @@ class Result:
     robustness: dict[str, design.Choice | None] = field(default_factory=dict)
     unpaired: str = ""  # why recorded per-problem outcomes were not paired
     unended: int = 0  # runs of its arms still running (or interrupted, failed): left out
+    budget: Budget | None = None  # a speed measure on a compute axis: the range every run was read over
     note: str = ""
     verdict: str = ""
 
@@ -215,7 +266,7 @@ class Result:
     def problem_level(self) -> str | None:
         """Whether the interval covers the problems; None for a measure no problem has a part in."""
         f = self.finding
-        if f.measure in ("grad_norm", "steps_to_share") or f.curve in PER_STEP:
+        if not per_problem(f.measure, f.curve):
             return None
         if self.unpaired:
             return paired.LABELS["problems not paired"]
@@ -242,14 +293,34 @@ def _arm_runs(values: dict[Hashable, float], problems: dict[Hashable, ProblemMea
     return design.ArmRuns(values, {k: m.values for k, m in problems.items()})
 
 
+def common_budget(f: Finding, variant: Arm, base: Arm) -> tuple[Budget | None, int]:
+    """The range of the finding's compute axis that every run of both arms covers
+    (analysis/axes.py; None where they share none), and how many runs could not be placed
+    on the axis (they did not record what it counts: then there is no range)."""
+    where = [placed(rd, f) for rd in variant.runs + base.runs]
+    missing = sum(p is None for p in where)
+    return (None if missing else axes.common_range([p for p in where if p is not None])), missing
+
+
+def arm_values(f: Finding, variant: Arm, base: Arm) -> tuple[dict[Hashable, float], dict[Hashable, float]]:
+    """The finding's measure in both arms by seed, at their common budget on a compute axis
+    (none where the axis cannot be read)."""
+    budget = None
+    if f.axis != axes.STEP:
+        budget = common_budget(f, variant, base)[0]
+        if budget is None:
+            return {}, {}
+    return variant.by_seed(f, budget=budget), base.by_seed(f, budget=budget)
+
+
 def compared(
-    f: Finding, variant: Arm, base: Arm, measure: str | None = None
+    f: Finding, variant: Arm, base: Arm, measure: str | None = None, budget: Budget | None = None
 ) -> tuple[design.Choice, dict[Hashable, float], dict[Hashable, float], str]:
-    """The finding's measure (or `measure`) in both arms under the test the design allows:
-    (the choice, the variant's and the baseline's values by seed, why recorded outcomes
-    were not paired)."""
-    v, b = variant.by_seed(f, measure), base.by_seed(f, measure)
-    v_problems, b_problems = variant.problems(f, measure), base.problems(f, measure)
+    """The finding's measure (or `measure`) in both arms under the test the design allows,
+    at `budget` on a compute axis: (the choice, the variant's and the baseline's values by
+    seed, why recorded outcomes were not paired)."""
+    v, b = variant.by_seed(f, measure, budget), base.by_seed(f, measure, budget)
+    v_problems, b_problems = variant.problems(f, measure, budget), base.problems(f, measure, budget)
     unpaired = ""
     try:
         check_paired({variant.label: v_problems, base.label: b_problems})
@@ -262,7 +333,20 @@ def compared(
 
 def measure_against(result: Result, variant: Arm, base: Arm) -> None:
     f = result.finding
-    choice, v, b, result.unpaired = compared(f, variant, base)
+    if f.axis != axes.STEP:
+        result.budget, missing = common_budget(f, variant, base)
+        if missing:  # runs recorded before what the axis counts: these runs cannot show the finding
+            result.testable = False
+            counted = axes.READS.get(f.axis, f.axis)
+            result.note = result.note or (
+                f"not measurable: {counted} is missing from {missing} of the arms' "
+                f"{len(variant.runs) + len(base.runs)} runs"
+            )
+            return
+        if result.budget is None:
+            result.note = result.note or f"the runs cover no common range of {axes.UNITS[f.axis]}"
+            return
+    choice, v, b, result.unpaired = compared(f, variant, base, budget=result.budget)
     result.variant_values, result.baseline_values = list(v.values()), list(b.values())
     if len(v) < 2 or len(b) < 2:
         result.note = result.note or f"{len(v)} against {len(b)} seeds: a test over seeds needs 2+ in each arm"
@@ -282,9 +366,9 @@ def measure_against(result: Result, variant: Arm, base: Arm) -> None:
         result.p = choice.difference.p
     if f.seed_effect is not None:
         result.seeds_for_seed_effect = design.seeds_for(choice, f.seed_effect)
-    if f.measure not in ("grad_norm", "steps_to_share") and f.curve not in PER_STEP:
+    if per_problem(f.measure, f.curve):
         for name, measure in ROBUSTNESS.items():
-            other = compared(f, variant, base, measure)[0]
+            other = compared(f, variant, base, measure, result.budget)[0]
             result.robustness[name] = other if other.difference is not None else None
 
 
@@ -395,6 +479,19 @@ def measure_family(registry, findings: list[Finding], tables: dict) -> list[Resu
         if members:
             max_tokens[study] = json.loads(members[0].run.config).get("rollout", {}).get("max_tokens")
         # the per-problem outcomes behind each eval curve its findings read (one read per kind)
-        for curve in dict.fromkeys(f.curve for f in findings if f.study == study and f.curve not in PER_STEP):
+        mine = [f for f in findings if f.study == study]
+        for curve in dict.fromkeys(f.curve for f in mine if metrics.is_eval(f.curve)):
             with_outcomes(registry, members, curve, t.eval_set)
+        with_series(registry, members, mine)
     return evaluate(tables, findings, extra, max_tokens)
+
+
+def with_series(registry, runs: list, findings: list[Finding]) -> None:
+    """Load into each run's series (analysis.compare.ComparedRun) the per-step series the
+    findings read beyond compare's: a series measure's curve, what a compute axis counts."""
+    names = {f.curve for f in findings if f.measure == "series"}
+    names |= {axes.READS[f.axis] for f in findings if f.axis in axes.READS}
+    for rd in runs:
+        wanted = sorted(n for n in names if n not in rd.series)
+        if wanted:
+            rd.series.update({n: [] for n in wanted} | registry.metric_series(rd.run.id, wanted))

@@ -124,12 +124,13 @@ def pilot_plans(registry: Registry, pilot: SweepPlan, findings: list[Finding], f
     """Each sized finding's re-estimate from the pilot's runs (internal_pilot.Plan), at
     alpha / family: Holm's strictest level over the spec's declared findings."""
     from grpoctl.analysis.compare import load_compared_runs
-    from grpoctl.analysis.verdicts import Arm
+    from grpoctl.analysis.verdicts import Arm, arm_values, with_series
 
     found = registry.runs_by_config_hash([v.config_hash for v in pilot.variants], group=pilot.name)
     ended = [run for run in found.values() if effective_status(run) in ENDED]  # a failed run's curve is no measure
     labelled: dict[str, list] = {}
     loaded = load_compared_runs(registry, ended)
+    with_series(registry, loaded, findings)
     by_hash = {rd.run.config_hash: rd for rd in loaded}
     for variant in pilot.variants:
         if variant.config_hash in by_hash:
@@ -138,8 +139,7 @@ def pilot_plans(registry: Registry, pilot: SweepPlan, findings: list[Finding], f
     for f in findings:
         effect = declared_effect(f)
         assert effect is not None
-        v = Arm(f.variant, labelled.get(f.variant, [])).by_seed(f)
-        b = Arm(f.baseline, labelled.get(f.baseline, [])).by_seed(f)
+        v, b = arm_values(f, Arm(f.variant, labelled.get(f.variant, [])), Arm(f.baseline, labelled.get(f.baseline, [])))
         seeds = sorted(set(v) & set(b), key=str)
         if len(seeds) < 2:
             raise UserError(
