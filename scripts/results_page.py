@@ -81,26 +81,38 @@ def pts(x: float) -> str:
     return f"{100 * x:+.1f}"
 
 
+POINTS = ("accuracy", "reward")  # units shown in points (x100)
+COUNTS = ("steps", *F.axes.UNITS.values())  # a speed measure's axis units, shown to one decimal
+
+
 def amount(f: F.Finding, x: float) -> str:
     """A difference in the finding's unit: accuracy (and reward) in points, steps, a grad norm."""
     if f.unit == "grad norm":
         return f"{x:+.3f}"
-    if f.unit == "steps":
-        return f"{x:+.1f} steps"
+    if f.unit in COUNTS:
+        return f"{x:+.1f} {f.unit}"
+    if f.unit not in POINTS:  # a series in its own unit
+        return f"{x:+.3g} {f.unit}"
     return f"{pts(x)} pts"
 
 
 def interval(f: F.Finding, low: float, high: float) -> str:
     if f.unit == "grad norm":
         return f"[{low:+.3f}, {high:+.3f}]"
-    if f.unit == "steps":
+    if f.unit in COUNTS:
         return f"[{low:+.1f}, {high:+.1f}]"
+    if f.unit not in POINTS:
+        return f"[{low:+.3g}, {high:+.3g}]"
     return f"[{pts(low)}, {pts(high)}]"
 
 
 def size(f: F.Finding, x: float) -> str:
     """An unsigned size (an MDE) in the finding's unit."""
-    return f"{x:.3f}" if f.unit == "grad norm" else f"{x:.1f}" if f.unit == "steps" else f"{100 * x:.1f}"
+    if f.unit == "grad norm":
+        return f"{x:.3f}"
+    if f.unit in COUNTS:
+        return f"{x:.1f}"
+    return f"{x:.3g}" if f.unit not in POINTS else f"{100 * x:.1f}"
 
 
 def pvalue(p: float | None) -> str:
@@ -143,6 +155,8 @@ def rule_text(r: verdicts.Result, declared: verdicts.Result | None = None) -> st
         return f"not run yet: {r.note.removeprefix('not run: ')}" if r.note != "not run" else "not run yet"
     if not r.checks or any(c.value is None for c in r.checks):
         return f"unknown: {r.note}"
+    if not r.testable and all(c.holds for c in r.checks):  # every rule holds, the measure cannot be read
+        return f"**no**: {r.note}"
     own = set(declared.finding.testable) if declared is not None else set(r.finding.testable)
 
     def text(c) -> str:
@@ -166,13 +180,15 @@ def _measured(r: verdicts.Result) -> str:
     if r.diff is None:
         values = sorted(set(round(v, 4) for v in r.variant_values + r.baseline_values))
         if r.variant_values and len(values) == 1:
-            return f"{F.MEASURES[f.measure]}: {values[0]:g} in every run of both arms"
+            return f"{f.measure_text}: {values[0]:g} in every run of both arms"
         return r.note or "no comparison"
-    text = f"{amount(f, r.diff.diff)} ({F.MEASURES[f.measure]}"
+    text = f"{amount(f, r.diff.diff)} ({f.measure_text}"
     if f.measure == "collapse" and f.after_step > 1:
         text += f" from step {f.after_step}"
-    if f.curve != F.metrics.EVAL_ACCURACY and f.measure != "grad_norm":
+    if f.curve != F.metrics.EVAL_ACCURACY and f.measure not in ("grad_norm", "series"):
         text += f", on {f.curve}"
+    if r.budget is not None:
+        text += f", {r.budget[0]:g}-{r.budget[1]:g} {F.axes.UNITS[f.axis]}"
     text += ")"
     if f.measure == "grad_norm":
         ratio = statistics.fmean(r.variant_values) / statistics.fmean(r.baseline_values)
@@ -402,12 +418,16 @@ def forest(results: list[verdicts.Result], path: Path, task: str) -> None:
     acc = [r for r in results if r.finding.unit in ("accuracy", "reward") and (r.diff is not None or r.variant_values)]
     grad = [r for r in results if r.finding.unit == "grad norm" and r.diff is not None]
     steps = [r for r in results if r.finding.unit == "steps" and r.diff is not None]
-    # one panel per unit that has a measured finding (a partial page may have no grad norm yet)
+    # one panel per unit that has a measured finding (a partial page may have no grad norm yet): these
+    # three, then the compute axes' counts and the series' own units, in the order the findings name them
+    others = dict.fromkeys(r.finding.unit for r in results if r.finding.unit not in (*POINTS, "grad norm", "steps"))
+    other_panels = [([r for r in results if r.finding.unit == u and r.diff is not None], 1, u) for u in others]
+    other_panels = [panel for panel in other_panels if panel[0]]
     panels = [
         (rows, scale, unit)
         for rows, scale, unit in ((acc, 100, "accuracy points"), (grad, 1, "grad norm"), (steps, 1, "steps"))
         if rows
-    ]
+    ] + other_panels
     panels = panels or [(acc, 100, "accuracy points")]
     fig, axes = plt.subplots(
         len(panels),
@@ -441,7 +461,7 @@ def forest(results: list[verdicts.Result], path: Path, task: str) -> None:
                 ax.scatter([scale * f.seed_effect], [y], s=90, color="tab:red", marker="*", zorder=6)
             ax.text(1.01, y, r.verdict, transform=ax.get_yaxis_transform(), va="center", fontsize=7.5)
         ax.set_yticks(range(len(rows)))
-        ax.set_yticklabels([f"{r.finding.id}\n({F.MEASURES[r.finding.measure]})" for r in reversed(rows)], fontsize=7.5)
+        ax.set_yticklabels([f"{r.finding.id}\n({r.finding.measure_text})" for r in reversed(rows)], fontsize=7.5)
         ax.axvline(0, color="0.3", lw=0.8)
         ax.set_xlabel(f"variant minus baseline ({unit})")
         ax.grid(axis="x", alpha=0.3)

@@ -349,7 +349,6 @@ FINDINGS_HEADERS = [
 
 
 def findings_cells(r) -> list[str]:
-    from grpoctl.analysis.findings import MEASURES
     from grpoctl.analysis.testability import RULES
 
     f = r.finding
@@ -358,6 +357,8 @@ def findings_cells(r) -> list[str]:
         show = "not run"
     elif r.rule_value is None:
         show = "unknown"
+    elif not r.testable and all(c.holds for c in r.checks):  # every rule holds, the measure cannot be read
+        show = f"no: {r.note}"
     else:
         needs = rule.describe().split(RULES[rule.rule], 1)[1].strip()
         show = f"{'yes' if r.testable else 'no'}: {RULES[rule.rule]} {r.rule_value:.3g} (needs {needs})"
@@ -365,7 +366,7 @@ def findings_cells(r) -> list[str]:
             show += f"; {'every' if r.testable else 'the first failing'} of {len(f.testable)} rules"
     diff = f"{r.diff.diff:+.3f} {_interval(r.diff.low, r.diff.high)}" if r.diff else "-"
     test = r.test + (" + TOST" if r.equivalence is not None else "") if r.test else "-"
-    return [f.id, f.variant, MEASURES[f.measure], show, diff, pvalue(r.p_family), test, r.verdict]
+    return [f.id, f.variant, f.measure_text, show, diff, pvalue(r.p_family), test, r.verdict]
 
 
 def findings_legend(table: CompareTable) -> str:
