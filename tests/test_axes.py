@@ -260,3 +260,55 @@ def test_the_keys_parse_and_the_defaults_are_the_old_format(tmp_path):
         ("step", None, "s"),
         ("step", None, "accuracy"),
     ]
+
+
+def test_compare_reads_the_axis_and_the_series_from_the_registry(tmp_path):
+    """A study recorded in a registry: compare loads time/cpu and the series its findings
+    read (compare's own series leave them out), and its JSON record names the axis."""
+    from grpoctl.analysis.compare import build_compare_table
+    from grpoctl.config import config_diff, load_config, to_dict
+    from grpoctl.registry import Registry
+    from grpoctl.rules import config_hash
+    from grpoctl.views.compare_records import records
+
+    findings = [
+        {"id": "cpu", "claim": "c", "variant": "reuse", "measure": "auc", "axis": "cpu_second", "expect": "lower"},
+        {"id": "drift", "claim": "c", "variant": "reuse", "measure": "series", "curve": "train/ratio_max",
+         "steps": [3, 4], "expect": "higher"},
+    ]  # fmt: skip
+    for f in findings:
+        f["testable"] = {"rule": "rises_first", "in": "every_arm", "at_least": 0.0}
+    spec = {"name": "s", "baseline": "base", "variants": {"base": {}, "reuse": {}}, "findings": findings}
+    with Registry(str(tmp_path / "r.db")) as registry:
+        sweep = registry.get_or_create_sweep("s", "ablation", spec)
+        for variant, epochs in (("base", 1), ("reuse", 2)):
+            for seed in range(2):
+                cfg = load_config(None, [f"seed={seed}", f"loop.epochs_per_rollout_batch={epochs}", "loss=grpo_clip"])
+                run = registry.create_run(
+                    name=f"{variant}-{seed}", config=to_dict(cfg), config_diff=config_diff(cfg),
+                    config_hash=config_hash(cfg), seed=seed, total_steps=4, group="s", variant=variant,
+                )  # fmt: skip
+                for step in range(5):
+                    figures = {"time/cpu": epochs * (1.0 + 0.1 * seed), "train/ratio_max": epochs + step + seed}
+                    if step:
+                        registry.log_step(run.id, step, figures)
+                    registry.add_eval(
+                        run_id=run.id, step=step, n=64, accuracy=0.2 + 0.1 * step + 0.01 * seed, format_rate=1.0,
+                        mean_response_length=10.0, data_hash="d", subset_hash="s", template_hash="t",
+                        decoding={"greedy": True}, grader="exact",
+                    )  # fmt: skip
+                registry.set_status(run.id, "finished")
+                registry.add_sweep_member(sweep.id, run.config_hash, variant, seed)
+        table = build_compare_table(registry, ["s"])
+    cpu, drift = table.findings
+    # the cheapest run (base, seed 0) spent 4 CPU-s; the reuse arm, at 2 CPU-s a step, is cut after 2 steps
+    assert cpu.budget == (0.0, 4.0)
+    # each curve is linear in its CPU-seconds: its mean height over [0, 4] is its value at 2 CPU-s
+    assert cpu.baseline_values == pytest.approx([0.4, 0.21 + 0.1 * 2 / 1.1])
+    assert cpu.variant_values == pytest.approx([0.3, 0.21 + 0.1 * 2 / 2.2])
+    assert drift.variant_values == pytest.approx([2 + 3.5, 2 + 3.5 + 1]) and drift.baseline_values == [4.5, 5.5]
+    record = next(r for r in records(table) if r["variant"] == "reuse")["findings"]
+    assert [(f["axis"], f["axis_budget"], f["steps"]) for f in record] == [
+        ("cpu_second", [0.0, 4.0], None),
+        ("step", None, [3, 4]),
+    ]
