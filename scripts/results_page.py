@@ -81,7 +81,6 @@ def pts(x: float) -> str:
     return f"{100 * x:+.1f}"
 
 
-POINTS = ("accuracy", "reward")  # units shown in points (x100)
 COUNTS = ("steps", *F.axes.UNITS.values())  # a speed measure's axis units, shown to one decimal
 
 
@@ -91,7 +90,7 @@ def amount(f: F.Finding, x: float) -> str:
         return f"{x:+.3f}"
     if f.unit in COUNTS:
         return f"{x:+.1f} {f.unit}"
-    if f.unit not in POINTS:  # a series in its own unit
+    if f.unit not in F.POINT_UNITS:  # a series in its own unit
         return f"{x:+.3g} {f.unit}"
     return f"{pts(x)} pts"
 
@@ -101,7 +100,7 @@ def interval(f: F.Finding, low: float, high: float) -> str:
         return f"[{low:+.3f}, {high:+.3f}]"
     if f.unit in COUNTS:
         return f"[{low:+.1f}, {high:+.1f}]"
-    if f.unit not in POINTS:
+    if f.unit not in F.POINT_UNITS:
         return f"[{low:+.3g}, {high:+.3g}]"
     return f"[{pts(low)}, {pts(high)}]"
 
@@ -112,7 +111,7 @@ def size(f: F.Finding, x: float) -> str:
         return f"{x:.3f}"
     if f.unit in COUNTS:
         return f"{x:.1f}"
-    return f"{x:.3g}" if f.unit not in POINTS else f"{100 * x:.1f}"
+    return f"{x:.3g}" if f.unit not in F.POINT_UNITS else f"{100 * x:.1f}"
 
 
 def pvalue(p: float | None) -> str:
@@ -194,7 +193,8 @@ def _measured(r: verdicts.Result) -> str:
         ratio = statistics.fmean(r.variant_values) / statistics.fmean(r.baseline_values)
         text += f", {ratio:.2f}x"
     if r.equivalence is not None:
-        text += f"; 90% CI {interval(f, r.equivalence.low, r.equivalence.high)} vs ±{100 * f.delta:g}"
+        margin = f"±{100 * f.delta:g}" if f.unit in F.POINT_UNITS else f.margin
+        text += f"; 90% CI {interval(f, r.equivalence.low, r.equivalence.high)} vs {margin}"
         if r.equivalence.outcome:
             text += f", both within ±{100 * f.delta:g} of the ceiling {f.ceiling:g}"
     return text
@@ -420,7 +420,9 @@ def forest(results: list[verdicts.Result], path: Path, task: str) -> None:
     steps = [r for r in results if r.finding.unit == "steps" and r.diff is not None]
     # one panel per unit that has a measured finding (a partial page may have no grad norm yet): these
     # three, then the compute axes' counts and the series' own units, in the order the findings name them
-    others = dict.fromkeys(r.finding.unit for r in results if r.finding.unit not in (*POINTS, "grad norm", "steps"))
+    others = dict.fromkeys(
+        r.finding.unit for r in results if r.finding.unit not in (*F.POINT_UNITS, "grad norm", "steps")
+    )
     other_panels = [([r for r in results if r.finding.unit == u and r.diff is not None], 1, u) for u in others]
     other_panels = [panel for panel in other_panels if panel[0]]
     panels = [

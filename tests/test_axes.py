@@ -240,6 +240,37 @@ def test_bad_axis_and_series_keys_are_one_line(tmp_path, keys, message):
     assert message in str(err.value) and "\n" not in str(err.value), str(err.value)
 
 
+def test_an_equivalence_on_a_series_has_its_margin_in_its_unit_and_no_ceiling():
+    base, reuse = [], []
+    for seed in range(3):
+        length = [(s, 40.0 + seed) for s in range(1, 11)]
+        base.append(run(seed, seed, config(), [(0, 0.2, 64), (10, 0.5, 64)], **{"train/response_length": length}))
+        longer = [(s, v + 0.1 * (seed - 1)) for s, v in length]
+        reuse.append(run(10 + seed, seed, config(), [(0, 0.2, 64), (10, 0.5, 64)], **{"train/response_length": longer}))
+    same = finding("len", "series", "same", curve="train/response_length", delta=2.0)
+    (result,) = verdicts.evaluate(table({"base": base, "reuse": reuse}), [same], {}, {})
+    # 40 tokens sits far above an accuracy's ceiling of 1: that check is for points only
+    assert result.verdict == "reproduced: equivalent within ±2 tokens" and same.margin == "±2 tokens"
+
+
+@pytest.mark.parametrize(
+    "keys, message",
+    [
+        (
+            "measure: series, curve: train/response_length}",
+            "expect: same on tokens needs 'delta', its margin in tokens",
+        ),
+        ("measure: steps_to_share, share: 0.5, delta: 5, ceiling: 1}", "'ceiling' is for a measure in points"),
+    ],
+)
+def test_an_equivalence_off_points_needs_its_own_margin_and_has_no_ceiling(tmp_path, keys, message):
+    path = tmp_path / "abl.yaml"
+    path.write_text(SPEC.replace("expect: lower", "expect: same") + keys + "\n")
+    with pytest.raises(UserError) as err:
+        ablation(path)
+    assert message in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
 def test_the_keys_parse_and_the_defaults_are_the_old_format(tmp_path):
     lines = [
         "measure: auc, curve: train/reward, axis: rollout}",

@@ -11,7 +11,8 @@ threshold, for whether this setup can show it at all:
         measure: plateau            # plateau | collapse | peak_decline | auc | steps_to_share | grad_norm | series
         expect: lower               # higher | lower | same (the variant's measure against the baseline's)
         seed_effect: -0.07          # optional: the seed's own difference, in the measure's units
-        delta: 0.03                 # expect: same only: the equivalence margin (default 3 points)
+        delta: 0.03                 # expect: same only: the equivalence margin (default 3 points; needed in
+                                    # the measure's unit where it is not in points)
         after_step: 10              # measure: collapse only: the first eval step counted
         testable: {rule: mixed_groups_at_start, in: every_arm, at_least: 0.2}
 
@@ -77,7 +78,9 @@ its baseline has no ended run yet), "not testable here" (a rule fails, or a run 
 what the finding's axis counts), "not seen" (every
 run of both arms measured the same number: no run of either "peaks then declines", say),
 "both at ceiling" for an equivalence claim whose arms both sit within delta of the
-measure's `ceiling` (no difference of delta fits there), then what the test says:
+measure's `ceiling` (no difference of delta fits there; only a measure in points has
+one: an "expect: same" on steps or another axis's counts, a grad norm or a series
+declares its own `delta` in that unit), then what the test says:
 reproduced or contradicted when the family-adjusted p clears alpha; else "not
 reproduced" when the 95% interval lies wholly short of the seed's own effect
 (`seed_effect`) or of a declared minimum (`min_effect`), both signed in the claim's
@@ -141,6 +144,7 @@ PER_STEP = (metrics.REWARD,)  # curves a speed measure may read per step instead
 SPEED = ("auc", "steps_to_share")  # the measures that may read a per-step curve, on any compute axis
 NO_PROBLEMS = ("grad_norm", "steps_to_share", "series")  # measures no problem has a share in
 NOT_REPRODUCED = "not reproduced"
+POINT_UNITS = ("accuracy", "reward")  # units shown in points, with a ceiling at 1 and delta's default margin
 
 
 @dataclass(frozen=True)
@@ -176,6 +180,11 @@ class Finding:
             info = metrics.describe(self.curve)
             return info.unit if info is not None else ""
         return "reward" if self.curve in PER_STEP else "accuracy"
+
+    @property
+    def margin(self) -> str:
+        """The equivalence margin in the measure's unit ("±3 pts")."""
+        return f"±{100 * self.delta:g} pts" if self.unit in POINT_UNITS else f"±{self.delta:g} {self.unit}"
 
     @property
     def measure_text(self) -> str:
@@ -247,22 +256,26 @@ def parse_findings(raw: Any, study: str, variants: list[str], baseline: str | No
         seed_effect = item.get("seed_effect")
         if seed_effect is not None:
             seed_effect = _number(seed_effect, f"{at}: seed_effect")
-        out.append(
-            Finding(
-                fid,
-                str(item["claim"]),
-                study,
-                variant,
-                item["measure"],
-                item["expect"],
-                parse_rules(item["testable"], at),
-                seed_effect,
-                delta,
-                after,
-                baseline,
-                **_curve_keys(item, at),
-            )
+        finding = Finding(
+            fid,
+            str(item["claim"]),
+            study,
+            variant,
+            item["measure"],
+            item["expect"],
+            parse_rules(item["testable"], at),
+            seed_effect,
+            delta,
+            after,
+            baseline,
+            **_curve_keys(item, at),
         )
+        if finding.unit not in POINT_UNITS:  # a count, a grad norm or a series: no default margin, no ceiling
+            if finding.expect == "same" and "delta" not in item:
+                raise UserError(f"{at}: expect: same on {finding.unit} needs 'delta', its margin in {finding.unit}")
+            if "ceiling" in item:
+                raise UserError(f"{at}: 'ceiling' is for a measure in points (accuracy, reward), not {finding.unit}")
+        out.append(finding)
     return out
 
 
@@ -455,6 +468,8 @@ def reanalysed(declared: list[Finding], overlay: Reanalysis) -> list[Finding]:
             raise UserError(f"{overlay.path}: findings: {f.id}: 'min_effect' is for a direction; 'same' has delta")
         if "ceiling" in entry and f.expect != "same":
             raise UserError(f"{overlay.path}: findings: {f.id}: 'ceiling' is for an 'expect: same' finding")
+        if "ceiling" in entry and f.unit not in POINT_UNITS:
+            raise UserError(f"{overlay.path}: findings: {f.id}: 'ceiling' is for a measure in points, not {f.unit}")
         added = overlay.by_measure.get(f.measure, ()) + entry.get("testable", ())
         rules = tuple(dict.fromkeys(f.testable + added))  # a rule the spec already declared is not added twice
         out.append(

@@ -20,7 +20,7 @@ from typing import Any
 from grpoctl import metrics
 from grpoctl.analysis import axes, design, paired, stats
 from grpoctl.analysis.baseline import LAST_K, eval_curve_of, last_weights, seed_keys
-from grpoctl.analysis.findings import ENDED, NOT_REPRODUCED, Finding, per_problem
+from grpoctl.analysis.findings import ENDED, NOT_REPRODUCED, POINT_UNITS, Finding, per_problem
 from grpoctl.analysis.health import series_mean
 from grpoctl.analysis.problems import (
     ProblemMeasure,
@@ -327,7 +327,8 @@ def compared(
     except UnpairedProblems as exc:
         v_problems, b_problems, unpaired = {}, {}, str(exc)
     delta = f.delta if f.expect == "same" and measure is None else None
-    choice = design.choose(_arm_runs(v, v_problems), _arm_runs(b, b_problems), delta=delta, ceiling=f.ceiling)
+    ceiling = f.ceiling if f.unit in POINT_UNITS else math.inf  # a count or a series has no ceiling
+    choice = design.choose(_arm_runs(v, v_problems), _arm_runs(b, b_problems), delta=delta, ceiling=ceiling)
     return choice, v, b, unpaired
 
 
@@ -401,10 +402,10 @@ def verdict(result: Result, alpha: float = stats.ALPHA) -> str:
     d = result.diff
     if f.expect == "same":
         if result.p_family < alpha:
-            return f"reproduced: equivalent within ±{100 * f.delta:g} pts"
+            return f"reproduced: equivalent within {f.margin}"
         if d.p < alpha and not (-f.delta < d.low and d.high < f.delta):
             return "contradicted: it differs"
-        return f"inconclusive: neither equivalence within ±{100 * f.delta:g} nor a difference is shown"
+        return f"inconclusive: neither equivalence within {f.margin} nor a difference is shown"
     if result.p_family < alpha:
         seen = "higher" if d.diff > 0 else "lower"
         return "reproduced" if seen == f.expect else f"contradicted: {seen}"
