@@ -2,7 +2,9 @@
 format, families and re-analysis overlays: findings.py).
 
 Each run gets the finding's measure (measure_weights, run_measure: the plateau, the final
-eval, the area under the curve, the steps to a share of the gain, the grad norm); the
+eval, the area under the curve, the steps to a share of the gain, the grad norm, a
+series' mean; a speed measure on a compute axis at the arms' common budget,
+common_budget and analysis/axes.py); the
 variant's runs are compared with the baseline's by the test the design allows
 (design.choose: paired over matched seeds, with the problems when outcomes were
 recorded); the rules decide whether this setup can show the finding at all
@@ -84,10 +86,14 @@ def run_measure(
     if measure == "steps_to_share":
         assert share is not None
         return steps_to_share(evals, share, window)
-    weights = measure_weights(measure, evals, after_step)
+    return weighted_sum(evals, measure_weights(measure, evals, after_step))
+
+
+def weighted_sum(evals: list, weights: Weights | None) -> float | None:
+    """A measure as the weighted sum of its curve's points (None without the points)."""
     if weights is None:
         return None
-    values = {s: a for s, a, _ in evals}
+    values = {s: a for s, a, *_ in evals}
     return sum(w * values[s] for s, w in weights.items())
 
 
@@ -185,9 +191,7 @@ class Arm:
             if budget is not None and measure == "steps_to_share":
                 value = axis_steps_to_share(rd, f, budget)
             elif budget is not None and measure == "auc":
-                weights = axis_weights(measure, rd, f, budget)
-                values = {s: v for s, v, *_ in curve_of(rd, f.curve)}
-                value = None if weights is None else sum(w * values[s] for s, w in weights.items())
+                value = weighted_sum(curve_of(rd, f.curve), axis_weights(measure, rd, f, budget))
             else:
                 value = run_measure(
                     measure,
