@@ -99,6 +99,7 @@ def _finding_record(r) -> dict[str, Any]:
         "min_effect": f.min_effect,
         "seeds_for_seed_effect": r.seeds_for_seed_effect[0] if r.seeds_for_seed_effect else None,
         "verdict": r.verdict,
+        "note": r.note or None,
     }
 
 
