@@ -81,10 +81,9 @@ case "$SUITE" in
     STUDIES=(studies/lr-select studies/lr studies/baseline studies/length-normalization
              studies/off-policy studies/std-normalization studies/prompt studies/sft-init)
     PAGE=experiments/pages/studies.yaml
-    # docs/studies-cost.md; the specs written after lr-select's winner are costed there
-    declare -A ESTIMATE_MIN=([studies/lr-select]=25 [studies/lr]=0 [studies/baseline]=0
-                             [studies/length-normalization]=0 [studies/off-policy]=0
-                             [studies/std-normalization]=0 [studies/prompt]=0 [studies/sft-init]=0) ;;
+    declare -A ESTIMATE_MIN=([studies/lr-select]=29 [studies/lr]=19 [studies/baseline]=18
+                             [studies/length-normalization]=16 [studies/off-policy]=45
+                             [studies/std-normalization]=67 [studies/prompt]=10 [studies/sft-init]=21) ;;
   *)
     echo "usage: scripts/run_lab_studies.sh [seven|knobs|recipe|studies] (got '$SUITE')" >&2
     exit 2 ;;
