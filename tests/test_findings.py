@@ -420,6 +420,28 @@ def test_a_finding_no_run_shows_is_not_seen():
     assert result.verdict == "not seen: 0 in every run of both arms"
 
 
+def test_no_verdict_until_every_declared_seed_has_ended(tmp_path):
+    """A study read while it runs gives no verdict: a finding waits for every seed its spec
+    lists, in both arms, so nothing is read off part of the seeds."""
+    extra = {i: {"zero_std_at_start": 0.3} for i in range(20)}
+    rule = (F.Rule("mixed_groups_at_start", "every_arm", 0.2),)
+    finding = F.Finding("p", "c", "s", "v", "plateau", "higher", rule, seeds=(0, 1, 2))
+    base = [rd(i, curve(m), seed=i) for i, m in enumerate([0.60, 0.62, 0.61])]
+    variant = [rd(10 + i, curve(m), seed=i) for i, m in enumerate([0.70, 0.73, 0.71])]
+    running = rd(12, curve(0.71), seed=2, status="running")
+    (partial,) = verdicts.evaluate(table_of(base, variant[:2] + [running]), [finding], extra, {"s": 32})
+    assert partial.verdict == "not run" and partial.note == "not run yet: `v` has 2 of its 3 seeds ended"
+    (whole,) = verdicts.evaluate(table_of(base, variant), [finding], extra, {"s": 32})
+    assert whole.verdict == "reproduced"
+    spec = tmp_path / "s.yaml"
+    spec.write_text(
+        "name: s\nseeds: [4, 5]\nbaseline: b\nvariants: {b: {}, v: {lr: 1.0e-4}}\n"
+        "findings: [{id: p, claim: c, variant: v, measure: plateau, expect: higher,\n"
+        "  testable: {rule: mixed_groups_at_start, in: every_arm, at_least: 0.2}}]\n"
+    )
+    assert [f.seeds for f in F.read_findings(spec)[1]] == [(4, 5)]
+
+
 def test_findings_from_a_file_without_this_studys_findings_warn(tmp_path):
     out = invoke(
         "compare",

@@ -74,7 +74,8 @@ threshold (analysis/testability.py has them). A finding is measured only on runs
 ended (finished or diverged): a running member's evals so far are not its plateau.
 
 A finding's verdict, in the order it is decided: "not run" (its study, its variant or
-its baseline has no ended run yet), "not testable here" (a rule fails, or a run lacks
+its baseline has no ended run yet, or not yet one for every seed its spec lists: no
+verdict is read off part of a study's seeds), "not testable here" (a rule fails, or a run lacks
 what the finding's axis counts), "not seen" (every
 run of both arms measured the same number: no run of either "peaks then declines", say),
 "both at ceiling" for an equivalence claim whose arms both sit within delta of the
@@ -167,6 +168,7 @@ class Finding:
     ceiling: float = paired.CEILING  # the measure's ceiling, for an equivalence claim
     axis: str = axes.STEP  # auc and steps_to_share: the compute axis they are read on (analysis/axes.py)
     steps: tuple[int, int] | None = None  # series: the first and last step averaged (None: every step)
+    seeds: tuple[int, ...] | None = None  # the study's declared seeds (None: `--seeds auto` or none listed)
 
     @property
     def unit(self) -> str:
@@ -352,9 +354,11 @@ def read_findings(path: str | Path) -> tuple[str, list[Finding]]:
     name = str(data.get("name") or path.stem)
     variants = [str(v) for v in (data.get("variants") or {})]
     baseline = data.get("baseline")
-    return name, parse_findings(
-        data.get("findings"), name, variants, None if baseline is None else str(baseline), str(path)
-    )
+    found = parse_findings(data.get("findings"), name, variants, None if baseline is None else str(baseline), str(path))
+    seeds = data.get("seeds")
+    if isinstance(seeds, list) and seeds and all(isinstance(s, int) for s in seeds):
+        found = [replace(f, seeds=tuple(seeds)) for f in found]
+    return name, found
 
 
 # --------------------------------------------------------------------------- families

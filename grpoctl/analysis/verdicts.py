@@ -426,6 +426,19 @@ def _ended(runs: list) -> tuple[list, int]:
     return kept, len(runs) - len(kept)
 
 
+def _seeds_left(f: Finding, arms: dict[str, list]) -> list[str]:
+    """Each arm that has not yet ended a run for every seed the study declares, in words:
+    a verdict read off part of the seeds would be read before the study is done."""
+    if f.seeds is None:
+        return []
+    out = []
+    for label, runs in arms.items():
+        ended = {rd.run.seed for rd in runs} & set(f.seeds)
+        if len(ended) < len(f.seeds):
+            out.append(f"`{label}` has {len(ended)} of its {len(f.seeds)} seeds ended")
+    return out
+
+
 def evaluate(tables: dict, findings: list[Finding], extra: dict[int, dict], max_tokens: dict[str, int]) -> list[Result]:
     """Every finding against its study's table (analysis.compare.CompareTable by study),
     with one Holm family over the testable ones. `extra`: per run id, the numbers the
@@ -448,6 +461,12 @@ def evaluate(tables: dict, findings: list[Finding], extra: dict[int, dict], max_
         if missing:
             result.not_run = True
             result.note = "not run: " + " and ".join(f"`{m}`" for m in missing) + " has no ended run yet"
+            results.append(result)
+            continue
+        partial = _seeds_left(f, arms)
+        if partial:
+            result.not_run = True
+            result.note = "not run yet: " + "; ".join(partial)
             results.append(result)
             continue
         variant = Arm(f.variant, arms[f.variant], extra)
