@@ -70,6 +70,12 @@ def level_accuracy(level: int) -> str:
     )  # fmt: skip
 
 
+def level_of_accuracy(name: str) -> int | None:
+    """3 of `train/accuracy/L3`; None for a name that is no level's sampled accuracy."""
+    level = name.removeprefix(LEVEL_ACCURACY_PREFIX)
+    return int(level) if name.startswith(LEVEL_ACCURACY_PREFIX) and level.isdigit() else None
+
+
 RESPONSE_LENGTH = _metric("train/response_length", "mean response length over the step's rollouts", "tokens", None)
 RESPONSE_CLIP_FRACTION = _metric(
     "train/response_clip_fraction", "share of rollouts cut off at rollout.max_tokens", "fraction", False
