@@ -31,12 +31,15 @@ from grpoctl.rules import ENDED_BADLY
 
 THIN_LINES_MAX = 5
 
-# (metric, y label, file name): the seed's north star first, then its early warnings.
+# (metric, y label, file name): the seed's north star first, then its early warnings; a
+# metric no run recorded draws no file. (The sampled eval's pass@k and maj@k curves are
+# report_evals.py's, with its table.)
 PLOTS = (
     (metrics.EVAL_ACCURACY, "eval accuracy", "eval_accuracy.png"),
     (metrics.REWARD, "train reward (mean over rollouts)", "train_reward.png"),
     (metrics.RESPONSE_LENGTH, "mean response length (tokens)", "response_length.png"),
     (metrics.TOKEN_ENTROPY, "token entropy (nats)", "token_entropy.png"),
+    (metrics.WORKING_SHARE, "share of rollouts with working", "working_share.png"),
     (metrics.GRAD_NORM, "gradient norm", "grad_norm.png"),
 )
 # (metric, y label, file name) against rollouts generated, for a study with dynamic sampling.
@@ -124,12 +127,47 @@ def plot_metric(
     drawn = [(row, runs) for row, runs in drawn if any(points for points, _ in runs)]
     if not drawn:
         return False
-    colors = plt.get_cmap("tab10" if len(drawn) <= 10 else "tab20").colors
+    colors = _colors(len(drawn))
     fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=120)
     sparse = metrics.is_eval(metric)  # a handful of evals: show the points themselves
-    for i, (row, runs) in enumerate(drawn):
-        color = colors[i % len(colors)]
+    note = _draw_variants(ax, [(colors[i % len(colors)], row, runs) for i, (row, runs) in enumerate(drawn)], sparse)
+    values = [v for _, runs in drawn for points, _ in runs for _, v in points]
+    positive = [v for v in values if v > 0]
+    if metric == metrics.GRAD_NORM and positive and max(positive) / min(positive) > 100:
+        ax.set_yscale("log")  # an explosion would flatten every other line to zero
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps and rollouts are whole numbers
+    ax.set_xlabel("rollouts generated (training)" if by_rollouts else "GRPO step")
+    ax.set_ylabel(ylabel)
+    ax.set_title((title or ylabel) + note, fontsize=11, loc="left")
+    ax.grid(alpha=0.3)
+    if len(drawn) <= 5:
+        ax.legend(fontsize=8, frameon=False, loc="best")
+    else:  # many variants: a legend inside would cover the curves
+        ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    save_figure(fig, path, bbox_inches="tight")
+    plt.close(fig)
+    return True
+
+
+def _colors(n: int) -> tuple:
+    import matplotlib.pyplot as plt
+
+    return plt.get_cmap("tab10" if n <= 10 else "tab20").colors
+
+
+Seed = tuple[list[tuple[int, float]], dict[int, float]]  # a run's points, and the x of each of their steps
+
+
+def _draw_variants(ax, drawn: list[tuple[Any, Row, list[Seed]]], sparse: bool = False) -> str:
+    """Each variant (color, row, [(a run's points, the x of each of its steps)]) as the mean
+    over its seeds, with each seed's thin line or, from more than THIN_LINES_MAX, the band
+    from the lowest to the highest; the title's words on what is drawn."""
+    counts = []
+    for color, row, runs in drawn:
         seeds = [(points, x_of) for points, x_of in runs if points]
+        if not seeds:
+            continue
+        counts.append(len(seeds))
         steps, means, _ = band([points for points, _ in seeds])
         # each step at the mean over the seeds that logged it (in steps: the step itself)
         xs = [fmean(x_of[step] for _, x_of in seeds if step in x_of) for step in steps]
@@ -150,28 +188,11 @@ def plot_metric(
         elif len(seeds) > THIN_LINES_MAX:
             lows, highs = spread_band([points for points, _ in seeds], steps)
             ax.fill_between(xs, lows, highs, color=color, alpha=0.18, linewidth=0)
-    values = [v for _, runs in drawn for points, _ in runs for _, v in points]
-    positive = [v for v in values if v > 0]
-    if metric == metrics.GRAD_NORM and positive and max(positive) / min(positive) > 100:
-        ax.set_yscale("log")  # an explosion would flatten every other line to zero
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps and rollouts are whole numbers
-    ax.set_xlabel("rollouts generated (training)" if by_rollouts else "GRPO step")
-    ax.set_ylabel(ylabel)
-    counts = [len([p for p, _ in runs if p]) for _, runs in drawn]
-    note = ""
-    if any(1 < c <= THIN_LINES_MAX for c in counts):
-        note = " (thick: mean over seeds; thin: each seed)"
     if any(c > THIN_LINES_MAX for c in counts):
-        note = " (line: mean over seeds; band: lowest to highest seed)"
-    ax.set_title((title or ylabel) + note, fontsize=11, loc="left")
-    ax.grid(alpha=0.3)
-    if len(drawn) <= 5:
-        ax.legend(fontsize=8, frameon=False, loc="best")
-    else:  # many variants: a legend inside would cover the curves
-        ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    save_figure(fig, path, bbox_inches="tight")
-    plt.close(fig)
-    return True
+        return " (line: mean over seeds; band: lowest to highest seed)"
+    if any(1 < c <= THIN_LINES_MAX for c in counts):
+        return " (thick: mean over seeds; thin: each seed)"
+    return ""
 
 
 def _with_x(
@@ -295,6 +316,73 @@ def plot_series_family(
     ax.set_title(f"{family.title}{seeds}", fontsize=11, loc="left")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    save_figure(fig, path, bbox_inches="tight")
+    plt.close(fig)
+    return True
+
+
+# --------------------------------------------------------------------------- panels of per-step series
+
+# (file name, caption) of the panel figures the report draws from series it reads itself.
+DRIFT_PLOT = ("drift.png", "drift off-policy: the probability ratios pi/pi_old and the share of tokens clipped")
+LEVEL_PLOT = ("accuracy_by_level.png", "sampled train accuracy on each level's problems")
+
+
+def plot_panels(
+    rows: list[Row],
+    series: dict[int, dict[str, list[tuple[int, float]]]],
+    panels: list[tuple[str, str]],
+    path: Path,
+    title: str,
+    ncols: int = 1,
+    log_scale: tuple[str, ...] = (),
+) -> bool:
+    """One panel per (metric, panel title) of `panels` against GRPO step, those named in
+    `log_scale` on a log axis (`series`: run id -> name -> points): in each, a variant's
+    mean over its seeds with its seeds, as plot_metric draws them, a variant the same
+    colour in every panel. False (and no file) when no run recorded any of them."""
+    if not any(points for by_name in series.values() for name, _ in panels for points in [by_name.get(name)] if points):
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    nrows = math.ceil(len(panels) / ncols)
+    fig, axes = plt.subplots(
+        nrows, ncols, figsize=(7.5 if ncols == 1 else 2.6 * ncols, 2.2 * nrows + 0.6), dpi=120, sharex=True,
+        squeeze=False,
+    )  # fmt: skip
+    colors = _colors(len(rows))
+    note = ""
+    for ax, (name, panel_title) in zip(axes.flat, panels, strict=False):
+        drawn = []
+        for i, row in enumerate(rows):
+            runs = [[(s, v) for s, v in series.get(rd.run.id, {}).get(name, []) if math.isfinite(v)] for rd in row.runs]
+            drawn.append(
+                (colors[i % len(colors)], row, [(points, {s: float(s) for s, _ in points}) for points in runs])
+            )
+        note = _draw_variants(ax, drawn) or note
+        if name in log_scale:
+            ax.set_yscale("log")
+        ax.set_title(panel_title, fontsize=9, loc="left")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.tick_params(labelsize=8)
+        ax.grid(alpha=0.3)
+    for ax in axes.flat[len(panels) :]:
+        ax.set_visible(False)
+    for ax in axes[-1]:
+        ax.set_xlabel("GRPO step", fontsize=9)
+    legend: dict[str, Any] = {}  # label -> handle, over every panel: a variant may be missing from one
+    for ax in axes.flat[: len(panels)]:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            legend.setdefault(label, handle)
+    fig.legend(
+        list(legend.values()), list(legend), fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 0.95)
+    )
+    fig.suptitle(title + note, fontsize=11, x=0.01, ha="left")
+    fig.tight_layout()
     save_figure(fig, path, bbox_inches="tight")
     plt.close(fig)
     return True

@@ -14,7 +14,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from grpoctl.analysis import internal_pilot, paired, stats
+from grpoctl import metrics
+from grpoctl.analysis import internal_pilot, mechanisms, paired, stats
 from grpoctl.analysis.baseline import BaselineComparison, Versus
 from grpoctl.analysis.compare import CompareTable, Row, build_compare_table
 from grpoctl.errors import UserError
@@ -28,11 +29,15 @@ def default_folder(name: str) -> Path:
     return Path("reports") / "".join(c if c.isalnum() or c in "._=-" else "_" for c in name)
 
 
-def write_report(registry: Registry, name: str, folder: Path | None = None, **table_options: Any) -> Path:
+def write_report(
+    registry: Registry, name: str, folder: Path | None = None, level_accuracy: bool = False, **table_options: Any
+) -> Path:
     """Write `report.md` and its plots into `folder` (default reports/NAME/); return its path.
-    `table_options`: build_compare_table's baseline, last_k, findings (the family its
-    declared findings are tested in) and headline (the eval set read as each run's headline),
-    as compare's flags give them."""
+    `level_accuracy`: also draw each level's sampled train accuracy, one panel a level (a
+    results page asks for it by study: every lab run records levels 1-5, and most studies
+    are not about them). `table_options`: build_compare_table's baseline, last_k, findings
+    (the family its declared findings are tested in) and headline (the eval set read as
+    each run's headline), as compare's flags give them."""
     table = build_compare_table(registry, [name], **table_options)
     folder = Path(folder) if folder is not None else default_folder(name)
     try:
@@ -44,6 +49,7 @@ def write_report(registry: Registry, name: str, folder: Path | None = None, **ta
 
     plots = plot_all(table.rows, folder, name)
     plots += _series_family_plots(registry, table, folder)
+    plots += _panel_plots(registry, table, folder, name, level_accuracy)
     evals = eval_sections(registry, table, folder, name)
     text = "\n".join(_sections(registry, name, table, plots, evals)) + "\n"
     path = folder / "report.md"
@@ -66,6 +72,34 @@ def _series_family_plots(registry: Registry, table: CompareTable, folder: Path) 
         series = {run_id: registry.metric_series(run_id, names) for run_id in ids}
         if plot_series_family(family, table.rows, series, folder / family.filename):
             made.append((family.filename, family.caption))
+    return made
+
+
+def _panel_plots(
+    registry: Registry, table: CompareTable, folder: Path, name: str, level_accuracy: bool
+) -> list[tuple[str, str]]:
+    """Drift (ratio max, ratio min, clip fraction) where some run moved off-policy
+    (mechanisms.moved_off_policy), and with `level_accuracy` each level's sampled accuracy."""
+    from grpoctl.views.report_plots import DRIFT_PLOT, LEVEL_PLOT, plot_panels
+
+    ids = [rd.run.id for row in table.rows for rd in row.runs if rd.run.id is not None]
+    recorded = registry.metric_names(ids)
+    made = []
+    drift = {n: registry.metric_of_runs(ids, n) for n in mechanisms.DRIFT if n in recorded}
+    if mechanisms.moved_off_policy(points for n in mechanisms.RATIOS for points in drift.get(n, {}).values()):
+        panels = [(n, metrics.TABLE[n].description) for n in mechanisms.DRIFT]
+        series = {run_id: {n: by_run[run_id] for n, by_run in drift.items()} for run_id in ids}
+        # a ratio's log: 2 and 1/2 are as far from on-policy, and one spike does not flatten the rest
+        title = f"{name}: drift off-policy"
+        if plot_panels(table.rows, series, panels, folder / DRIFT_PLOT[0], title, log_scale=mechanisms.RATIOS):
+            made.append(DRIFT_PLOT)
+    levels = [metrics.level_accuracy(level) for level in mechanisms.recorded_levels(recorded)]
+    if level_accuracy and levels:
+        panels = [(n, f"level {metrics.level_of_accuracy(n)}") for n in levels]
+        series = {run_id: registry.metric_series(run_id, levels) for run_id in ids}
+        title = f"{name}: sampled train accuracy by level"
+        if plot_panels(table.rows, series, panels, folder / LEVEL_PLOT[0], title, ncols=min(len(levels), 5)):
+            made.append(LEVEL_PLOT)
     return made
 
 
