@@ -29,9 +29,20 @@ card's words on the model), not_run (rows for findings no study of the page test
 claim and why), notes (markdown printed under the exploratory comparisons: what was read
 from the registry after the data were seen, with how), regenerate (the command that
 remakes everything), testable (rules set on this page in place of a spec's:
-analysis/findings.py) and reanalysis (an overlay of rules written after the data were
+analysis/findings.py), reanalysis (an overlay of rules written after the data were
 seen: the page then shows each verdict as declared and under the re-analysis, with the
-overlay's commit and date).
+overlay's commit and date) and mechanisms (the section below).
+
+With `mechanisms:`, the page also has a section on what the policy did in each study,
+whether or not it agrees with the seed (grpoctl/analysis/mechanisms.py): a table per
+study, one row per arm, of each series' mean over the last quarter of each ended run's
+steps (mean over seeds ± sd), with entropy and length also at step 1; drift (ratio max
+and min, clip fraction) only for a study where some run moved off-policy. Its keys, both
+optional: `series` (metric names of grpoctl/metrics.py, `train/accuracy/L*` for each
+level's sampled accuracy; default mechanisms.SERIES) and `level_plots` (studies of the
+page whose report also draws each level's sampled accuracy, one panel a level: every lab
+run records levels 1-5, so the figure is drawn only where a study is about them).
+`mechanisms: {}` takes the defaults.
 """
 
 from __future__ import annotations
@@ -42,6 +53,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import yaml
@@ -52,8 +64,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # results_card, beside
 
 from results_card import setup_card  # noqa: E402
 
+from grpoctl import metrics  # noqa: E402
 from grpoctl.analysis import findings as F  # noqa: E402
-from grpoctl.analysis import stats, verdicts  # noqa: E402
+from grpoctl.analysis import mechanisms, stats, verdicts  # noqa: E402
 from grpoctl.analysis.compare import build_compare_table, family_results  # noqa: E402
 from grpoctl.analysis.testability import PAIR_RULES, PERCENT_RULES, RULES  # noqa: E402
 from grpoctl.errors import UserError  # noqa: E402
@@ -74,7 +87,9 @@ PAGE_KEYS = {
     "regenerate",
     "testable",
     "reanalysis",
+    "mechanisms",
 }
+MECHANISM_KEYS = {"series", "level_plots"}
 
 
 def pts(x: float) -> str:
@@ -341,6 +356,81 @@ def exploratory(tables: dict, results: list[verdicts.Result]) -> list[str]:
     return lines
 
 
+# --------------------------------------------------------------------------- the mechanisms
+
+
+def _cell(name: str, c: mechanisms.Cell | None, seeds: int) -> str:
+    """ "0.243 ± 0.011": a length to one decimal, anything else (shares, nats, norms, ratios)
+    to 3 significant digits and its sd to 2, so that a clip fraction of 0.0004 is not 0."""
+    if c is None:
+        return ""
+    tokens = metrics.TABLE[name].unit == "tokens"
+    text = f"{c.mean:.1f}" if tokens else f"{c.mean:.3g}"
+    if c.sd is not None:
+        text += f" ± {c.sd:.1f}" if tokens else f" ± {c.sd:.2g}"
+    return text + (f" ({c.seeds} of {seeds} runs)" if c.seeds < seeds else "")
+
+
+def _short(name: str) -> str:
+    """`token_entropy` of `train/token_entropy`: the family is the same in every column."""
+    return name.split("/", 1)[1]
+
+
+def mechanism_table(m: mechanisms.StudyMechanism, window: tuple[int, int]) -> list[str]:
+    """One row per arm: its ended runs, then each series (at step 1 too, for AT_START)."""
+    head = ["arm", "runs"]
+    for name in m.series:
+        if name in mechanisms.AT_START:
+            head.append(f"{_short(name)}, step 1")
+        head.append(f"{_short(name)}, end" if name in mechanisms.AT_START else _short(name))
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for arm in m.arms:
+        other = sorted({w for w in arm.windows if w != window})
+        label = f"`{arm.label}`" + (f" (ended early: steps {', '.join(f'{a}-{b}' for a, b in other)})" if other else "")
+        cells = [label, str(arm.seeds)]
+        for name in m.series:
+            if name in mechanisms.AT_START:
+                cells.append(_cell(name, arm.start.get(name), arm.seeds))
+            cells.append(_cell(name, arm.end.get(name), arm.seeds))
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+MECHANISMS_HOW = (
+    "What the policy did in each study, measured whether or not it agrees with the seed: each arm's per-step "
+    "train series at the end of its runs, over the last quarter of each run's steps (the heading gives them), "
+    "as the mean over its ended runs (finished or diverged; runs still going are left out) of each run's mean "
+    "over those steps, ± their sd. Entropy and length are also given at step 1, the rollouts of the policy as "
+    "it started. Drift (ratio max, ratio min, clip fraction) is shown only for a study where some run moved "
+    "off-policy (a ratio pi/pi_old more than {tolerance:g} from 1); the sampled train accuracy of each level "
+    "(`accuracy/L<n>`) for each level the study's runs drew. The curves are in each study's report."
+)
+
+
+def mechanisms_section(
+    registry: Registry, tables: dict, studies: list[str], series: list[str], reports: set | None = None
+) -> list[str]:
+    """The page's `mechanisms:` section: each study's arms on `series` (analysis/mechanisms.py)."""
+    lines = ["## Mechanisms: what the policy did", "", MECHANISMS_HOW.format(tolerance=mechanisms.OFF_POLICY_TOLERANCE)]
+    for study in studies:
+        m = mechanisms.study_mechanism(registry, tables[study], series) if study in tables else None
+        if m is None:
+            going = sum(len(row.runs) for row in tables[study].rows) if study in tables else 0
+            going_text = f" ({going} run{'s' if going > 1 else ''} not ended yet)" if going else ""
+            lines += ["", f"### {study}", "", f"Not run yet{going_text}."]
+            continue
+        name = f"[{study}]({study}/report.md)" if reports is None or study in reports else study
+        window = Counter(w for arm in m.arms for w in arm.windows).most_common(1)[0][0]
+        lines += ["", f"### {study}: steps {window[0]}-{window[1]} (the last quarter), and step 1", ""]
+        said = [f"{name}: {sum(arm.seeds for arm in m.arms)} ended runs"]
+        if m.unended:
+            said.append(f"{m.unended} not ended yet, left out")
+        if not m.off_policy:
+            said.append(f"on-policy throughout (every ratio within {mechanisms.OFF_POLICY_TOLERANCE:g} of 1)")
+        lines += ["; ".join(said) + ".", "", *mechanism_table(m, window)]
+    return [*lines, ""]
+
+
 # --------------------------------------------------------------------------- the re-analysis
 
 
@@ -509,7 +599,23 @@ def read_page(path: Path) -> dict:
     for i, row in enumerate(spec.get("not_run") or []):
         if not isinstance(row, dict) or set(row) != {"claim", "why"}:
             raise UserError(f"{path}: not_run: row {i + 1} must have exactly 'claim' and 'why'")
+    if "mechanisms" in spec:
+        spec["mechanisms"] = read_mechanisms(spec["mechanisms"], path)
     return spec
+
+
+def read_mechanisms(value, path: Path) -> dict:
+    """The page's `mechanisms:` (empty, or a mapping of series and level_plots), defaults
+    filled in: {"series": [metric names], "level_plots": [study names]}."""
+    value = {} if value is None else value
+    if not isinstance(value, dict) or set(map(str, value)) - MECHANISM_KEYS:
+        raise UserError(f"{path}: mechanisms: a mapping of {' and '.join(sorted(MECHANISM_KEYS))}, or empty")
+    lists = {key: value.get(key) for key in MECHANISM_KEYS if value.get(key) is not None}
+    for key, names in lists.items():
+        if not isinstance(names, list):
+            raise UserError(f"{path}: mechanisms: {key} is a list")
+    series = mechanisms.check_series(lists.get("series", mechanisms.SERIES), f"{path}: mechanisms: series")
+    return {"series": series, "level_plots": [str(study) for study in lists.get("level_plots", [])]}
 
 
 HOW_TO_READ = [
@@ -564,6 +670,11 @@ def write_page(args) -> int:
     out = Path(args.out or os.path.relpath((page.parent / spec["out"]).resolve()))
     declared = F.family_findings(page)
     studies = list(dict.fromkeys(F.read_findings(p)[0] for p in F.family_specs(page)))
+    for study in spec["mechanisms"]["level_plots"] if "mechanisms" in spec else []:
+        if study not in studies:
+            raise UserError(
+                f"{page}: mechanisms: level_plots: {study!r} is no study of this page ({', '.join(studies)})"
+            )
     if not Path(db).is_file() and "://" not in db:
         raise UserError(f"no registry at {db}")
     out.mkdir(parents=True, exist_ok=True)
@@ -586,8 +697,13 @@ def write_page(args) -> int:
         if not args.no_reports:
             from grpoctl.views.report_view import write_report
 
-            for study in tables:
-                write_report(registry, study, out / study, findings=str(page))  # the page's one family
+            level_plots = set(spec["mechanisms"]["level_plots"]) if "mechanisms" in spec else set()
+            for study in tables:  # the page's one family
+                write_report(registry, study, out / study, level_accuracy=study in level_plots, findings=str(page))
+        mechanism_lines = []
+        if "mechanisms" in spec:
+            reports = set(tables) if not args.no_reports else None
+            mechanism_lines = mechanisms_section(registry, tables, studies, spec["mechanisms"]["series"], reports)
         card = setup_card(registry, tables, out, spec)
     forest(results, out / "forest.png", str(spec.get("task") or spec["name"]))
 
@@ -624,6 +740,7 @@ def write_page(args) -> int:
         "",
         *robustness_table(results),
         "",
+        *mechanism_lines,
         "## Exploratory: comparisons no finding declared",
         "",
         "Each study's other variants against its baseline, on the last-3 mean. Nothing here was declared, so "
