@@ -2,9 +2,10 @@
 
 It answers the questions the seed's write-ups answer for each ablation: what varied and
 what was held fixed, the numbers side by side, the curves (eval accuracy, reward,
-response length, entropy, gradient norm), what went wrong and when, who won and by how
-much, and, for each variant against the baseline, whether the difference is more than
-the noise between seeds (or, with one seed, between evals), in a table and a sentence.
+response length, entropy, working share, gradient norm; drift where a run went
+off-policy), what went wrong and when, who won and by how much, and, for each variant
+against the baseline, whether the difference is more than the noise between seeds (or,
+with one seed, between evals), in a table and a sentence.
 """
 
 from __future__ import annotations
