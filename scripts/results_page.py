@@ -71,6 +71,7 @@ from grpoctl.analysis.compare import build_compare_table, family_results  # noqa
 from grpoctl.analysis.testability import PAIR_RULES, PERCENT_RULES, RULES  # noqa: E402
 from grpoctl.errors import UserError  # noqa: E402
 from grpoctl.registry import Registry  # noqa: E402
+from grpoctl.spec_file import read_spec  # noqa: E402
 from grpoctl.views.report_plots import save_figure  # noqa: E402
 
 PAGE_KEYS = {
@@ -407,12 +408,42 @@ MECHANISMS_HOW = (
 )
 
 
+def pending_words(pending: int) -> str:
+    """How the Holm family counts the findings not run yet (analysis/verdicts.py: at p = 1)."""
+    if not pending:
+        return ""
+    return (
+        f", and the {pending} not run yet, each counted at p = 1 until it runs, so that a p here can only fall "
+        "as the round goes on"
+    )
+
+
+def declared_members(spec_path: Path) -> int | None:
+    """How many runs a study spec declares (variants x seeds), or None where its seeds are
+    not listed (`--seeds auto`)."""
+    spec = read_spec(spec_path)
+    seeds = spec.get("seeds")
+    return len(spec.get("variants") or {}) * len(seeds) if isinstance(seeds, list) else None
+
+
 def mechanisms_section(
-    registry: Registry, tables: dict, studies: list[str], series: list[str], reports: set | None = None
+    registry: Registry,
+    tables: dict,
+    studies: list[str],
+    series: list[str],
+    reports: set | None = None,
+    declared: dict[str, int | None] | None = None,
 ) -> list[str]:
-    """The page's `mechanisms:` section: each study's arms on `series` (analysis/mechanisms.py)."""
+    """The page's `mechanisms:` section: each study's arms on `series` (analysis/mechanisms.py),
+    once every run its spec declares has ended (`declared`: runs per study), as the
+    findings wait for every seed: nothing is read off part of a study."""
     lines = ["## Mechanisms: what the policy did", "", MECHANISMS_HOW.format(tolerance=mechanisms.OFF_POLICY_TOLERANCE)]
     for study in studies:
+        wanted = (declared or {}).get(study)
+        ended = sum(rd.run.status in F.ENDED for row in tables[study].rows for rd in row.runs) if study in tables else 0
+        if wanted is not None and 0 < ended < wanted:
+            lines += ["", f"### {study}", "", f"Running: {ended} of its {wanted} runs have ended; shown once all have."]
+            continue
         m = mechanisms.study_mechanism(registry, tables[study], series) if study in tables else None
         if m is None:
             going = sum(len(row.runs) for row in tables[study].rows) if study in tables else 0
@@ -632,8 +663,8 @@ HOW_TO_READ = [
     "right the interval also covers the problems (a problem bootstrap of the same problems in both arms, "
     'Satterthwaite df); "problem level: not recorded" says the registry holds no per-problem outcomes, so the '
     "interval covers the seeds only. Seeds that do not match get Welch's t.",
-    "- **p (page Holm):** Holm's correction over the page's {tested} testable findings at once (TOST for "
-    "equivalence, on the same difference). Comparisons nobody declared are listed below as exploratory, "
+    "- **p (page Holm):** Holm's correction over the page's {tested} testable findings at once{pending} (TOST "
+    "for equivalence, on the same difference). Comparisons nobody declared are listed below as exploratory, "
     "unadjusted.",
     "- **MDE:** the smallest difference these seeds detect under the test applied at α 0.05 with power 0.8 "
     '(noncentral t), and in brackets at α/m, Holm\'s first step over the family. A "not resolved" below it says '
@@ -670,6 +701,7 @@ def write_page(args) -> int:
     out = Path(args.out or os.path.relpath((page.parent / spec["out"]).resolve()))
     declared = F.family_findings(page)
     studies = list(dict.fromkeys(F.read_findings(p)[0] for p in F.family_specs(page)))
+    members = {F.read_findings(p)[0]: declared_members(p) for p in F.family_specs(page)}
     for study in spec["mechanisms"]["level_plots"] if "mechanisms" in spec else []:
         if study not in studies:
             raise UserError(
@@ -703,7 +735,9 @@ def write_page(args) -> int:
         mechanism_lines = []
         if "mechanisms" in spec:
             reports = set(tables) if not args.no_reports else None
-            mechanism_lines = mechanisms_section(registry, tables, studies, spec["mechanisms"]["series"], reports)
+            mechanism_lines = mechanisms_section(
+                registry, tables, studies, spec["mechanisms"]["series"], reports, members
+            )
         card = setup_card(registry, tables, out, spec)
     forest(results, out / "forest.png", str(spec.get("task") or spec["name"]))
 
@@ -723,7 +757,10 @@ def write_page(args) -> int:
         *([intro, ""] if intro else []),
         counted,
         "",
-        *(line.format(tested=tested, delta=100 * stats.EQUIVALENCE_DELTA) for line in HOW_TO_READ),
+        *(
+            line.format(tested=tested, pending=pending_words(len(declared) - ran), delta=100 * stats.EQUIVALENCE_DELTA)
+            for line in HOW_TO_READ
+        ),
         "",
         "## Findings",
         "",

@@ -442,6 +442,21 @@ def test_no_verdict_until_every_declared_seed_has_ended(tmp_path):
     assert [f.seeds for f in F.read_findings(spec)[1]] == [(4, 5)]
 
 
+def test_a_finding_not_run_yet_counts_in_the_family_at_p_one():
+    """While a round runs, each finding not run yet is in the Holm family at p = 1, so an
+    adjusted p read now is no smaller than the one the finished round gives."""
+    extra = {i: {"zero_std_at_start": 0.3} for i in range(20)}
+    rule = (F.Rule("mixed_groups_at_start", "every_arm", 0.2),)
+    base = [rd(i, curve(m), seed=i) for i, m in enumerate([0.60, 0.62, 0.61])]
+    variant = [rd(10 + i, curve(m), seed=i) for i, m in enumerate([0.64, 0.67, 0.63])]
+    ran = F.Finding("p", "c", "s", "v", "plateau", "higher", rule)
+    waiting = F.Finding("q", "c", "later", "v", "plateau", "higher", rule)
+    (alone,) = verdicts.evaluate(table_of(base, variant), [ran], extra, {"s": 32})
+    now, later = verdicts.evaluate(table_of(base, variant), [ran, waiting], extra, {"s": 32})
+    assert later.verdict == "not run" and later.p_family is None
+    assert now.p_family == pytest.approx(min(1.0, 2 * alone.p_family))
+
+
 def test_findings_from_a_file_without_this_studys_findings_warn(tmp_path):
     out = invoke(
         "compare",

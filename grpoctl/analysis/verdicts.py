@@ -474,10 +474,15 @@ def evaluate(tables: dict, findings: list[Finding], extra: dict[int, dict], max_
         decide_testable(result, variant, base, max_tokens.get(f.study))
         measure_against(result, variant, base)
         results.append(result)
-    # the family: findings that ran, are testable by every rule, and have a test
+    # the family: findings that ran, are testable by every rule, and have a test; and each
+    # finding not run yet, at p = 1 until it runs. Holm's step-down can then only lower the
+    # others' adjusted p as studies land (a real p is at most 1, and a pending finding that
+    # turns out untestable leaves the family): a verdict read while a round is under way
+    # stands when it is done.
     family = {i: r.p for i, r in enumerate(results) if not r.not_run and r.testable and r.p is not None}
-    adjusted = stats.holm_family(family)
-    m = len(family)
+    pending = {i: 1.0 for i, r in enumerate(results) if r.not_run}
+    adjusted = {i: p for i, p in stats.holm_family({**family, **pending}).items() if i not in pending}
+    m = len(family) + len(pending)
     for i, r in enumerate(results):
         r.p_family = adjusted.get(i)
         if r.choice is not None and m:
