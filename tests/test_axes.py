@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from grpoctl.analysis import axes, verdicts
+from grpoctl.analysis import axes, run_measures, verdicts
 from grpoctl.analysis import findings as F
 from grpoctl.errors import UserError
 from grpoctl.sweep.spec import ablation
@@ -182,10 +182,10 @@ def test_a_run_without_time_cpu_is_not_measurable_on_that_axis():
 
 def test_series_mean_over_a_step_window():
     ratio = [(1, 1.1), (2, 1.5), (3, 2.5), (4, 3.0), (5, float("nan"))]
-    assert verdicts.run_measure("series", [], ratio[:4]) == pytest.approx((1.1 + 1.5 + 2.5 + 3.0) / 4)
-    assert verdicts.run_measure("series", [], ratio, steps=(2, 3)) == pytest.approx(2.0)
-    assert verdicts.run_measure("series", [], ratio) is None  # a non-finite step in the window: no mean
-    assert verdicts.run_measure("series", [], ratio, steps=(6, 9)) is None  # the window has no step
+    assert run_measures.run_measure("series", [], ratio[:4]) == pytest.approx((1.1 + 1.5 + 2.5 + 3.0) / 4)
+    assert run_measures.run_measure("series", [], ratio, steps=(2, 3)) == pytest.approx(2.0)
+    assert run_measures.run_measure("series", [], ratio) is None  # a non-finite step in the window: no mean
+    assert run_measures.run_measure("series", [], ratio, steps=(6, 9)) is None  # the window has no step
     drift = finding("drift", "series", "higher", curve="train/ratio_max", steps=(2, 3))
     rd = run(1, 7, config(), [], **{"train/ratio_max": ratio, "train/grad_norm": [(1, 9.0)]})
     assert verdicts.Arm("v", [rd]).by_seed(drift) == {7: pytest.approx(2.0)}

@@ -10,7 +10,7 @@ import pytest
 from cli import invoke
 
 from grpoctl.analysis import findings as F
-from grpoctl.analysis import stats, verdicts
+from grpoctl.analysis import run_measures, stats, verdicts
 from grpoctl.analysis.testability import RULES
 from grpoctl.errors import UserError
 from grpoctl.sweep.spec import ablation
@@ -103,16 +103,16 @@ EVALS = [(0, 0.40, 512), (10, 0.25, 512), (20, 0.55, 512), (30, 0.60, 512), (40,
 
 
 def test_the_measures_of_one_run():
-    assert verdicts.run_measure("plateau", EVALS, []) == pytest.approx((0.55 + 0.60 + 0.50) / 3)
-    assert verdicts.run_measure("collapse", EVALS, []) == pytest.approx(0.25)  # step 0 never counts
-    assert verdicts.run_measure("collapse", EVALS, [], after_step=20) == pytest.approx(0.50)
-    assert verdicts.run_measure("peak_decline", EVALS, []) == pytest.approx(0.60 - 0.50)
-    assert verdicts.run_measure("grad_norm", [], [(1, 0.2), (2, 0.3), (3, 0.4)]) == pytest.approx(0.3)
+    assert run_measures.run_measure("plateau", EVALS, []) == pytest.approx((0.55 + 0.60 + 0.50) / 3)
+    assert run_measures.run_measure("collapse", EVALS, []) == pytest.approx(0.25)  # step 0 never counts
+    assert run_measures.run_measure("collapse", EVALS, [], after_step=20) == pytest.approx(0.50)
+    assert run_measures.run_measure("peak_decline", EVALS, []) == pytest.approx(0.60 - 0.50)
+    assert run_measures.run_measure("grad_norm", [], [(1, 0.2), (2, 0.3), (3, 0.4)]) == pytest.approx(0.3)
     # compare's measure: one non-finite step leaves a run without a mean
-    assert verdicts.run_measure("grad_norm", [], [(1, 0.2), (2, float("nan")), (3, 0.4)]) is None
-    assert verdicts.final_eval(EVALS) == 0.50 and verdicts.final_eval([(0, 0.4, 8)]) is None
+    assert run_measures.run_measure("grad_norm", [], [(1, 0.2), (2, float("nan")), (3, 0.4)]) is None
+    assert run_measures.final_eval(EVALS) == 0.50 and run_measures.final_eval([(0, 0.4, 8)]) is None
     # trapezoids: 10*(.40+.25)/2 + 10*(.25+.55)/2 + 10*(.55+.60)/2 + 10*(.60+.50)/2 = 18.5, over 40 steps
-    assert verdicts.auc(EVALS) == pytest.approx(18.5 / 40)
+    assert run_measures.auc(EVALS) == pytest.approx(18.5 / 40)
 
 
 def test_speed_and_sampled_measures():
@@ -120,10 +120,10 @@ def test_speed_and_sampled_measures():
     # the gain is 0.5 from the first window to the last, half of it (0.35) is first reached at step 5
     reward = [(1, 0.1, None), (2, 0.1, None), (3, 0.2, None), (4, 0.4, None), (5, 0.6, None), (6, 0.6, None)]
     reward.append((7, 0.6, None))
-    assert verdicts.steps_to_share(reward, 0.5, window=2) == 5.0
-    assert verdicts.steps_to_share(reward, 1.0) == 5.0  # the end's level, first reached at step 5
-    assert verdicts.steps_to_share([(1, 0.5, None), (2, 0.4, None)], 0.5) is None  # no gain: no such step
-    assert verdicts.run_measure("auc", reward, []) == pytest.approx(sum((a + b) / 2 for (_, a, _), (_, b, _) in zip(reward, reward[1:], strict=False)) / 6)  # fmt: skip
+    assert run_measures.steps_to_share(reward, 0.5, window=2) == 5.0
+    assert run_measures.steps_to_share(reward, 1.0) == 5.0  # the end's level, first reached at step 5
+    assert run_measures.steps_to_share([(1, 0.5, None), (2, 0.4, None)], 0.5) is None  # no gain: no such step
+    assert run_measures.run_measure("auc", reward, []) == pytest.approx(sum((a + b) / 2 for (_, a, _), (_, b, _) in zip(reward, reward[1:], strict=False)) / 6)  # fmt: skip
     # a finding on the sampled pass@1 reads the runs' pass@1 curve, not the greedy one
     run = rd(1, EVALS)
     run.scores = {"eval/pass@1": [(0, 0.2, 64), (10, 0.3, 64), (20, 0.35, 64), (30, 0.4, 64), (40, 0.45, 64)]}
@@ -143,11 +143,13 @@ def test_each_measure_is_a_weighted_sum_of_evals_and_so_of_problems():
     evals = [(s, sum(r) / 4, 4) for s, r in right.items()]
     stored = {s: ("h", encode(r, 1)) for s, r in right.items()}
     for measure in ("plateau", "collapse", "peak_decline", "auc", "final"):
-        weights = verdicts.measure_weights(measure, evals)
+        weights = run_measures.measure_weights(measure, evals)
         problems = weighted(stored, weights)
-        assert sum(problems.values) / 4 == pytest.approx(verdicts.run_measure(measure, evals, [])), measure
-    assert weighted({**stored, 40: ("other", stored[40][1])}, verdicts.measure_weights("plateau", evals)) is None
-    assert weighted({s: ("h", None) for s in right}, verdicts.measure_weights("plateau", evals)) is None  # not recorded
+        assert sum(problems.values) / 4 == pytest.approx(run_measures.run_measure(measure, evals, [])), measure
+    assert weighted({**stored, 40: ("other", stored[40][1])}, run_measures.measure_weights("plateau", evals)) is None
+    assert (
+        weighted({s: ("h", None) for s in right}, run_measures.measure_weights("plateau", evals)) is None
+    )  # not recorded
 
 
 def rd(run_id: int, evals=EVALS, grad=(), length=(), seed=None, status="finished"):

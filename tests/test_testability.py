@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from grpoctl.analysis import findings as F
-from grpoctl.analysis import stats, verdicts
+from grpoctl.analysis import run_measures, stats, verdicts
 from grpoctl.analysis.testability import Rule, check, check_all, load_extra, parse_rules
 from grpoctl.errors import UserError
 
@@ -197,7 +197,7 @@ def test_the_lab_reanalysis_adds_the_rules_issue_35_names():
 
 def test_auc_is_a_measure():
     evals = [(0, 0.2, 8), (10, 0.4, 8), (20, 0.8, 8)]
-    assert verdicts.run_measure("auc", evals, []) == pytest.approx((10 * 0.3 + 10 * 0.6) / 20)
+    assert run_measures.run_measure("auc", evals, []) == pytest.approx((10 * 0.3 + 10 * 0.6) / 20)
     assert "auc" in F.MEASURES
 
 

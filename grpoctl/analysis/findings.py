@@ -57,8 +57,7 @@ the cost of the steps before it) and read over the range every run of both arms 
 that spends more per step is cut where the cheaper one ends; a curve with no point at 0
 (no step-0 eval) moves the start to the latest first point. auc is then the mean height
 over that range (the area, linear between points, over X: the curve's units, as on the
-step axis);
-steps_to_share the axis value at which a curve cut at X first makes `share` of its gain
+step axis); steps_to_share the axis value at which a curve cut at X first makes `share` of its gain
 there. A run that did not record what its axis counts (time/cpu before it existed)
 leaves the finding "not testable here", with a note saying what is missing.
 
@@ -95,7 +94,7 @@ the frozen specs are never edited.
 
 A spec that breaks the format is refused in one line (exit 2), like its other fields.
 
-How a finding is measured, compared and judged is analysis/verdicts.py.
+How a finding is measured is analysis/run_measures.py; how it is compared and judged, analysis/verdicts.py.
 """
 
 from __future__ import annotations
