@@ -459,6 +459,19 @@ def test_a_finding_not_run_yet_counts_in_the_family_at_p_one():
     assert now.p_family == pytest.approx(min(1.0, 2 * alone.p_family))
 
 
+def test_it_differs_only_when_the_difference_clears_the_family():
+    """An equivalence claim whose TOST fails is "contradicted: it differs" only when the
+    difference's own p clears alpha adjusted for the page's family, as every verdict does."""
+    same = F.Finding("e", "c", "s", "v", "plateau", "same", (), delta=0.03)
+    result = verdicts.Result(same, "b")
+    result.testable, result.p_family = True, 0.6  # the TOST's, family-adjusted
+    result.diff = SimpleNamespace(diff=0.022, low=0.001, high=0.043, p=0.03)
+    assert verdicts.verdict(result) == "contradicted: it differs"  # a family of one
+    assert verdicts.verdict(result, family=27).startswith("inconclusive")
+    result.diff = SimpleNamespace(diff=0.06, low=0.05, high=0.07, p=1e-5)
+    assert verdicts.verdict(result, family=27) == "contradicted: it differs"
+
+
 def test_findings_from_a_file_without_this_studys_findings_warn(tmp_path):
     out = invoke(
         "compare",

@@ -256,8 +256,11 @@ def short_of(low: float, high: float, effect: float) -> bool:
     return low > effect if effect < 0 else high < effect
 
 
-def verdict(result: Result, alpha: float = stats.ALPHA) -> str:
-    """The verdict's words, from the family-adjusted p and the expected direction."""
+def verdict(result: Result, alpha: float = stats.ALPHA, family: int = 1) -> str:
+    """The verdict's words, from the family-adjusted p and the expected direction. An
+    equivalence claim's family p is its TOST's; "it differs" needs the difference's own p
+    adjusted for the `family` size too (Bonferroni, Holm's first step: conservative), so
+    neither reading of a "same" finding escapes the page's family."""
     f = result.finding
     if result.not_run:
         return "not run"
@@ -276,7 +279,7 @@ def verdict(result: Result, alpha: float = stats.ALPHA) -> str:
     if f.expect == "same":
         if result.p_family < alpha:
             return f"reproduced: equivalent within {f.margin}"
-        if d.p < alpha and not (-f.delta < d.low and d.high < f.delta):
+        if d.p * max(family, 1) < alpha and not (-f.delta < d.low and d.high < f.delta):
             return "contradicted: it differs"
         return f"inconclusive: neither equivalence within {f.margin} nor a difference is shown"
     if result.p_family < alpha:
@@ -356,7 +359,7 @@ def evaluate(tables: dict, findings: list[Finding], extra: dict[int, dict], max_
         r.p_family = adjusted.get(i)
         if r.choice is not None and m:
             r.mde_family = design.mde_at(r.choice, stats.ALPHA / m)
-        r.verdict = verdict(r)
+        r.verdict = verdict(r, family=m)
     return results
 
 
