@@ -5,6 +5,11 @@
 #
 #   PYTHON=/path/to/frozen/.venv/bin/python scripts/snapshot_lab_registry.sh LIVE.db docs/results/lab.db.xz
 #
+# LEAN=1 also leaves out the per-phase memory rows (mem/*_after_*): on the lab's CPU runs
+# each is the process's resident set after a phase, three figures per phase and step, a
+# quarter of a registry's compressed size; mem/peak, each step's highest, stays. The live
+# registry keeps them. The tree's 40 MiB gate is why (docs/results/studies.db.xz).
+#
 # A run still going, or interrupted, is dropped from the copy (its rows only; no file is
 # touched): its checkpoints stay on this machine, so a later session could not resume it,
 # and scripts/run_lab_studies.sh starts it anew instead. PYTHON must be the grpoctl that
@@ -17,6 +22,7 @@ tmp=$(mktemp -u "${TMPDIR:-/tmp}/lab-snapshot-XXXXXX.db")
 trap 'rm -f "$tmp" "$tmp".bak-*' EXIT
 sqlite3 "$src" "VACUUM INTO '$tmp'"  # a consistent copy of a registry being written
 "$PYTHON" -I - "$tmp" <<'PY'  # -I: not the grpoctl of the directory this runs from
+import os
 import sys
 
 from grpoctl.registry import Registry
@@ -30,6 +36,10 @@ for run in runs:
         print(f"left out {run.name} ({run.status}): the runner starts it anew")
 print(f"{sum(r.status in ended for r in runs)} ended runs kept")
 registry.close()
+if os.environ.get("LEAN") == "1":
+    from grpoctl.registry.compressed import drop_phase_memory
+
+    print(f"left out {drop_phase_memory(sys.argv[1]):,} per-phase memory rows (LEAN=1)")
 # The indexes are half the compressed size and are rebuilt from the data when the copy is
 # read (grpoctl/registry/compressed.py), so the snapshot leaves them out; this vacuums too.
 from grpoctl.registry.compressed import strip_indexes

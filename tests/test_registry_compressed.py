@@ -110,3 +110,17 @@ def test_a_snapshot_without_its_indexes_reads_back_with_them(tmp_path, cache):
     assert indexes(copy) == whole  # every declared index, as the registry made it
     with Registry(str(packed), readonly=True) as registry:
         assert registry.metric_of_runs([run.id], "train/reward") == {run.id: [(1, 0.5)]}
+
+
+def test_a_lean_snapshot_leaves_out_only_the_per_phase_memory_rows(tmp_path):
+    db = tmp_path / "lean.db"
+    with Registry(str(db)) as registry:
+        run = registry.create_run(name="r", config={}, config_diff={}, config_hash="l" * 16, seed=0, total_steps=1)
+        registry.log_step(
+            run.id,
+            1,
+            {"train/reward": 0.5, "mem/peak": 700.0, "mem/peak_after_rollout": 690.0, "mem/reserved_after_train": 1.0},
+        )
+    assert C.drop_phase_memory(db) == 2
+    with Registry(str(db), readonly=True) as registry:
+        assert registry.last_metrics([run.id]) == {run.id: {"train/reward": 0.5, "mem/peak": 700.0}}

@@ -32,6 +32,7 @@ from pathlib import Path
 from sqlalchemy import Connection, Engine, Index, create_engine, inspect
 from sqlmodel import SQLModel
 
+from grpoctl import metrics
 from grpoctl.errors import UserError
 from grpoctl.registry import (
     models,  # noqa: F401  (declares the tables and indexes on SQLModel.metadata)
@@ -106,6 +107,24 @@ def strip_indexes(path: str | Path) -> list[str]:
     finally:
         engine.dispose()
     return dropped
+
+
+def drop_phase_memory(path: str | Path) -> int:
+    """Delete the per-phase memory rows (metrics.MEM_PREFIX ..._after_<phase>) from the SQLite
+    registry at `path`, for a lean snapshot (scripts/snapshot_lab_registry.sh LEAN=1);
+    mem/peak, each step's highest, stays. Returns the rows deleted."""
+    engine = _sqlite(path)
+    try:
+        with engine.begin() as conn:
+            names = [metrics.mem_peak_after(p) for p in metrics.PHASES]
+            names += [metrics.mem_reserved_after(p) for p in metrics.PHASES]
+            names += [metrics.mem_device_free_after(p) for p in metrics.PHASES]
+            deleted = 0
+            for name in names:
+                deleted += conn.exec_driver_sql("DELETE FROM metric WHERE name = ?", (name,)).rowcount
+    finally:
+        engine.dispose()
+    return deleted
 
 
 def _rebuild_indexes(path: Path) -> None:
