@@ -176,7 +176,7 @@ def test_the_lab_pages_drift_note_is_what_the_registry_holds(committed_registry)
         against = [_best_minus_final(registry, run) for run in on_policy]
     assert len(drifting) == 8 and len(on_policy) == 6
     difference = stats.welch(drops, against)
-    page = (ROOT / "docs" / "results" / "index.md").read_text()
+    page = (ROOT / "docs" / "results" / "first-lab" / "index.md").read_text()
     note = next(line for line in page.splitlines() if "16 updates per rollout batch drift" in line)
     assert f"largest probability ratio π/π_old is {statistics.mean(last_ten['train/ratio_max']):.1f}" in note
     assert f"its smallest {statistics.mean(last_ten['train/ratio_min']):.3f}" in note
@@ -204,7 +204,7 @@ def test_the_lab_pages_lr_disclosure_is_what_the_registry_holds(committed_regist
         arm: statistics.mean(statistics.mean(a for _, a in evals[-3:]) for evals in runs) for arm, runs in arms.items()
     }
     lowest_from_30 = min(a for evals in arms["lr=1e-4"] for step, a in evals if step >= 30)
-    page = (ROOT / "docs" / "results" / "index.md").read_text()
+    page = (ROOT / "docs" / "results" / "first-lab" / "index.md").read_text()
     assert commits == {"58f5b3b"} and f"recorded from commit {commits.pop()}" in page
     assert max(last3, key=last3.__getitem__) == "lr=3.3e-5"
     assert f"last-3 mean of {last3['lr=3.3e-5']:.4f} against {last3['lr=1e-4']:.4f} at 1e-4" in page
