@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Regenerate the results pages from the committed registries, running what is missing
 # first: the addition page (docs/results/addition/, the tiny suite: 6 studies, 22
-# variants, 3 seeds, into docs/results/registry.db), the lab's page (docs/results/,
-# the seed's seven studies on the lab, issue 21, into docs/results/lab.db), the lab's
+# variants, 3 seeds, into docs/results/registry.db), the lab's page (docs/results/, the
+# seed's seven studies on the lab's second round, issue 42, into docs/results/studies.db),
+# the first round's page (docs/results/first-lab/, issue 21, docs/results/lab.db), the lab's
 # knob page (docs/results/knobs/, issue 22's three studies, into docs/results/lab-knobs.db)
 # and its pass@k page (docs/results/pass-at-k/, issue 23, into docs/results/lab-pass-at-k.db).
 #
@@ -10,9 +11,9 @@
 #
 #   all       (the default) run or resume both suites, then write both pages
 #   pages     write both pages from the registries as they are; run nothing
-#   lab       run or resume the lab's studies (scripts/run_lab_studies.sh seven, then
-#             knobs: in order, on one core, the lr winner checked) and the pass@k runs,
-#             then write the three lab pages
+#   lab       run or resume the lab's studies (scripts/run_lab_studies.sh seven, knobs,
+#             then studies: in order, on one core, the lr winner checked) and the pass@k
+#             runs, then write the four lab pages
 #   addition  run or resume the tiny suite, then write the addition page
 #
 # Sweeps are resumable: a member whose run finished is skipped (runs are found by config
@@ -29,7 +30,7 @@
 # scripts/snapshot_lab_registry.sh LIVE.db docs/results/NAME.db.xz.
 #
 # Environment: ADDITION_DB (default docs/results/registry.db.xz), LAB_DB (default
-# docs/results/lab.db.xz), KNOBS_DB (default docs/results/lab-knobs.db.xz), PASS_AT_K_DB
+# docs/results/lab.db.xz), STUDIES_DB (default docs/results/studies.db.xz), KNOBS_DB (default docs/results/lab-knobs.db.xz), PASS_AT_K_DB
 # (default docs/results/lab-pass-at-k.db.xz), BREVITY_DB (the reward plugin's example, default
 # docs/results/lab-brevity.db.xz: its report is rewritten, its runs never re-run), SEEDS (the tiny suite's, default 0,1,2),
 # PARALLEL (the tiny suite's, default 2), LAB_CORE (passed on to
@@ -51,6 +52,7 @@ fi
 export GRPOCTL PYTHON
 ADDITION_DB=${ADDITION_DB:-docs/results/registry.db.xz}
 LAB_DB=${LAB_DB:-docs/results/lab.db.xz}
+STUDIES_DB=${STUDIES_DB:-docs/results/studies.db.xz}
 KNOBS_DB=${KNOBS_DB:-docs/results/lab-knobs.db.xz}
 PASS_AT_K_DB=${PASS_AT_K_DB:-docs/results/lab-pass-at-k.db.xz}
 BREVITY_DB=${BREVITY_DB:-docs/results/lab-brevity.db.xz}
@@ -81,12 +83,14 @@ addition_page() {
 }
 lab_runs() {
   LAB_DB=$(live "$LAB_DB") KNOBS_DB=$(live "$KNOBS_DB") PASS_AT_K_DB=$(live "$PASS_AT_K_DB")
+  STUDIES_DB=$(live "$STUDIES_DB")
   LAB_DB="$LAB_DB" scripts/run_lab_studies.sh seven
   LAB_DB="$KNOBS_DB" scripts/run_lab_studies.sh knobs
+  LAB_DB="$STUDIES_DB" scripts/run_lab_studies.sh studies
   taskset -c "${LAB_CORE:-1}" "$GRPOCTL" sweep experiments/lab-pass-at-k.yaml --parallel 1 --db "$PASS_AT_K_DB"
 }
 lab_page() {
-  for db in "$LAB_DB" "$KNOBS_DB" "$PASS_AT_K_DB"; do
+  for db in "$LAB_DB" "$STUDIES_DB" "$KNOBS_DB" "$PASS_AT_K_DB"; do
     if [[ ! -f "$db" ]]; then
       echo "no lab registry at $db: run 'scripts/reproduce_tiny_ablations.sh lab' first" >&2
       return 2
@@ -95,7 +99,8 @@ lab_page() {
   if [[ -f "$BREVITY_DB" ]]; then  # the reward plugin's worked example (its runs are not re-run here)
     "$GRPOCTL" report lab-brevity --db "$BREVITY_DB" -o docs/results/brevity
   fi
-  "$PYTHON" scripts/results_page.py experiments/pages/lab.yaml --db "$LAB_DB" --out docs/results
+  "$PYTHON" scripts/results_page.py experiments/pages/studies.yaml --db "$STUDIES_DB" --out docs/results
+  "$PYTHON" scripts/results_page.py experiments/pages/lab.yaml --db "$LAB_DB" --out docs/results/first-lab
   "$PYTHON" scripts/results_page.py experiments/pages/lab-knobs.yaml --db "$KNOBS_DB" --out docs/results/knobs
   "$PYTHON" scripts/pass_at_k_page.py --db "$PASS_AT_K_DB" --out docs/results/pass-at-k
 }
