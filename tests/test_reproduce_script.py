@@ -59,14 +59,22 @@ def test_each_mode_runs_what_it_says(tmp_path):
     )
     (tmp_path / "knobs.db").write_text("")
     (tmp_path / "pass.db").write_text("")
+    (tmp_path / "studies.db").write_text("")
     dbs = dict(
-        LAB_DB=str(tmp_path / "lab.db"), KNOBS_DB=str(tmp_path / "knobs.db"), PASS_AT_K_DB=str(tmp_path / "pass.db")
+        LAB_DB=str(tmp_path / "lab.db"),
+        STUDIES_DB=str(tmp_path / "studies.db"),
+        KNOBS_DB=str(tmp_path / "knobs.db"),
+        PASS_AT_K_DB=str(tmp_path / "pass.db"),
     )
     out, calls = run("pages", tmp_path, **dbs)
     assert out.returncode == 0, out.stderr
-    # the seven studies' page, then the knob studies' page and the pass@k page beside it
-    assert calls[-3:] == [
-        f"python scripts/results_page.py experiments/pages/lab.yaml --db {tmp_path / 'lab.db'} --out docs/results",
+    # the seven studies' page (the second round, then the first round's beside it), then the
+    # knob studies' page and the pass@k page
+    assert calls[-4:] == [
+        f"python scripts/results_page.py experiments/pages/studies.yaml --db {tmp_path / 'studies.db'}"
+        " --out docs/results",
+        f"python scripts/results_page.py experiments/pages/lab.yaml --db {tmp_path / 'lab.db'}"
+        " --out docs/results/first-lab",
         f"python scripts/results_page.py experiments/pages/lab-knobs.yaml --db {tmp_path / 'knobs.db'}"
         " --out docs/results/knobs",
         f"python scripts/pass_at_k_page.py --db {tmp_path / 'pass.db'} --out docs/results/pass-at-k",
