@@ -700,8 +700,9 @@ def write_page(args) -> int:
     db = args.db or os.path.relpath((page.parent / spec["registry"]).resolve())
     out = Path(args.out or os.path.relpath((page.parent / spec["out"]).resolve()))
     declared = F.family_findings(page)
-    studies = list(dict.fromkeys(F.read_findings(p)[0] for p in F.family_specs(page)))
+    # each study once: its name, and the runs its spec declares (the mechanisms section waits for them)
     members = {F.read_findings(p)[0]: declared_members(p) for p in F.family_specs(page)}
+    studies = list(members)
     for study in spec["mechanisms"]["level_plots"] if "mechanisms" in spec else []:
         if study not in studies:
             raise UserError(
