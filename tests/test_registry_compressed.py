@@ -112,6 +112,34 @@ def test_a_snapshot_without_its_indexes_reads_back_with_them(tmp_path, cache):
         assert registry.metric_of_runs([run.id], "train/reward") == {run.id: [(1, 0.5)]}
 
 
+def test_a_stripped_registry_decompressed_by_hand_gets_its_indexes_when_written(tmp_path, caplog):
+    """`xz -dk` of a stripped snapshot gives a file without the unique indexes that the writes'
+    INSERT ... ON CONFLICT names ("ON CONFLICT clause does not match any PRIMARY KEY or UNIQUE
+    constraint"); the first writer builds them, and a reader leaves the file alone."""
+    import sqlite3
+
+    def indexes(path):
+        with sqlite3.connect(path) as conn:
+            return sorted(conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index'"))
+
+    db = tmp_path / "studies.db"
+    with Registry(str(db)) as registry:
+        registry.create_run(name="first", config={}, config_diff={}, config_hash="a" * 16, seed=0, total_steps=1)
+    whole = indexes(db)
+    assert C.strip_indexes(db)
+    stripped = indexes(db)
+    assert stripped != whole
+    with Registry(str(db), readonly=True) as registry:
+        assert [run.name for run in registry.list_runs()] == ["first"]
+    assert indexes(db) == stripped  # reading does not write
+    with Registry(str(db)) as registry:
+        run = registry.create_run(name="second", config={}, config_diff={}, config_hash="b" * 16, seed=0, total_steps=1)
+        assert run.name == "second"
+    assert indexes(db) == whole
+    assert "had left out" in caplog.text
+    assert C.restore_indexes(db) == []  # a whole registry: nothing to do
+
+
 def test_a_lean_snapshot_leaves_out_only_the_per_phase_memory_rows(tmp_path):
     db = tmp_path / "lean.db"
     with Registry(str(db)) as registry:

@@ -15,9 +15,11 @@ A committed registry may leave out its indexes (`strip_indexes`, which
 scripts/snapshot_lab_registry.sh runs before compressing): they are rebuilt from the
 data, and hold about half of a registry's compressed size. The cached copy gets every
 index the tables declare (models.py) back before it is opened, so a stripped snapshot and
-a whole one read alike. Strip only a registry at this grpoctl's schema revision (HEAD),
-as the snapshot script's grpoctl leaves it: a revision that changes an index must rebuild
-the stripped ones first.
+a whole one read alike. A stripped snapshot decompressed by hand (`xz -dk`) gets them
+back when a command first opens it to write (registry/open.py), since the writes need the
+unique ones. Strip only a registry at this grpoctl's schema revision (HEAD), as the
+snapshot script's grpoctl leaves it: a revision that changes an index must rebuild the
+stripped ones first.
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ def decompressed(path: str | Path) -> Path:
         try:
             with os.fdopen(fd, "wb") as out, lzma.open(source) as compressed:
                 shutil.copyfileobj(compressed, out, CHUNK)
-            _rebuild_indexes(Path(partial))
+            restore_indexes(Path(partial))
             os.replace(partial, target)
         except lzma.LZMAError as exc:
             raise UserError(f"registry {source} is not a readable xz file ({exc})") from None
@@ -127,22 +129,29 @@ def drop_phase_memory(path: str | Path) -> int:
     return deleted
 
 
-def _rebuild_indexes(path: Path) -> None:
-    """Create the declared indexes a stripped snapshot left out (none on a whole one). Only
-    at this grpoctl's schema revision, whose indexes models.py declares: a snapshot of an
-    older revision is left to its migrations."""
+def restore_indexes(path: str | Path) -> list[str]:
+    """Create the declared indexes a stripped snapshot left out (none on a whole one), and
+    return their names. Only at this grpoctl's schema revision, whose indexes models.py
+    declares: a snapshot of an older revision is left to its migrations."""
     engine = _sqlite(path)
     try:
         with engine.begin() as conn:
             if schema.revision_of(conn) != schema.HEAD:
-                return
+                return []
             present = _present_indexes(conn)
+            if present >= _declared_indexes().keys():  # a whole registry: one query, nothing to do
+                return []
             tables = set(inspect(conn).get_table_names())
-            for name, index in _declared_indexes().items():
-                if name not in present and index.table is not None and index.table.name in tables:
-                    index.create(conn)
+            missing = [
+                index
+                for name, index in _declared_indexes().items()
+                if name not in present and index.table is not None and index.table.name in tables
+            ]
+            for index in missing:
+                index.create(conn)
     finally:
         engine.dispose()
+    return [str(index.name) for index in missing]
 
 
 def _declared_indexes() -> dict[str, Index]:

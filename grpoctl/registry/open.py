@@ -353,6 +353,12 @@ def open_registry(
                     f"{schema.HEAD} (the registry before: {backup})"
                 )
             state = found
+        if write and path is not None:
+            # A stripped snapshot decompressed by hand (compressed.py) lacks the unique
+            # indexes that the writes' INSERT ... ON CONFLICT name: build them once.
+            restored = compressed.restore_indexes(path)
+            if restored:
+                log.warning(f"note: registry {path} had left out {len(restored)} indexes; built them again")
         if report is not None:
             report["from"] = state
         if write:
