@@ -203,7 +203,7 @@ def _measured(r: verdicts.Result) -> str:
     if f.curve != F.metrics.EVAL_ACCURACY and f.measure not in ("grad_norm", "series"):
         text += f", on {f.curve}"
     if r.budget is not None:
-        text += f", {r.budget[0]:g}-{r.budget[1]:g} {F.axes.UNITS[f.axis]}"
+        text += f", {r.budget[0]:.4g}-{r.budget[1]:.4g} {F.axes.UNITS[f.axis]}"
     text += ")"
     if f.measure == "grad_norm":
         ratio = statistics.fmean(r.variant_values) / statistics.fmean(r.baseline_values)
