@@ -68,7 +68,7 @@ from grpoctl import metrics  # noqa: E402
 from grpoctl.analysis import findings as F  # noqa: E402
 from grpoctl.analysis import mechanisms, stats, verdicts  # noqa: E402
 from grpoctl.analysis.compare import build_compare_table, family_results  # noqa: E402
-from grpoctl.analysis.testability import PAIR_RULES, PERCENT_RULES, RULES  # noqa: E402
+from grpoctl.analysis.testability import PAIR_RULES, PERCENT_RULES  # noqa: E402
 from grpoctl.errors import UserError  # noqa: E402
 from grpoctl.registry import Registry  # noqa: E402
 from grpoctl.spec_file import read_spec  # noqa: E402
@@ -142,10 +142,10 @@ def check_text(c) -> str:
     """ "groups with mixed rewards at step 1 72.0% (worst arm; needs >= 20%)"."""
     rule = c.rule
     if c.value is None:
-        return f"{RULES[rule.rule]} not measured"
+        return f"{rule.label} not measured"
     if c.short_gain is not None:
         return (
-            f"{RULES[rule.rule]}: a final gain of {100 * c.short_gain:.1f} pts (worst seed, {rule.arms}; needs a "
+            f"{rule.label}: a final gain of {100 * c.short_gain:.1f} pts (worst seed, {rule.arms}; needs a "
             f"gain >= {100 * (rule.min_gain or 0):g} pts)"
         )
     percent = rule.rule in PERCENT_RULES
@@ -160,7 +160,7 @@ def check_text(c) -> str:
     per_arm = ""
     if rule.arms == "every_arm" and len(set(round(v, 4) for v in c.per_arm.values())) > 1:
         per_arm = "; " + ", ".join(f"{k} {_rule_value(rule, v)}" for k, v in c.per_arm.items())
-    return f"{RULES[rule.rule]} {_rule_value(rule, c.value)} ({where}; needs {sign} {limit}{per_arm})"
+    return f"{rule.label} {_rule_value(rule, c.value)} ({where}; needs {sign} {limit}{per_arm})"
 
 
 def rule_text(r: verdicts.Result, declared: verdicts.Result | None = None) -> str:

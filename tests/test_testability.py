@@ -90,6 +90,11 @@ def test_every_rule_of_a_list_must_hold_and_the_first_failing_one_decides():
         ({"rule": "start_format_rate", "at_least": 0.1, "at_most": 0.5}, "exactly one threshold"),
         ({"rule": "baseline_converged", "at_least": 0.9}, "baseline_converged needs 'min_gain'"),
         ({"rule": "rises_first", "at_least": 0.05, "min_gain": 0.1}, "rises_first takes no 'min_gain'"),
+        ({"rule": "rises_first", "at_least": 0.05, "curve": "eval/pass@1"}, "'curve' is for baseline_converged"),
+        (
+            {"rule": "baseline_converged", "at_least": 0.9, "min_gain": 0.1, "curve": "train/reward"},
+            "got 'train/reward'",
+        ),
     ],
 )
 def test_bad_rules_are_one_line(raw, message):
@@ -265,3 +270,28 @@ def test_a_finding_not_run_names_its_specs_baseline_and_one_seed_is_no_test():
     assert result.not_run and result.baseline == "r1_zero" and result.verdict == "not run"
     one = verdicts.Result(finding, "r1_zero", testable=True, variant_values=[0.5], baseline_values=[0.6, 0.7, 0.65])
     assert verdicts.verdict(one) == "no test: 1 seed(s) against 3"
+
+
+def test_baseline_converged_reads_the_curve_it_names():
+    """On the greedy eval the baseline has converged; on its sampled pass@1 it is still
+    climbing, and a rule that names that curve says so (and names it)."""
+    runs = []
+    for i in range(2):
+        greedy = [(0, 0.25, 640), (10, 0.88, 640), (20, 0.91, 640), (30, 0.90, 640)]
+        sampled = [(0, 0.20, 512), (10, 0.40, 512), (20, 0.60, 512), (30, 0.70 + 0.01 * i, 512)]
+        runs.append(SimpleNamespace(
+            run=SimpleNamespace(id=i, seed=i, status="finished"), evals=greedy, scores={"eval/pass@1": sampled}, series={}
+        ))  # fmt: skip
+    base, variant = arm("b", runs), arm("v", [rd(5, 0)])
+    (greedy_rule,) = parse_rules({"rule": "baseline_converged", "at_least": 0.9, "min_gain": 0.1}, "page")
+    (sampled_rule,) = parse_rules(
+        {"rule": "baseline_converged", "at_least": 0.9, "min_gain": 0.1, "curve": "eval/pass@1"}, "page"
+    )
+    assert check(greedy_rule, variant, base, 96).holds is True
+    c = check(sampled_rule, variant, base, 96)
+    # worst seed (1): 0.20 -> 0.40, 0.60, 0.71: 0.2 of a 0.37 gain by step 10
+    assert c.holds is False and c.value == pytest.approx(0.2 / ((0.40 + 0.60 + 0.71) / 3 - 0.20))
+    assert sampled_rule.describe().startswith(
+        "share of its final gain made by the first eval of its last 3 on eval/pass@1"
+    )
+    assert greedy_rule != sampled_rule  # a re-analysis can add the one beside the other

@@ -26,7 +26,9 @@ Rules on one arm (`in` any of the three):
   step-0 eval) that it had made by the first eval of that window, for a claim set against
   a baseline's plateau: a baseline still climbing there has no plateau to compare with.
   A run whose gain is below the rule's `min_gain` fails it, with that gain as its number:
-  a share of almost nothing says nothing.
+  a share of almost nothing says nothing. It reads the greedy eval (eval/accuracy) unless
+  the rule names another `curve` that reads like accuracy (a sampled pass@k or maj@k):
+  a finding read on a sampled curve can ask its baseline to have converged on that one.
 
 Rules on the pair, the variant against the baseline, seed by seed (`in: variant`, the
 default for them; the two arms of one seed start from the same weights):
@@ -46,6 +48,7 @@ from typing import Any
 
 from grpoctl import metrics
 from grpoctl.analysis import stats
+from grpoctl.analysis.baseline import eval_curve_of
 from grpoctl.errors import UserError
 
 RULES = {
@@ -68,7 +71,7 @@ PERCENT_RULES = (  # shown as %
 )
 GAIN_RULES = ("baseline_converged",)  # rules that also need a min_gain
 ARMS = ("baseline", "variant", "every_arm")
-RULE_KEYS = {"rule", "in", "at_least", "at_most", "min_gain"}
+RULE_KEYS = {"rule", "in", "at_least", "at_most", "min_gain", "curve"}
 
 
 @dataclass(frozen=True)
@@ -78,14 +81,20 @@ class Rule:
     at_least: float | None = None
     at_most: float | None = None
     min_gain: float | None = None  # baseline_converged: the least final gain a share is read of
+    curve: str | None = None  # baseline_converged: the eval curve it reads (None: eval/accuracy)
+
+    @property
+    def label(self) -> str:
+        """What the rule measures, in words: its RULES entry, and the curve where it names one."""
+        return RULES[self.rule] + (f" on {self.curve}" if self.curve else "")
 
     def describe(self) -> str:
         bound = f">= {self.at_least:g}" if self.at_least is not None else f"<= {self.at_most:g}"
         if self.rule in PAIR_RULES:
-            return f"{RULES[self.rule]} {bound} on every seed"
+            return f"{self.label} {bound} on every seed"
         where = {"every_arm": "in every arm", "baseline": "in the baseline", "variant": "in the variant"}[self.arms]
         gain = f", of a gain >= {self.min_gain:g}" if self.min_gain is not None else ""
-        return f"{RULES[self.rule]} {bound}{gain} {where}"
+        return f"{self.label} {bound}{gain} {where}"
 
     def worst(self, values: list[float]) -> float:
         """The value the rule is judged on: the worst case in its direction."""
@@ -146,7 +155,17 @@ def _parse_rule(raw: Any, at: str) -> Rule:
         need = "needs" if rule in GAIN_RULES else "takes no"
         raise UserError(f"{at}: testable: {rule} {need} 'min_gain', the least final gain its share is read of")
     gain = _number(raw["min_gain"], f"{at}: testable: min_gain") if "min_gain" in raw else None
-    return Rule(rule, arms, least, most, gain)
+    curve = raw.get("curve")
+    if curve is not None and (
+        rule not in GAIN_RULES
+        or not isinstance(curve, str)
+        or not (curve == metrics.EVAL_ACCURACY or metrics.is_sampled_score(curve))
+    ):
+        raise UserError(
+            f"{at}: testable: 'curve' is for {', '.join(GAIN_RULES)}, and names {metrics.EVAL_ACCURACY} or a "
+            f"sampled score (eval/pass@k, eval/maj@k), got {curve!r}"
+        )
+    return Rule(rule, arms, least, most, gain, curve)
 
 
 # --------------------------------------------------------------------------- measuring
@@ -258,7 +277,8 @@ def _check_gain(result: Check, arms: list) -> Check:
     assert rule.min_gain is not None
     gains = []
     for arm in arms:
-        measured = [m for rd in arm.runs if (m := converged(rd.evals)) is not None]
+        curves = [rd.evals if rule.curve is None else eval_curve_of(rd, rule.curve) or [] for rd in arm.runs]
+        measured = [m for curve in curves if (m := converged(curve)) is not None]
         if not measured:
             return result
         result.per_arm[arm.label] = rule.worst([share for share, _ in measured])

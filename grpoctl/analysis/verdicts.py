@@ -37,7 +37,7 @@ from grpoctl.analysis.run_measures import (
     run_measure,
     weighted_sum,
 )
-from grpoctl.analysis.testability import RULES, Check, check_all, load_extra
+from grpoctl.analysis.testability import Check, check_all, load_extra
 
 
 @dataclass
@@ -159,7 +159,7 @@ def decide_testable(result: Result, variant: Arm, base: Arm, max_tokens: int | N
     result.checks, result.deciding = check_all(result.finding.testable, variant, base, max_tokens)
     result.testable = bool(result.checks) and all(c.holds for c in result.checks)
     if result.deciding is not None and result.deciding.holds is None:
-        result.note = f"not measurable: {RULES[result.deciding.rule.rule]} is missing from the runs"
+        result.note = f"not measurable: {result.deciding.rule.label} is missing from the runs"
 
 
 def _arm_runs(values: dict[Hashable, float], problems: dict[Hashable, ProblemMeasure]) -> design.ArmRuns:

@@ -349,7 +349,6 @@ FINDINGS_HEADERS = [
 
 
 def findings_cells(r) -> list[str]:
-    from grpoctl.analysis.testability import RULES
 
     f = r.finding
     rule = r.deciding.rule if r.deciding is not None else f.testable[0]
@@ -360,8 +359,8 @@ def findings_cells(r) -> list[str]:
     elif not r.testable and all(c.holds for c in r.checks):  # every rule holds, the measure cannot be read
         show = f"no: {r.note}"
     else:
-        needs = rule.describe().split(RULES[rule.rule], 1)[1].strip()
-        show = f"{'yes' if r.testable else 'no'}: {RULES[rule.rule]} {r.rule_value:.3g} (needs {needs})"
+        needs = rule.describe().split(rule.label, 1)[1].strip()
+        show = f"{'yes' if r.testable else 'no'}: {rule.label} {r.rule_value:.3g} (needs {needs})"
         if len(f.testable) > 1:
             show += f"; {'every' if r.testable else 'the first failing'} of {len(f.testable)} rules"
     diff = f"{r.diff.diff:+.3f} {_interval(r.diff.low, r.diff.high)}" if r.diff else "-"
