@@ -497,7 +497,9 @@ def reanalysis_section(
         "",
         f"The last verdict column applies `{rel}` ({committed(overlay.path)}), written after these runs were seen. "
         "The specs stay as they were declared and ran; the overlay only adds rules (marked [re-analysis] in the "
-        "table) and declares ceilings, each finding is measured on the same runs, and its Holm family is the "
+        "table)"
+        + (" and declares ceilings" if any("ceiling" in e for e in overlay.by_finding.values()) else "")
+        + ", each finding is measured on the same runs, and its Holm family is the "
         f"findings testable under it. {overlay.why}",
         "",
     ]
@@ -663,12 +665,12 @@ HOW_TO_READ = [
     "right the interval also covers the problems (a problem bootstrap of the same problems in both arms, "
     'Satterthwaite df); "problem level: not recorded" says the registry holds no per-problem outcomes, so the '
     "interval covers the seeds only. Seeds that do not match get Welch's t.",
-    "- **p (page Holm):** Holm's correction over the page's {tested} testable findings at once{pending} (TOST "
+    "- **p (page Holm):** Holm's correction over the page's {family} at once{pending} (TOST "
     "for equivalence, on the same difference). Comparisons nobody declared are listed below as exploratory, "
     "unadjusted.",
     "- **MDE:** the smallest difference these seeds detect under the test applied at α 0.05 with power 0.8 "
-    '(noncentral t), and in brackets at α/m, Holm\'s first step over the family. A "not resolved" below it says '
-    "little.",
+    '(noncentral t), and in brackets at α/m, Holm\'s first step over the family{mde_family}. A "not resolved" '
+    "below it says little.",
     "- **Seeds needed:** to resolve the observed difference under the test applied (pairs of seeds for a paired "
     "test, per arm for Welch); and the seed's own effect, where it gives one. **Verdict:** reproduced / "
     "contradicted (resolved, in the other direction) / not reproduced (not resolved, and the 95% interval lies "
@@ -743,6 +745,8 @@ def write_page(args) -> int:
     forest(results, out / "forest.png", str(spec.get("task") or spec["name"]))
 
     tested = sum(r.p_family is not None for r in results)
+    # with a re-analysis the rules, MDE and seeds columns are its own; each family gives its p
+    tested_declared = sum(r.p_family is not None for r in as_declared) if as_declared else None
     ran = sum(not r.not_run for r in results)
     runs = {rd.run.id for t in tables.values() for r in t.rows for rd in r.runs}
     title = spec.get("title") or f"What the seed's findings say here: {spec['name']}"
@@ -750,7 +754,14 @@ def write_page(args) -> int:
     notes = str(spec.get("notes") or "").strip()
     counted = (
         f"{len(runs)} distinct runs in `{spec['registry'].removeprefix('../../')}`; {ran} of the {len(declared)} "
-        f"declared findings have ended runs in both arms, {tested} of them testable and tested."
+        f"declared findings have ended runs in both arms, {tested} of them testable and tested"
+        + (f" under the re-analysis ({tested_declared} as declared)." if tested_declared is not None else ".")
+    )
+    family = (
+        f"testable findings, as declared ({tested_declared}) and under the re-analysis ({tested}), each family "
+        "giving its own p"
+        if tested_declared is not None
+        else f"{tested} testable findings"
     )
     lines = [
         f"# {title}",
@@ -759,7 +770,12 @@ def write_page(args) -> int:
         counted,
         "",
         *(
-            line.format(tested=tested, pending=pending_words(len(declared) - ran), delta=100 * stats.EQUIVALENCE_DELTA)
+            line.format(
+                family=family,
+                pending=pending_words(len(declared) - ran),
+                delta=100 * stats.EQUIVALENCE_DELTA,
+                mde_family=" (the re-analysis's, as are the rules and seeds columns)" if as_declared else "",
+            )
             for line in HOW_TO_READ
         ),
         "",
