@@ -665,7 +665,7 @@ HOW_TO_READ = [
     "right the interval also covers the problems (a problem bootstrap of the same problems in both arms, "
     'Satterthwaite df); "problem level: not recorded" says the registry holds no per-problem outcomes, so the '
     "interval covers the seeds only. Seeds that do not match get Welch's t.",
-    "- **p (page Holm):** Holm's correction over the page's {family} at once{pending} (TOST "
+    "- **p (page Holm):** Holm's correction over the page's {family}{pending} (TOST "
     "for equivalence, on the same difference). Comparisons nobody declared are listed below as exploratory, "
     "unadjusted.",
     "- **MDE:** the smallest difference these seeds detect under the test applied at α 0.05 with power 0.8 "
@@ -758,10 +758,10 @@ def write_page(args) -> int:
         + (f" under the re-analysis ({tested_declared} as declared)." if tested_declared is not None else ".")
     )
     family = (
-        f"testable findings, as declared ({tested_declared}) and under the re-analysis ({tested}), each family "
-        "giving its own p"
+        f"testable findings, each family at once: as declared ({tested_declared}) and under the re-analysis "
+        f"({tested}), each giving its own p"
         if tested_declared is not None
-        else f"{tested} testable findings"
+        else f"{tested} testable findings at once"
     )
     lines = [
         f"# {title}",
