@@ -191,3 +191,28 @@ def test_each_driver_message_becomes_its_line_and_never_shows_the_password(url, 
 
     line = describe_error(Exception(said), make_url(url))
     assert line.startswith(expected) and "s3cret" not in line
+
+
+@pytest.mark.parametrize(
+    "url, said, exit_code",
+    [
+        ("postgresql+psycopg://grpo@192.0.2.10/g", "connection failed: Connection refused", 75),
+        ("postgresql+psycopg://grpo@192.0.2.10/g", "FATAL: the database system is starting up", 75),
+        ("postgresql+psycopg://grpo@192.0.2.10/g", "terminating connection due to administrator command", 75),
+        ("postgresql+psycopg://grpo@192.0.2.10/g", "timeout expired", 75),
+        ("postgresql+psycopg://grpo:s3cret@192.0.2.10/g", 'password authentication failed for user "grpo"', 2),
+        ("postgresql+psycopg://grpo@192.0.2.10/g", 'database "g" does not exist', 2),
+        ("sqlite:////tmp/r.db", "database is locked", 2),
+    ],
+)
+def test_a_server_that_did_not_answer_is_a_temporary_failure(url, said, exit_code):
+    """A PostgreSQL server that did not answer exits 75, so that a sweep member whose
+    trainer met a restart at its start is tried again (sweep/member.py); what the user must
+    fix (a password, a database name) stays exit 2. The line is describe_error's either way."""
+    from sqlalchemy.engine import make_url
+
+    from grpoctl.registry.open import describe_error, registry_error
+
+    exc = OperationalError("SELECT 1", {}, Exception(said))
+    error = registry_error(exc, make_url(url))
+    assert error.exit_code == exit_code and str(error) == describe_error(exc, make_url(url))

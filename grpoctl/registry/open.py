@@ -21,9 +21,9 @@ from pathlib import Path
 
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
 
-from grpoctl.errors import UserError
+from grpoctl.errors import TEMPFAIL_EXIT, UserError
 from grpoctl.registry import compressed, schema
 from grpoctl.registry.engine import make_engine, public_url, redact_text, sqlite_path, writer_engine
 
@@ -166,6 +166,43 @@ def describe_error(exc: BaseException, url: URL) -> str:
     return late or "PostgreSQL at {server}, database '{database}': {message}".format(**fields)
 
 
+class RegistryNotAnswering(UserError):
+    """A PostgreSQL server that did not answer: refused, out of reach, timed out, starting
+    up or shutting down (a restart, an outage). The same one line, with exit 75
+    (EX_TEMPFAIL): a sweep member whose trainer met it at its start is tried again once the
+    registry is back (sweep/member.py), rather than counted as a run that did not start."""
+
+    exit_code = TEMPFAIL_EXIT
+
+
+# What a driver says when the server did not answer, as against refusing what was asked.
+_NOT_ANSWERING = (
+    "connection refused",
+    "no route to host",
+    "network is unreachable",
+    "timeout expired",
+    "timed out",
+    "the database system is starting up",
+    "the database system is shutting down",
+    "terminating connection due to administrator command",
+    "server closed the connection unexpectedly",
+)
+
+
+def registry_error(exc: SQLAlchemyError, url: URL) -> UserError:
+    """The one-line error for a failure to reach or use the registry at `url`:
+    RegistryNotAnswering where a PostgreSQL server did not answer, else a UserError."""
+    line = describe_error(exc, url)
+    said = " ".join(str(getattr(exc, "orig", None) or exc).split()).lower()
+    if (
+        url.get_backend_name() == "postgresql"
+        and isinstance(exc, (OperationalError, InterfaceError))
+        and any(words in said for words in _NOT_ANSWERING)
+    ):
+        return RegistryNotAnswering(line)
+    return UserError(line)
+
+
 # The registries this process opened, newest last: a failure met later (a corrupt page
 # deep in the file, a server that went away mid-command) is reported against it.
 _opened: list[URL] = []
@@ -208,7 +245,7 @@ def _state(engine: Engine, url: URL) -> str:
         with engine.connect() as conn:
             return schema.revision_of(conn)
     except SQLAlchemyError as exc:
-        raise UserError(describe_error(exc, url)) from None
+        raise registry_error(exc, url) from None
 
 
 def _check_can_write(engine: Engine, url: URL) -> None:
@@ -295,7 +332,7 @@ def check_registry(url: URL, write: bool, must_exist: bool = False) -> None:
         try:
             _check_can_write(engine, url)
         except SQLAlchemyError as exc:
-            raise UserError(describe_error(exc, url)) from None
+            raise registry_error(exc, url) from None
         finally:
             engine.dispose()
 
@@ -324,7 +361,7 @@ def open_registry(
             try:
                 created = schema.create_sqlite(path, lambda p: make_engine(url.set(database=str(p))))
             except SQLAlchemyError as exc:
-                raise UserError(describe_error(exc, url)) from None
+                raise registry_error(exc, url) from None
             if report is not None:
                 report["created"] = created
     state = inspect_schema(url, path) if path is not None else None
@@ -365,7 +402,7 @@ def open_registry(
             _check_can_write(engine, url)
     except SQLAlchemyError as exc:
         engine.dispose()
-        raise UserError(describe_error(exc, url)) from None
+        raise registry_error(exc, url) from None
     except BaseException:
         engine.dispose()
         raise

@@ -291,8 +291,9 @@ def _ending(spec: MemberSpec, registry: Registry, proc: subprocess.Popen, asked:
     code = proc.returncode
     if code == TEMPFAIL_EXIT:
         # It lost the registry for longer than it may retry (its log says so) and stopped
-        # where it was; it could record nothing. Its claim lapses, and another attempt
-        # (the sweep's) resumes the run from its last checkpoint.
+        # where it was, or could not reach it at its start (registry/open.py,
+        # RegistryNotAnswering); it could record nothing. Its claim, if any, lapses, and
+        # another attempt (the sweep's) resumes or starts the run.
         raise RegistryOutOfReach(socket.gethostname(), f"trainer stopped (`grpoctl runs logs {spec.run_name}`)")
     run = registry.runs_named([spec.run_name]).get(spec.run_name)
     if run is None or run.config_hash != spec.config_hash:
