@@ -387,6 +387,9 @@ def mem_device_free_after(phase: str) -> str:
     return f"{MEM_PREFIX}device_free_after_{phase}"
 
 
+# Every per-phase memory series, three per phase: what a lean snapshot leaves out (registry/compressed.py).
+PHASE_MEMORY = tuple(name(p) for p in PHASES for name in (mem_peak_after, mem_reserved_after, mem_device_free_after))
+
 for _phase in PHASES:
     _metric(phase_time(_phase), f"seconds in the step's {_phase} phase", "s", False)
     _metric(mem_peak_after(_phase), f"peak memory at the end of the {_phase} phase", "MiB", False)

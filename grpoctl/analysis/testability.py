@@ -277,7 +277,7 @@ def _check_gain(result: Check, arms: list) -> Check:
     assert rule.min_gain is not None
     gains = []
     for arm in arms:
-        curves = [rd.evals if rule.curve is None else eval_curve_of(rd, rule.curve) or [] for rd in arm.runs]
+        curves = [eval_curve_of(rd, rule.curve or metrics.EVAL_ACCURACY) or [] for rd in arm.runs]
         measured = [m for curve in curves if (m := converged(curve)) is not None]
         if not measured:
             return result

@@ -101,7 +101,8 @@ def strip_indexes(path: str | Path) -> list[str]:
     engine = _sqlite(path)
     try:
         with engine.begin() as conn:
-            dropped = sorted(name for name in _declared_indexes() if name in _present_indexes(conn))
+            present = _present_indexes(conn)
+            dropped = sorted(name for name in _declared_indexes() if name in present)
             for name in dropped:
                 conn.exec_driver_sql(f'DROP INDEX "{name}"')
         with engine.connect() as conn:
@@ -112,18 +113,14 @@ def strip_indexes(path: str | Path) -> list[str]:
 
 
 def drop_phase_memory(path: str | Path) -> int:
-    """Delete the per-phase memory rows (metrics.MEM_PREFIX ..._after_<phase>) from the SQLite
+    """Delete the per-phase memory rows (metrics.PHASE_MEMORY) from the SQLite
     registry at `path`, for a lean snapshot (scripts/snapshot_lab_registry.sh LEAN=1);
     mem/peak, each step's highest, stays. Returns the rows deleted."""
     engine = _sqlite(path)
     try:
         with engine.begin() as conn:
-            names = [metrics.mem_peak_after(p) for p in metrics.PHASES]
-            names += [metrics.mem_reserved_after(p) for p in metrics.PHASES]
-            names += [metrics.mem_device_free_after(p) for p in metrics.PHASES]
-            deleted = 0
-            for name in names:
-                deleted += conn.exec_driver_sql("DELETE FROM metric WHERE name = ?", (name,)).rowcount
+            marks = ", ".join("?" * len(metrics.PHASE_MEMORY))
+            deleted = conn.exec_driver_sql(f"DELETE FROM metric WHERE name IN ({marks})", metrics.PHASE_MEMORY).rowcount
     finally:
         engine.dispose()
     return deleted

@@ -108,9 +108,11 @@ _SQLITE_LINES = (
     (("locked",), "{where} stayed locked by another process for 30 s ({message})"),
 )
 _ROUTE = "cannot connect to PostgreSQL at {server}: no route to it from this machine ({message})"
+_REFUSED = ("connection refused",)
+_NO_ROUTE = ("no route to host", "network is unreachable")
 _POSTGRES_LINES = (
-    (("connection refused",), "cannot connect to PostgreSQL at {server}: connection refused (is the server running?)"),
-    (("no route to host", "network is unreachable"), _ROUTE),
+    (_REFUSED, "cannot connect to PostgreSQL at {server}: connection refused (is the server running?)"),
+    (_NO_ROUTE, _ROUTE),
     (
         ("password authentication failed",),
         "PostgreSQL at {server} refused user '{user}': password authentication failed "
@@ -134,14 +136,17 @@ def _first_line(lower: str, lines: tuple, **fields: str) -> str | None:
     return None
 
 
+def _driver_message(exc: BaseException, url: URL) -> str:
+    """What the driver said, on one line, without the password."""
+    message = " ".join(str(getattr(exc, "orig", None) or exc).split())
+    if url.password:
+        message = message.replace(str(url.password), "***")
+    return redact_text(message)
+
+
 def describe_error(exc: BaseException, url: URL) -> str:
     """One line for a database error, with what the user should check; never the password."""
-    original = getattr(exc, "orig", None) or exc
-    message = " ".join(str(original).split())
-    password = url.password
-    if password:
-        message = message.replace(str(password), "***")
-    message = redact_text(message)
+    message = _driver_message(exc, url)
     lower = message.lower()
     if url.get_backend_name() == "sqlite":
         where = f"registry {sqlite_path(url) or public_url(url)}"
@@ -177,9 +182,8 @@ class RegistryNotAnswering(UserError):
 
 # What a driver says when the server did not answer, as against refusing what was asked.
 _NOT_ANSWERING = (
-    "connection refused",
-    "no route to host",
-    "network is unreachable",
+    *_REFUSED,
+    *_NO_ROUTE,
     "timeout expired",
     "timed out",
     "the database system is starting up",
@@ -193,13 +197,10 @@ def registry_error(exc: SQLAlchemyError, url: URL) -> UserError:
     """The one-line error for a failure to reach or use the registry at `url`:
     RegistryNotAnswering where a PostgreSQL server did not answer, else a UserError."""
     line = describe_error(exc, url)
-    said = " ".join(str(getattr(exc, "orig", None) or exc).split()).lower()
-    if (
-        url.get_backend_name() == "postgresql"
-        and isinstance(exc, (OperationalError, InterfaceError))
-        and any(words in said for words in _NOT_ANSWERING)
-    ):
-        return RegistryNotAnswering(line)
+    if url.get_backend_name() == "postgresql" and isinstance(exc, (OperationalError, InterfaceError)):
+        said = _driver_message(exc, url).lower()
+        if any(words in said for words in _NOT_ANSWERING):
+            return RegistryNotAnswering(line)
     return UserError(line)
 
 
